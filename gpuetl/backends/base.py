@@ -1,0 +1,134 @@
+"""What every backend provides. Per-partition code asks the backend; it never checks types.
+
+The shared code in steps/, sources/ and sinks/ is written against what pandas and cuDF share
+(Series/DataFrame methods, `.str`, `.dt`) through `backend.xd`, and what numpy and CuPy share
+through `backend.xp`. Anything the two libraries do differently, or that one does much faster
+another way, is a method here, implemented once per backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..types import Schema
+
+# Internal bookkeeping columns carried by every partition frame (see docs/design.md).
+FILE_INDEX = "__fi"      # int32: index of the input file in the plan's sorted input list
+OFFSET = "__off"         # int64: byte offset of the record's first byte (uncompressed), or row index
+STATUS = "__st"          # int8: one of the STATUS_* values
+COUNT = "__n"            # int64: records this row stands for (1, or a tally of dropped records)
+STAGE = "__stage"        # int16: index of the stage that dropped the row, -1 for live rows
+RAW = "__raw"            # string: the raw record, kept for quarantined rows only
+REASON = "__reason"      # string: why a row was quarantined or dropped
+INTERNAL = (FILE_INDEX, OFFSET, STATUS, COUNT, STAGE, RAW, REASON)
+INTERNAL_TYPES: Schema = {
+    FILE_INDEX: "int32", OFFSET: "int64", STATUS: "int8", COUNT: "int64",
+    STAGE: "int16", RAW: "string", REASON: "string",
+}
+
+STATUS_LIVE, STATUS_QUARANTINED, STATUS_FILTERED, STATUS_DEDUPLICATED, STATUS_DROPPED = 0, 1, 2, 3, 4
+STATUS_NAMES = {
+    STATUS_LIVE: "rows_out", STATUS_QUARANTINED: "quarantined", STATUS_FILTERED: "filtered",
+    STATUS_DEDUPLICATED: "deduplicated", STATUS_DROPPED: "dropped_errors",
+}
+
+
+@dataclass
+class Lines:
+    """Records split from a byte buffer: text, offsets and which ones were not valid UTF-8."""
+
+    text: Any            # backend Series of strings (invalid UTF-8 replaced by U+FFFD)
+    offsets: Any         # xp int64 array: byte offset of each record's first byte
+    bad_utf8: Any        # xp bool array
+
+
+class Backend(ABC):
+    name: str
+    dataframe_backend: str   # dask's dataframe.backend value
+    xp: Any                  # numpy or cupy
+    xd: Any                  # pandas or cudf
+
+    # -- frames --------------------------------------------------------------------------
+    @abstractmethod
+    def dtype(self, type_name: str) -> Any:
+        """The backend dtype for a contract type name."""
+
+    @abstractmethod
+    def series(self, values: Any, type_name: str, index: Any = None) -> Any:
+        """A typed Series from a host or device array / list."""
+
+    def empty(self, schema: Schema) -> Any:
+        """A typed, empty frame: dask's meta for a stage."""
+        return self.xd.DataFrame({name: self.series([], t) for name, t in schema.items()})
+
+    def conform(self, df: Any, schema: Schema) -> Any:
+        """Return df with exactly the schema's columns, in order, with the schema's dtypes."""
+        out = {}
+        for name, t in schema.items():
+            if name in df.columns:
+                col = df[name]
+                out[name] = col if col.dtype == self.dtype(t) else self.astype(col, t)
+            else:
+                out[name] = self.nulls(len(df), t, index=df.index)
+        return self.xd.DataFrame(out, index=df.index)
+
+    @abstractmethod
+    def nulls(self, n: int, type_name: str, index: Any = None) -> Any:
+        """A Series of n nulls."""
+
+    @abstractmethod
+    def astype(self, col: Any, type_name: str) -> Any:
+        """Exact conversion between already-typed columns (no parsing)."""
+
+    @abstractmethod
+    def concat(self, frames: list) -> Any:
+        ...
+
+    @abstractmethod
+    def to_arrow(self, df: Any, schema: Schema) -> pa.Table:
+        """Host Arrow table with the output's exact Arrow types."""
+
+    @abstractmethod
+    def from_arrow(self, table: pa.Table) -> Any:
+        ...
+
+    def to_host(self, values: Any):
+        """A numpy array from an xp array (no-op on the CPU)."""
+        return values
+
+    # -- records -------------------------------------------------------------------------
+    @abstractmethod
+    def split_lines(self, data: bytes, base_offset: int) -> Lines:
+        """Split a buffer of whole lines into records. Empty lines are not records; a trailing
+        '\\r' is removed (CRLF files)."""
+
+    @abstractmethod
+    def extract(self, text: Any, regex: str, names: tuple[str, ...]) -> tuple[dict, Any]:
+        """Apply a whole-record regex: ({name: string Series}, matched bool Series)."""
+
+    @abstractmethod
+    def parse_json(self, text: Any, schema: Schema) -> tuple[dict, Any, Any]:
+        """Parse JSON objects, one per record: ({name: Series}, ok bool Series, reason Series|None)."""
+
+    @abstractmethod
+    def cast(self, col: Any, type_name: str, *, fmt: str | None = None, timezone: str | None = None) -> tuple[Any, Any]:
+        """Parse or convert a column: (typed Series, bad bool Series). A value that was present
+        but cannot be represented in the type is bad; nulls stay null and are not bad."""
+
+    @abstractmethod
+    def fixed_width(self, col: Any) -> tuple[Any, Any]:
+        """(xp uint64 array of the values' bits, xp bool valid mask) for a non-string column."""
+
+    @abstractmethod
+    def string_buffers(self, col: Any) -> tuple[Any, Any, Any]:
+        """(xp int64 offsets of n+1, xp uint8 UTF-8 bytes, xp bool valid mask) of a string column."""
+
+    def hash64(self, columns: list, seed: int = 0) -> Any:
+        """A uint64 hash per row of the given columns, identical on every backend."""
+        from ..hashing import hash_columns
+
+        return hash_columns(self, columns, seed)

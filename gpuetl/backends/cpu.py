@@ -1,0 +1,300 @@
+"""The CPU backend: pandas frames with Arrow-backed columns; kernels from pyarrow.compute (RE2)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
+from .base import Backend, Lines
+
+_INT_RE = r"^\s*[+-]?\d+\s*$"
+_UINT_RE = r"^\s*\+?\d+\s*$"
+_FLOAT_RE = r"(?i)^\s*[+-]?(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|inf|infinity|nan)\s*$"
+_TRUE = ("true", "t", "yes", "y", "1")
+_FALSE = ("false", "f", "no", "n", "0")
+_HAS_ZONE_RE = r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"
+
+
+def _arrow(col: pd.Series) -> pa.Array:
+    arr = pa.array(col)
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def _bool_mask(arr: pa.Array) -> np.ndarray:
+    return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    dataframe_backend = "pandas"
+    xp = np
+    xd = pd
+
+    # -- frames --------------------------------------------------------------------------
+    def dtype(self, type_name: str):
+        return pd.ArrowDtype(ARROW_TYPES[type_name])
+
+    def series(self, values, type_name: str, index=None):
+        arrow_type = ARROW_TYPES[type_name]
+        if isinstance(values, pd.Series):
+            values = pa.array(values)
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            arr = values if values.type == arrow_type else values.cast(arrow_type)
+        else:
+            arr = pa.array(values, type=arrow_type)
+        return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index)
+
+    def nulls(self, n: int, type_name: str, index=None):
+        return self.series(pa.nulls(n, ARROW_TYPES[type_name]), type_name, index=index)
+
+    def astype(self, col, type_name: str):
+        return self.series(_arrow(col).cast(ARROW_TYPES[type_name]), type_name, index=col.index)
+
+    def concat(self, frames: list):
+        frames = [f for f in frames if f is not None]
+        if len(frames) == 1:
+            return frames[0]
+        return pd.concat(frames, ignore_index=True)
+
+    def to_arrow(self, df, schema: Schema) -> pa.Table:
+        arrays = [_arrow(df[name]).cast(ARROW_TYPES[t]) for name, t in schema.items()]
+        return pa.Table.from_arrays(arrays, schema=pa.schema([(n, ARROW_TYPES[t]) for n, t in schema.items()]))
+
+    def from_arrow(self, table: pa.Table):
+        return table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
+
+    # -- records -------------------------------------------------------------------------
+    def split_lines(self, data: bytes, base_offset: int) -> Lines:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        newlines = np.flatnonzero(buf == 10)
+        starts = np.concatenate(([0], newlines + 1)).astype(np.int64)
+        if starts[-1] == len(buf):
+            starts = starts[:-1]
+        # Each element spans from its start to the next start: line + '\n'; trimmed below.
+        bounds = np.append(starts, len(buf)).astype(np.int32 if len(buf) < 2**31 else np.int64)
+        binary_type = pa.binary() if bounds.dtype == np.int32 else pa.large_binary()
+        raw = pa.Array.from_buffers(binary_type, len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)])
+        string_type = pa.string() if binary_type == pa.binary() else pa.large_string()
+        try:
+            text = raw.cast(string_type)
+            bad = np.zeros(len(starts), dtype=bool)
+        except pa.ArrowInvalid:
+            text, bad = self._decode_slowly(raw, string_type)
+        text = pc.utf8_rtrim(text, characters="\r\n")
+        keep = _bool_mask(pc.greater(pc.binary_length(text), 0))
+        text = text.filter(pa.array(keep))
+        if string_type != pa.string():
+            text = text.cast(pa.string())
+        return Lines(
+            text=self.series(text, "string"),
+            offsets=starts[keep] + base_offset,
+            bad_utf8=bad[keep],
+        )
+
+    @staticmethod
+    def _decode_slowly(raw: pa.Array, string_type) -> tuple[pa.Array, np.ndarray]:
+        """Only when a block holds invalid UTF-8: find which records, keep them (with U+FFFD)."""
+        values, bad = [], []
+        for item in raw.to_pylist():
+            try:
+                values.append(item.decode("utf-8"))
+                bad.append(False)
+            except UnicodeDecodeError:
+                values.append(item.decode("utf-8", errors="replace"))
+                bad.append(True)
+        return pa.array(values, type=string_type), np.array(bad, dtype=bool)
+
+    def extract(self, text, regex: str, names: tuple[str, ...]):
+        arr = _arrow(text)
+        struct = pc.extract_regex(arr, pattern=regex)
+        matched = _bool_mask(struct.is_valid())
+        out = {}
+        for name in names:
+            field = pc.struct_field(struct, name)
+            out[name] = self.series(field, "string", index=text.index)
+        return out, pd.Series(matched, index=text.index)
+
+    def parse_json(self, text, schema: Schema):
+        """Fast path: pyarrow's JSON reader over the whole block. If the block holds a bad record,
+        parse record by record to find it (errors are rare; correctness first)."""
+        arr = _arrow(text)
+        arrow_schema = pa.schema([(n, ARROW_TYPES[t] if t != "timestamp" else pa.string()) for n, t in schema.items()])
+        import pyarrow.json as pj
+
+        try:
+            body = "\n".join(arr.to_pylist()).encode() if len(arr) else b""
+            table = pj.read_json(
+                pa.BufferReader(body),
+                parse_options=pj.ParseOptions(explicit_schema=arrow_schema, unexpected_field_behavior="ignore"),
+                read_options=pj.ReadOptions(block_size=max(1 << 20, len(body) + 1)),
+            ) if body else arrow_schema.empty_table()
+            if table.num_rows == len(arr):
+                cols = {n: self.series(table.column(n), "string" if t == "timestamp" else t, index=text.index)
+                        for n, t in schema.items()}
+                return cols, pd.Series(np.ones(len(arr), dtype=bool), index=text.index), None
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+            pass
+        return self._parse_json_slowly(arr, schema, text.index)
+
+    def _parse_json_slowly(self, arr: pa.Array, schema: Schema, index):
+        n = len(arr)
+        ok = np.ones(n, dtype=bool)
+        reasons: list[str | None] = [None] * n
+        columns: dict[str, list] = {name: [None] * n for name in schema}
+        for i, line in enumerate(arr.to_pylist()):
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, TypeError) as err:
+                ok[i], reasons[i] = False, f"invalid JSON: {err.msg if hasattr(err, 'msg') else err}"
+                continue
+            if not isinstance(obj, dict):
+                ok[i], reasons[i] = False, f"expected a JSON object, got {type(obj).__name__}"
+                continue
+            for name, t in schema.items():
+                value = obj.get(name)
+                problem = _json_value_problem(value, t)
+                if problem:
+                    ok[i], reasons[i] = False, f"field {name!r}: {problem}"
+                    break
+                columns[name][i] = value if t != "string" or value is None or isinstance(value, str) else json.dumps(value)
+        cols = {}
+        for name, t in schema.items():
+            values = [v if ok[i] else None for i, v in enumerate(columns[name])]
+            cols[name] = self.series(pa.array(values, type=ARROW_TYPES["string" if t == "timestamp" else t]),
+                                     "string" if t == "timestamp" else t, index=index)
+        return cols, pd.Series(ok, index=index), pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=index)
+
+    # -- casts ---------------------------------------------------------------------------
+    def cast(self, col, type_name: str, *, fmt=None, timezone=None):
+        arr = _arrow(col)
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            return self._convert(col, arr, type_name)
+        values = pc.utf8_trim_whitespace(arr)
+        if type_name == "string":
+            result = arr
+        elif type_name in INT_TYPES or type_name in UINT_TYPES:
+            result = self._cast_integer(values, type_name)
+        elif type_name in ("float32", "float64"):
+            ok = pc.match_substring_regex(values, _FLOAT_RE)
+            result = pc.cast(pc.if_else(ok, values, pa.scalar(None, pa.string())), ARROW_TYPES[type_name])
+        elif type_name == "bool":
+            lowered = pc.utf8_lower(values)
+            truthy = pc.is_in(lowered, pa.array(_TRUE))
+            falsy = pc.is_in(lowered, pa.array(_FALSE))
+            result = pc.if_else(truthy, True, pc.if_else(falsy, False, pa.scalar(None, pa.bool_())))
+        elif type_name == "timestamp":
+            result = self._parse_timestamps(values, fmt, timezone)
+        else:  # pragma: no cover - the spec only admits known names
+            raise ValueError(type_name)
+        bad = _bool_mask(pc.and_(arr.is_valid(), result.is_null()))
+        return self.series(result, type_name, index=col.index), pd.Series(bad, index=col.index)
+
+    def _convert(self, col, arr: pa.Array, type_name: str):
+        target = ARROW_TYPES[type_name]
+        try:
+            result = pc.cast(arr, target, safe=True)
+            bad = np.zeros(len(arr), dtype=bool)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            # Convert what can be converted exactly; the rest is bad.
+            values = [_exact(v, type_name) for v in arr.to_pylist()]
+            bad = np.array([v is _BAD for v in values], dtype=bool)
+            result = pa.array([None if v is _BAD else v for v in values], type=target)
+        return self.series(result, type_name, index=col.index), pd.Series(bad, index=col.index)
+
+    @staticmethod
+    def _cast_integer(values: pa.Array, type_name: str) -> pa.Array:
+        pattern = _UINT_RE if type_name in UINT_TYPES else _INT_RE
+        ok = pc.match_substring_regex(values, pattern)
+        digits = pc.if_else(ok, values, pa.scalar(None, pa.string()))
+        # Longer than 19 digits cannot fit in int64: compare via decimal would be slower; via float
+        # loses precision. Check the digit count, then range in int64 (uint64 via decimal).
+        wide = pa.decimal128(38, 0)
+        number = pc.cast(digits, wide)
+        info = np.iinfo(type_name)
+        in_range = pc.and_(pc.greater_equal(number, pa.scalar(info.min).cast(wide)),
+                           pc.less_equal(number, pa.scalar(info.max).cast(wide)))
+        number = pc.if_else(in_range, number, pa.scalar(None, wide))
+        return pc.cast(number, ARROW_TYPES[type_name])
+
+    @staticmethod
+    def _parse_timestamps(values: pa.Array, fmt: str | None, timezone: str | None) -> pa.Array:
+        """Parse to UTC timestamp[us]. Values without a zone are read in `timezone` (default UTC)."""
+        target = ARROW_TYPES["timestamp"]
+        zone = timezone or "UTC"
+        if fmt:
+            parsed = pc.strptime(values, format=fmt, unit="us", error_is_null=True)
+            if parsed.type.tz is None:
+                parsed = pc.assume_timezone(parsed, zone, ambiguous="earliest", nonexistent="earliest")
+            return parsed.cast(target)
+        series = pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype))
+        has_zone = series.str.contains(_HAS_ZONE_RE, regex=True).fillna(False).astype(bool)
+        result = pd.Series(pd.NaT, index=series.index, dtype="datetime64[us, UTC]")
+        if has_zone.any():
+            result[has_zone] = pd.to_datetime(series[has_zone], format="ISO8601", utc=True, errors="coerce")
+        naive = ~has_zone & series.notna()
+        if naive.any():
+            local = pd.to_datetime(series[naive], format="ISO8601", errors="coerce")
+            result[naive] = local.dt.tz_localize(zone, ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
+        return pa.array(result, type=target)
+
+    # -- hashing primitives ----------------------------------------------------------------
+    def fixed_width(self, col):
+        arr = _arrow(col)
+        valid = _bool_mask(arr.is_valid())
+        if pa.types.is_timestamp(arr.type):
+            arr = arr.cast(pa.int64())
+        elif pa.types.is_boolean(arr.type):
+            arr = arr.cast(pa.uint8())
+        values = arr.fill_null(0).to_numpy(zero_copy_only=False)
+        if values.dtype.kind == "f":
+            values = values.astype(np.float64).view(np.uint64)
+        return values.astype(np.int64).view(np.uint64) if values.dtype.kind == "i" else values.astype(np.uint64), valid
+
+    def string_buffers(self, col):
+        arr = _arrow(col).cast(pa.large_string())
+        valid = _bool_mask(arr.is_valid())
+        _, offsets_buf, data_buf = arr.buffers()
+        offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset: arr.offset + len(arr) + 1]
+        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+        return offsets, data, valid
+
+
+_BAD = object()
+
+
+def _exact(value, type_name: str):
+    """Convert one JSON/CSV value exactly or return _BAD (used on the slow path only)."""
+    if value is None:
+        return None
+    try:
+        if type_name in INT_TYPES or type_name in UINT_TYPES:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                return _BAD
+            number = int(value)
+            info = np.iinfo(type_name)
+            return number if info.min <= number <= info.max else _BAD
+        if type_name in ("float32", "float64"):
+            return float(value) if not isinstance(value, bool) else _BAD
+        if type_name == "bool":
+            return value if isinstance(value, bool) else _BAD
+        if type_name == "string":
+            return str(value)
+    except (TypeError, ValueError, OverflowError):
+        return _BAD
+    return _BAD
+
+
+def _json_value_problem(value: Any, type_name: str) -> str | None:
+    if value is None:
+        return None
+    if type_name == "string" or type_name == "timestamp":
+        return None if isinstance(value, str) or type_name == "string" else f"expected a string, got {value!r}"
+    if _exact(value, type_name) is _BAD:
+        return f"expected {type_name}, got {json.dumps(value)[:80]}"
+    return None

@@ -1,0 +1,84 @@
+"""Steps: small classes registered under the name used in pipeline files.
+
+A step declares its parameters as a pydantic model, the schema it produces, and one partition
+function. The stage runner (plan/stages.py) owns the loop and the counters: a step never counts.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from ..backends.base import STATUS_DEDUPLICATED, STATUS_FILTERED
+from ..types import Schema
+
+STEPS: dict[str, type["Step"]] = {}
+
+
+class StepError(ValueError):
+    """A step's parameters do not fit the schema it receives (raised at plan time)."""
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Step:
+    name: ClassVar[str]
+    summary: ClassVar[str]                    # one line for docs/steps.md
+    example: ClassVar[str]                    # YAML for docs/steps.md
+    Params: ClassVar[type[BaseModel]]
+    drops_as: ClassVar[int] = STATUS_FILTERED  # what a dropped row counts as
+    is_global: ClassVar[bool] = False          # needs rows from every partition (a shuffle)
+
+    def __init__(self, params: BaseModel):
+        self.params = params
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> "Step":
+        """Build from the YAML value; pydantic.ValidationError on bad parameters."""
+        return cls(cls.Params.model_validate(raw))
+
+    def output_schema(self, schema: Schema) -> Schema:
+        return dict(schema)
+
+    def transform(self, df, backend):
+        """Return the transformed live rows of one partition."""
+        return df
+
+    def quarantine(self, df, backend):
+        """(df, bad mask or None, reason Series or None): rows this step cannot process."""
+        return df, None, None
+
+    def keep(self, df, backend):
+        """A bool mask of the live rows to keep, or None to keep every row."""
+        return None
+
+    def describe(self) -> str:
+        return f"{self.name}"
+
+
+def register(cls: type[Step]) -> type[Step]:
+    STEPS[cls.name] = cls
+    return cls
+
+
+def closest(name: str, known) -> str | None:
+    match = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def step_class(name: str) -> type[Step]:
+    from . import _load_all  # noqa: F401  (registers every step)
+
+    try:
+        return STEPS[name]
+    except KeyError:
+        hint = closest(name, STEPS)
+        raise KeyError(f"unknown step {name!r}" + (f"; did you mean {hint!r}?" if hint else "")
+                       + f" Known steps: {', '.join(sorted(STEPS))}") from None
+
+
+__all__ = ["STEPS", "Step", "StepError", "Params", "register", "step_class", "closest", "STATUS_DEDUPLICATED"]

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from functools import cached_property
+
+from pydantic import RootModel
+
+from ..types import Schema
+from .base import Step, StepError, register
+from .expr import ExprError, parse_expression
+
+
+@register
+class Derive(Step):
+    name = "derive"
+    summary = "Add or replace columns computed from expressions, in order (later ones may use earlier ones)."
+    example = '- derive: {hour: "hour(time)", path_len: "len(path)"}'
+    Params = RootModel[dict[str, str]]
+
+    @classmethod
+    def from_raw(cls, raw):
+        step = super().from_raw(raw)
+        step.expressions  # parse now: a bad expression fails at load time
+        return step
+
+    @cached_property
+    def expressions(self):
+        out = {}
+        for name, text in self.params.root.items():
+            try:
+                out[name] = parse_expression(text)
+            except ExprError as err:
+                raise ExprError(f"{name}: {err}") from None
+        return out
+
+    def output_schema(self, schema: Schema) -> Schema:
+        out = dict(schema)
+        for name, expr in self.expressions.items():
+            try:
+                out[name] = expr.infer_type(out)
+            except ExprError as err:
+                raise StepError(f"{name}: {err}") from None
+        return out
+
+    def transform(self, df, backend):
+        df = df.copy()
+        schema = getattr(self, "_schema", None)
+        for name, expr in self.expressions.items():
+            values = expr.evaluate(df, backend)
+            if schema is not None:
+                values = backend.astype(values, schema[name]) if values.dtype != backend.dtype(schema[name]) else values
+            df[name] = values
+        return df
+
+    def bind(self, schema_out: Schema) -> None:
+        """Remember the planned output types so every partition produces exactly those."""
+        self._schema = schema_out
+
+    def __getstate__(self):
+        return {"params": self.params, "_schema": getattr(self, "_schema", None)}

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from pydantic import RootModel
+
+from ..types import Schema
+from .base import Step, StepError, register
+from .select import missing
+
+
+@register
+class Rename(Step):
+    name = "rename"
+    summary = "Rename columns: old name -> new name."
+    example = "- rename: {size: bytes}"
+    Params = RootModel[dict[str, str]]
+
+    def output_schema(self, schema: Schema) -> Schema:
+        mapping = self.params.root
+        missing(schema, mapping)
+        out = {mapping.get(k, k): v for k, v in schema.items()}
+        if len(out) != len(schema):
+            raise StepError(f"renaming {mapping} makes two columns share a name")
+        return out
+
+    def transform(self, df, backend):
+        return df.rename(columns=dict(self.params.root))

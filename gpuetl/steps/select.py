@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from pydantic import RootModel
+
+from ..types import Schema
+from .base import Step, StepError, closest, register
+
+
+@register
+class Select(Step):
+    name = "select"
+    summary = "Keep only these columns, in this order."
+    example = "- select: [ip, time, status]"
+    Params = RootModel[list[str]]
+
+    def output_schema(self, schema: Schema) -> Schema:
+        missing(schema, self.params.root)
+        return {name: schema[name] for name in self.params.root}
+
+    def transform(self, df, backend):
+        return df[list(self.params.root)]
+
+
+def missing(schema: Schema, names) -> None:
+    for name in names:
+        if name not in schema:
+            hint = closest(name, schema)
+            raise StepError(f"no column {name!r}" + (f"; did you mean {hint!r}?" if hint else "")
+                            + f" (columns here: {', '.join(schema)})")
