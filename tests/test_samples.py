@@ -68,7 +68,6 @@ def test_access_logs_known_digest_is_stable(tmp_path):
     assert _digest(p) == PINNED_DIGEST
 
 
-
 def test_access_lines_match_combined_regex(tmp_path):
     p = tmp_path / "a.log"
     samples.write_access_logs(p, lines=20_000, seed=3)

@@ -128,7 +128,7 @@ class CpuBackend(Backend):
         import pyarrow.json as pj
 
         try:
-            body = "\n".join(arr.to_pylist()).encode() if len(arr) else b""
+            body = _joined_lines(arr)
             table = pj.read_json(
                 pa.BufferReader(body),
                 parse_options=pj.ParseOptions(explicit_schema=arrow_schema, unexpected_field_behavior="ignore"),
@@ -169,6 +169,40 @@ class CpuBackend(Backend):
             cols[name] = self.series(pa.array(values, type=ARROW_TYPES["string" if t == "timestamp" else t]),
                                      "string" if t == "timestamp" else t, index=index)
         return cols, pd.Series(ok, index=index), pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=index)
+
+    def parse_csv(self, text, names, delimiter):
+        import pyarrow.csv as pcsv
+
+        arr = _arrow(text)
+        bad_rows: list[int] = []
+
+        def on_invalid(row):
+            bad_rows.append(row.number)
+            return "skip"
+
+        body = _joined_lines(arr)
+        table = pcsv.read_csv(
+            pa.BufferReader(body),
+            read_options=pcsv.ReadOptions(column_names=list(names), use_threads=False,
+                                          block_size=max(1 << 20, len(body) + 1)),
+            parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=False,
+                                            invalid_row_handler=on_invalid),
+            convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
+                                                strings_can_be_null=False, quoted_strings_can_be_null=False),
+        ) if body else None
+        ok = np.ones(len(arr), dtype=bool)
+        if bad_rows:
+            ok[np.array(bad_rows, dtype=np.int64) - 1] = False
+        cols = {}
+        for name in names:
+            if table is None or table.num_rows == 0:
+                full = pa.nulls(len(arr), pa.string())
+            else:
+                values = pc.take(table.column(name).combine_chunks(), _gather_index(ok))
+                full = pc.if_else(pa.array(ok), values, pa.scalar(None, pa.string()))
+            cols[name] = self.series(full, "string", index=text.index)
+        expected = len(names)
+        return cols, pd.Series(ok, index=text.index), f"CSV record does not have {expected} fields"
 
     # -- casts ---------------------------------------------------------------------------
     def cast(self, col, type_name: str, *, fmt=None, timezone=None):
@@ -266,6 +300,19 @@ class CpuBackend(Backend):
 
 
 _BAD = object()
+
+
+def _joined_lines(arr: pa.Array) -> bytes:
+    """One buffer, records separated by newlines (the readers' input)."""
+    if len(arr) == 0:
+        return b""
+    lists = pa.ListArray.from_arrays(pa.array([0, len(arr)], type=pa.int32()), arr.cast(pa.string()))
+    return pc.binary_join(lists, "\n")[0].as_buffer().to_pybytes() + b"\n"
+
+
+def _gather_index(ok: np.ndarray) -> pa.Array:
+    """For each record, the index of its row among the parsed (good) rows; 0 for bad ones."""
+    return pa.array(np.maximum(np.cumsum(ok) - 1, 0))
 
 
 def _exact(value, type_name: str):

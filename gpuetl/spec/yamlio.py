@@ -38,8 +38,9 @@ def _build(node, path, locations, loader, filename):
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)):
+            # Keys are names: YAML 1.1 would read `on:` or `yes:` as booleans (dedupe's `on`!).
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str):
                 raise SpecError(f"{filename}:{key_node.start_mark.line + 1}: keys must be plain names")
             if key in out:
                 raise SpecError(

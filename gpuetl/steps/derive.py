@@ -39,21 +39,17 @@ class Derive(Step):
                 out[name] = expr.infer_type(out)
             except ExprError as err:
                 raise StepError(f"{name}: {err}") from None
+        self._types = {name: out[name] for name in self.expressions}
         return out
 
     def transform(self, df, backend):
         df = df.copy()
-        schema = getattr(self, "_schema", None)
         for name, expr in self.expressions.items():
             values = expr.evaluate(df, backend)
-            if schema is not None:
-                values = backend.astype(values, schema[name]) if values.dtype != backend.dtype(schema[name]) else values
-            df[name] = values
+            if not hasattr(values, "index"):  # a constant: broadcast
+                values = backend.series([values] * len(df), self._types[name], index=df.index)
+            df[name] = backend.astype(values, self._types[name]) if values.dtype != backend.dtype(self._types[name]) else values
         return df
 
-    def bind(self, schema_out: Schema) -> None:
-        """Remember the planned output types so every partition produces exactly those."""
-        self._schema = schema_out
-
     def __getstate__(self):
-        return {"params": self.params, "_schema": getattr(self, "_schema", None)}
+        return {"params": self.params, "_types": getattr(self, "_types", None)}

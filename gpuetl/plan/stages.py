@@ -1,0 +1,237 @@
+"""What runs inside one partition: the source stage (read, split, parse, type) and runs of steps.
+
+Every partition frame holds live rows and the rows that left the pipeline (quarantined records,
+and tally rows that stand for filtered or deduplicated records, see backends/base.py), so the
+counts travel with the data through dask's shuffles and nothing is counted twice or lost.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from dataclasses import dataclass, field
+
+from ..backends.base import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, STAGE, STATUS,
+                             STATUS_LIVE, STATUS_QUARANTINED)
+from ..errors import DataError
+from ..sources.files import InputFile
+from ..sources.ranges import Partition, read_range
+from ..steps.base import Step
+from ..steps.cast import cast_columns
+from ..types import ColumnSpec, Schema
+
+
+@dataclass
+class SourceStage:
+    files: list[InputFile]
+    parser: object
+    casts: dict[str, ColumnSpec]
+    schema: Schema                 # data columns after parsing and typing (provenance included)
+    provenance: bool = False
+    skip_header: bool = False      # csv: the first line of each file names the columns
+    index: int = 0
+
+
+@dataclass
+class StepStage:
+    index: int
+    label: str
+    step: Step
+    schema: Schema                 # after the step
+
+
+@dataclass
+class Segment:
+    """Stages that run back to back in one task per partition (dask fuses them anyway)."""
+
+    source: SourceStage | None
+    steps: list[StepStage] = field(default_factory=list)
+    schema: Schema = field(default_factory=dict)   # data columns at the end
+    on_error: str = "quarantine"
+
+    @property
+    def label(self) -> str:
+        names = (["read-parse"] if self.source else []) + [s.label for s in self.steps]
+        return "-".join(names) or "pass"
+
+
+def frame_schema(schema: Schema) -> Schema:
+    return {**schema, **INTERNAL_TYPES}
+
+
+# -- the source stage ---------------------------------------------------------------------------
+
+def read_partition(partition: Partition, segment: Segment, backend):
+    """Read one partition's byte ranges and run the segment's stages on it."""
+    source = segment.source
+    xp = backend.xp
+    buffers, seg_pos, seg_start, seg_file = [], [], [], []
+    extra_bad: list[tuple[int, int, str, str]] = []
+    position = 0
+    for rng in partition.ranges:
+        f = source.files[rng.file_index]
+        got = read_range(f, rng)
+        data = got.data
+        if got.truncated:
+            if data and not data.endswith(b"\n"):
+                cut = data.rfind(b"\n") + 1
+                extra_bad.append((f.index, got.start + cut, data[cut:].decode("utf-8", "replace"),
+                                  f"{f.display}: {got.truncated}; the last record is incomplete"))
+                data = data[:cut]
+            else:
+                extra_bad.append((f.index, got.start + len(data), "",
+                                  f"{f.display}: {got.truncated}; records after this point are lost"))
+        if data and not data.endswith(b"\n"):
+            data += b"\n"
+        buffers.append(data)
+        seg_pos.append(position)
+        seg_start.append(got.start)
+        seg_file.append(f.index)
+        position += len(data)
+    lines = backend.split_lines(b"".join(buffers), 0)
+    pos = xp.asarray(seg_pos, dtype=xp.int64)
+    which = xp.searchsorted(pos, lines.offsets, side="right") - 1
+    file_index = xp.asarray(seg_file, dtype=xp.int32)[which]
+    offsets = lines.offsets - pos[which] + xp.asarray(seg_start, dtype=xp.int64)[which]
+    text, bad_utf8 = lines.text, lines.bad_utf8
+    if source.skip_header:
+        body = offsets != 0
+        text = text[body].reset_index(drop=True)
+        file_index, offsets, bad_utf8 = file_index[body], offsets[body], bad_utf8[body]
+
+    cols, ok, reason = source.parser.parse(text, backend)
+    df = backend.xd.DataFrame(cols, index=text.index)
+    bad = backend.series(bad_utf8, "bool", index=text.index)
+    reasons = backend.nulls(len(text), "string", index=text.index).mask(bad, "invalid UTF-8")
+    if ok is not None:
+        not_ok = ~ok.astype(bool) & ~bad
+        if isinstance(reason, str):
+            reasons = reasons.mask(not_ok, reason)
+        else:
+            reasons = reasons.fillna(reason.where(not_ok))
+        bad = bad | not_ok
+    if source.casts:
+        df, cast_bad, cast_reasons = cast_columns(df, source.casts, backend)
+        if cast_bad is not None:
+            cast_bad = cast_bad & ~bad
+            reasons = reasons.fillna(cast_reasons.where(cast_bad))
+            bad = bad | cast_bad
+    if source.provenance:
+        names = backend.series([f.display for f in source.files], "string")
+        df["_file"] = names.take(backend.to_host(file_index)).reset_index(drop=True).set_axis(df.index)
+        df["_offset"] = backend.series(offsets, "int64", index=df.index)
+    n = len(df)
+    df[FILE_INDEX] = backend.series(file_index, "int32", index=df.index)
+    df[OFFSET] = backend.series(offsets, "int64", index=df.index)
+    df[STATUS] = backend.series(xp.zeros(n, dtype=xp.int8), "int8", index=df.index).mask(bad, STATUS_QUARANTINED)
+    df[COUNT] = backend.series(xp.ones(n, dtype=xp.int64), "int64", index=df.index)
+    df[STAGE] = backend.series(xp.full(n, -1, dtype=xp.int16), "int16", index=df.index).mask(bad, source.index)
+    df[RAW] = text.where(bad)
+    df[REASON] = reasons
+    df = backend.conform(df, frame_schema(source.schema))
+    if extra_bad:
+        df = backend.concat([df, _quarantine_rows(extra_bad, source.schema, source.index, backend)])
+    if segment.on_error == "fail" and bool(bad.any() or extra_bad):
+        _fail(df, source.files)
+    return run_steps(df, segment, backend)
+
+
+def _quarantine_rows(rows, schema: Schema, stage: int, backend):
+    n = len(rows)
+    out = {name: backend.nulls(n, t) for name, t in schema.items()}
+    out[FILE_INDEX] = backend.series([r[0] for r in rows], "int32")
+    out[OFFSET] = backend.series([r[1] for r in rows], "int64")
+    out[STATUS] = backend.series([STATUS_QUARANTINED] * n, "int8")
+    out[COUNT] = backend.series([1] * n, "int64")
+    out[STAGE] = backend.series([stage] * n, "int16")
+    out[RAW] = backend.series([r[2] for r in rows], "string")
+    out[REASON] = backend.series([r[3] for r in rows], "string")
+    return backend.xd.DataFrame(out)
+
+
+def _fail(df, files: list[InputFile]):
+    bad = df[df[STATUS] == STATUS_QUARANTINED].sort_values([FILE_INDEX, OFFSET]).head(1)
+    first = bad.to_pandas() if hasattr(bad, "to_pandas") else bad
+    row = first.iloc[0]
+    raw = str(row[RAW])
+    raw = raw if len(raw) <= 200 else raw[:200] + "…"
+    raise DataError(
+        f"{files[int(row[FILE_INDEX])].display}, byte offset {int(row[OFFSET])}: {row[REASON]}\n  record: {raw}",
+        hint="on_error: fail stops at the first bad record; use on_error: quarantine to set bad records "
+             "aside in <out>/_quarantine/ and go on",
+    )
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+def run_steps(df, segment: Segment, backend):
+    """Run the segment's steps on the live rows; rows they drop become quarantine or tally rows."""
+    if not segment.steps:
+        return _finish(df, segment, backend)
+    status = df[STATUS]
+    is_live = status == STATUS_LIVE
+    all_live = bool(is_live.all())
+    live = df if all_live else df[is_live]
+    side = [] if all_live else [df[~is_live]]
+    for stage in segment.steps:
+        step = stage.step
+        live, bad, reasons = step.quarantine(live, backend)
+        if bad is not None and bool(bad.any()):
+            rows = live[bad].copy()
+            rows[RAW] = _row_json(rows, backend)
+            rows[REASON] = reasons[bad]
+            rows[STATUS] = backend.series(backend.xp.full(len(rows), STATUS_QUARANTINED, dtype=backend.xp.int8),
+                                          "int8", index=rows.index)
+            rows[STAGE] = backend.series(backend.xp.full(len(rows), stage.index, dtype=backend.xp.int16),
+                                         "int16", index=rows.index)
+            if segment.on_error == "fail":
+                _fail(rows, segment.source.files if segment.source else [])
+            side.append(rows)
+            live = live[~bad]
+        live = step.transform(live, backend)
+        keep = step.keep(live, backend)
+        if keep is not None:
+            dropped = int((~keep).sum())
+            if dropped:
+                side.append(tally_row(dropped, step.drops_as, stage.index, backend))
+                live = live[keep]
+    out = [backend.conform(part, frame_schema(segment.schema)) for part in [live, *side] if len(part)]
+    if not out:
+        return backend.empty(frame_schema(segment.schema))
+    return _finish(backend.concat(out), segment, backend)
+
+
+def _finish(df, segment: Segment, backend):
+    """Quarantined rows are kept whole only when on_error is quarantine; else they become tallies."""
+    if segment.on_error == "drop":
+        df = collapse_quarantine(df, backend)
+    return backend.conform(df, frame_schema(segment.schema)).reset_index(drop=True)
+
+
+def collapse_quarantine(df, backend):
+    bad = df[STATUS] == STATUS_QUARANTINED
+    if not bool(bad.any()):
+        return df
+    rows = df[bad]
+    tallies = rows.groupby([STAGE, REASON], sort=True)[COUNT].sum().reset_index()
+    tallies[STATUS] = STATUS_QUARANTINED
+    return backend.concat([df[~bad], tallies])
+
+
+def tally_row(count: int, status: int, stage: int, backend, reason: str | None = None):
+    return backend.xd.DataFrame({
+        FILE_INDEX: backend.series([-1], "int32"), OFFSET: backend.series([-1], "int64"),
+        STATUS: backend.series([status], "int8"), COUNT: backend.series([count], "int64"),
+        STAGE: backend.series([stage], "int16"), RAW: backend.nulls(1, "string"),
+        REASON: backend.series([reason], "string"),
+    })
+
+
+def _row_json(rows, backend):
+    """A later step's bad row has no raw line any more: keep its values as JSON instead."""
+    data = [c for c in rows.columns if not c.startswith("__")]
+    host = rows[data].to_pandas() if hasattr(rows, "to_pandas") else rows[data]
+    texts = [json.dumps({k: (None if pd.isna(v) else str(v)) for k, v in rec.items()}, ensure_ascii=False)
+             for rec in host.to_dict(orient="records")]
+    return backend.series(texts, "string", index=rows.index)

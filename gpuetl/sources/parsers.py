@@ -1,0 +1,80 @@
+"""Turn records (lines) into string or typed columns: raw lines, regex/preset/template, JSON, CSV."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..types import Schema
+
+
+@dataclass(frozen=True)
+class LineParser:
+    """No parse section: one string column, the line."""
+
+    column: str = "line"
+
+    @property
+    def schema(self) -> Schema:
+        return {self.column: "string"}
+
+    def parse(self, text, backend):
+        return {self.column: text}, None, None
+
+
+@dataclass(frozen=True)
+class RegexParser:
+    """One whole-line regex with named groups (presets, templates, user regexes).
+
+    Captures that are empty (a group that did not take part, in RE2 and cuDF alike) become null,
+    and so does '-' where the preset says so (the log formats' "no value")."""
+
+    regex: str
+    names: tuple[str, ...]
+    describe: str
+    dash_is_null: bool = False
+    strip: bool = False
+
+    @property
+    def schema(self) -> Schema:
+        return {name: "string" for name in self.names}
+
+    def parse(self, text, backend):
+        if self.strip:
+            text = text.str.strip()
+        cols, matched = backend.extract(text, self.regex, self.names)
+        for name, col in cols.items():
+            empty = col.str.len() == 0
+            if self.dash_is_null:
+                empty = empty | (col == "-")
+            cols[name] = col.mask(empty.fillna(False).astype(bool))
+        return cols, matched, f"line does not match {self.describe}"
+
+
+@dataclass(frozen=True)
+class JsonParser:
+    """One JSON object per line; fields are the plan's columns (declared or sampled)."""
+
+    fields: tuple[tuple[str, str], ...]
+
+    @property
+    def schema(self) -> Schema:
+        return {name: ("string" if t == "timestamp" else t) for name, t in self.fields}
+
+    def parse(self, text, backend):
+        return backend.parse_json(text, dict(self.fields))
+
+
+@dataclass(frozen=True)
+class CsvParser:
+    """CSV with a header line per file; every field a string until `columns` types it.
+    Quoted fields must not contain newlines (a record is a line)."""
+
+    names: tuple[str, ...]
+    delimiter: str = ","
+
+    @property
+    def schema(self) -> Schema:
+        return {name: "string" for name in self.names}
+
+    def parse(self, text, backend):
+        return backend.parse_csv(text, self.names, self.delimiter)

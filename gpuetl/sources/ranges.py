@@ -1,0 +1,132 @@
+"""Byte-range partitions. A record belongs to the range in which its first byte lies, so no line
+is split or read twice (what cudf.read_text(byte_range=...) does). Compressed files are one
+range each. Small files are packed together so a million files do not make a million tasks."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+from dataclasses import dataclass
+
+from ..errors import SourceError
+from .files import InputFile
+
+_READ_AHEAD = 1 << 16
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    file_index: int
+    offset: int
+    length: int        # -1: the whole (compressed) file
+
+
+@dataclass(frozen=True)
+class Partition:
+    index: int
+    ranges: tuple[ByteRange, ...]
+
+
+def plan_partitions(files: list[InputFile], blocksize: int) -> list[Partition]:
+    ranges: list[tuple[ByteRange, int]] = []
+    for f in files:
+        if f.compression or f.size == 0:
+            ranges.append((ByteRange(f.index, 0, -1), max(f.size, 1)))
+            continue
+        for offset in range(0, f.size, blocksize):
+            length = min(blocksize, f.size - offset)
+            ranges.append((ByteRange(f.index, offset, length), length))
+    partitions: list[Partition] = []
+    group: list[ByteRange] = []
+    group_bytes = 0
+    for rng, size in ranges:
+        if group and group_bytes + size > blocksize:
+            partitions.append(Partition(len(partitions), tuple(group)))
+            group, group_bytes = [], 0
+        group.append(rng)
+        group_bytes += size
+    if group:
+        partitions.append(Partition(len(partitions), tuple(group)))
+    return partitions
+
+
+@dataclass
+class RangeData:
+    """The whole records of one range: bytes starting at a record's first byte."""
+
+    data: bytes
+    start: int                 # offset in the (uncompressed) file of data[0]
+    truncated: str | None = None   # set when a compressed stream ended early
+
+
+def read_range(f: InputFile, rng: ByteRange) -> RangeData:
+    try:
+        if rng.length < 0:
+            return _read_whole(f)
+        return _read_plain(f.path, rng.offset, rng.length)
+    except OSError as err:
+        raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
+
+
+def _read_plain(path: str, offset: int, length: int) -> RangeData:
+    with open(path, "rb") as fh:
+        head = 1 if offset > 0 else 0
+        fh.seek(offset - head)
+        buf = fh.read(length + head)
+        if head:
+            first = buf.find(b"\n")
+            if first < 0:                       # no record starts in this range
+                return RangeData(b"", offset)
+            start = offset - 1 + first + 1
+            buf = buf[first + 1:]
+        else:
+            start = 0
+        if buf and not buf.endswith(b"\n"):
+            tail = [buf]
+            while True:                         # finish the last record, which starts in range
+                more = fh.read(_READ_AHEAD)
+                if not more:
+                    break
+                cut = more.find(b"\n")
+                if cut >= 0:
+                    tail.append(more[:cut + 1])
+                    break
+                tail.append(more)
+            buf = b"".join(tail)
+        return RangeData(buf, start)
+
+
+def _open_decompressed(path: str, compression: str):
+    if compression == "gzip":
+        return gzip.open(path, "rb")
+    if compression == "bz2":
+        return bz2.open(path, "rb")
+    if compression == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+    raise SourceError(f"{path}: unknown compression {compression!r}")
+
+
+def _read_whole(f: InputFile) -> RangeData:
+    if not f.compression:
+        with open(f.path, "rb") as fh:
+            return RangeData(fh.read(), 0)
+    chunks = []
+    truncated = None
+    try:
+        with _open_decompressed(f.path, f.compression) as stream:
+            while True:
+                chunk = stream.read(1 << 22)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except (EOFError, gzip.BadGzipFile, OSError, ValueError) as err:
+        if isinstance(err, OSError) and not isinstance(err, gzip.BadGzipFile) and err.errno is not None:
+            raise
+        truncated = f"{f.compression} stream is truncated or corrupt ({err or type(err).__name__})"
+    except Exception as err:  # zstandard.ZstdError and friends
+        truncated = f"{f.compression} stream is truncated or corrupt ({err})"
+    return RangeData(b"".join(chunks), 0, truncated)
+
+

@@ -1,0 +1,161 @@
+"""Typed models of pipeline files, version 1 (../shared/PIPELINE_FILE.md is the contract)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..types import ColumnTypeValue
+from .sizes import parse_size
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Size = int | str
+
+
+def _size(value):
+    return None if value is None else parse_size(value)
+
+
+class Source(Model):
+    type: Literal["text", "jsonl", "csv", "parquet", "images"] = Field(description="what the input files hold")
+    path: str | list[str] = Field(description="a glob or a list of globs; '**' allowed; relative to the pipeline file")
+    blocksize: Size = Field("64MiB", description="partition size: byte ranges; a record is never split")
+    compression: Literal["infer", "none", "gzip", "zstd", "bz2"] = "infer"
+    provenance: bool = Field(False, description="add _file (string) and _offset (int64, byte offset) columns")
+    delimiter: str = Field(",", description="csv only: the field separator")
+
+    @field_validator("blocksize")
+    @classmethod
+    def _blocksize(cls, v):
+        return parse_size(v)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v):
+        if (isinstance(v, str) and not v.strip()) or (isinstance(v, list) and not v):
+            raise ValueError("give at least one path or glob")
+        return v
+
+    @field_validator("delimiter")
+    @classmethod
+    def _delimiter(cls, v):
+        if len(v) != 1 or v in "\r\n\"":
+            raise ValueError("the delimiter is one character, not a quote or newline")
+        return v
+
+    @property
+    def paths(self) -> list[str]:
+        return [self.path] if isinstance(self.path, str) else list(self.path)
+
+
+class Parse(Model):
+    preset: Literal["apache_common", "apache_combined", "nginx_combined", "syslog_rfc3164",
+                    "syslog_rfc5424", "json"] | None = None
+    template: str | None = Field(None, description="'<Field>' log format, e.g. '<Date> <Time> <Level>: <Content>'")
+    regex: str | None = Field(None, description="a whole-line regex with named groups (RE2 syntax)")
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        given = [k for k in ("preset", "template", "regex") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of preset, template or regex"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        return self
+
+
+class Shard(Model):
+    count: int | None = Field(None, ge=1, le=100_000)
+    target_bytes: Size | None = None
+    key: list[str] | None = Field(None, description="rows with equal keys land in the same shard and split")
+    shuffle: bool = False
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    splits: dict[str, float] | None = None
+
+    @field_validator("target_bytes")
+    @classmethod
+    def _target(cls, v):
+        return _size(v)
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _key(cls, v):
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("splits")
+    @classmethod
+    def _splits(cls, v):
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("give at least one split, e.g. {train: 0.98, val: 0.02}")
+        for name, share in v.items():
+            if not name.replace("_", "").replace("-", "").isalnum():
+                raise ValueError(f"split name {name!r}: letters, digits, '-' and '_' only")
+            if not 0 < share <= 1:
+                raise ValueError(f"split {name!r}: the share must be in (0, 1], got {share}")
+        if abs(sum(v.values()) - 1.0) > 1e-6:
+            raise ValueError(f"the split shares must add up to 1, they add up to {sum(v.values()):g}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_size(self):
+        if self.count is not None and self.target_bytes is not None:
+            raise ValueError("give at most one of count and target_bytes")
+        return self
+
+
+class Sink(Model):
+    type: Literal["parquet"] = "parquet"
+    path: str = Field(description="the dataset folder; relative to the pipeline file")
+    compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+    row_group_rows: int | None = Field(None, ge=1)
+    row_group_bytes: Size | None = None
+    mode: Literal["error", "overwrite", "resume"] = "error"
+
+    @field_validator("row_group_bytes")
+    @classmethod
+    def _rg_bytes(cls, v):
+        return _size(v)
+
+    @model_validator(mode="after")
+    def _one_row_group(self):
+        if self.row_group_rows is not None and self.row_group_bytes is not None:
+            raise ValueError("give at most one of row_group_rows and row_group_bytes")
+        return self
+
+
+class PipelineSpec(Model):
+    version: Literal[1] = Field(description="the pipeline file format version")
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", max_length=128)
+    source: Source
+    parse: Parse | None = None
+    columns: dict[str, ColumnTypeValue] = Field(default_factory=dict)
+    steps: list[dict[str, Any]] = Field(default_factory=list, description="ordered; each item maps one step name to its parameters")
+    on_error: Literal["fail", "drop", "quarantine"] = "quarantine"
+    max_error_ratio: float | None = Field(None, ge=0, le=1)
+    shard: Shard = Field(default_factory=Shard)
+    sink: Sink
+
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _steps_shape(cls, v):
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            raise ValueError("steps is a list: each item a mapping with one key, the step's name")
+        for i, item in enumerate(v):
+            if not isinstance(item, dict) or len(item) != 1:
+                raise ValueError(f"item {i} must be a mapping with exactly one key, the step's name "
+                                 f"(e.g. '- filter: \"status >= 200\"')")
+        return v
+
+    @model_validator(mode="after")
+    def _parse_fits_source(self):
+        if self.parse is not None and self.source.type != "text":
+            raise ValueError(f"parse is for text sources only; a {self.source.type} source is parsed by its type")
+        return self
