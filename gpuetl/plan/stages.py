@@ -172,7 +172,7 @@ def run_steps(df, segment: Segment, backend):
     status = df[STATUS]
     is_live = status == STATUS_LIVE
     all_live = bool(is_live.all())
-    live = df if all_live else df[is_live]
+    live = (df if all_live else df[is_live]).reset_index(drop=True)
     side = [] if all_live else [df[~is_live]]
     for stage in segment.steps:
         step = stage.step

@@ -1252,6 +1252,8 @@ def _eval_call(node: Call, ctx: _EvalCtx):
         start, length = lit(1), lit(2)
         return arg(0).str.slice(start, start + length)
     if name in _DATE_PARTS:
+        if name == "weekday" and ctx.pandas:  # pandas 3 deprecates .dt.weekday; cuDF has .dt.weekday
+            return arg(0).dt.day_of_week
         return getattr(arg(0).dt, name)
     if name == "abs":
         return arg(0).abs()

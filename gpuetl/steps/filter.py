@@ -34,8 +34,7 @@ class Filter(Step):
         return dict(schema)
 
     def keep(self, df, backend):
-        mask = self.expression.evaluate(df, backend)
-        return mask.fillna(False).astype(bool)
+        return self.expression.evaluate_predicate(df, backend)
 
     def __getstate__(self):
         return {"params": self.params}

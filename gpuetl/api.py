@@ -1,0 +1,57 @@
+"""The Python API: gpuetl.load(path) and gpuetl.Pipeline.from_dict(...)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .backends import get_backend
+from .spec.loader import LoadedSpec, build_spec, load_spec
+
+
+class Pipeline:
+    """A validated pipeline file. `plan()` checks it against the inputs; `run()` runs it."""
+
+    def __init__(self, loaded: LoadedSpec):
+        self.loaded = loaded
+
+    @classmethod
+    def from_file(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> "Pipeline":
+        return cls(load_spec(path, overrides))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base_dir: str | Path = ".", overrides=()) -> "Pipeline":
+        """Relative paths in `data` are relative to base_dir (the current folder by default)."""
+        return cls(build_spec(data, "<dict>", Path(base_dir).resolve(), overrides))
+
+    @property
+    def spec(self):
+        return self.loaded.spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def plan(self):
+        from .plan.compile import compile_plan
+
+        return compile_plan(self.loaded)
+
+    def run(self, backend: str = "auto", client=None, scheduler: str | None = None, progress: bool = False,
+            log=None):
+        """Run and commit the dataset; returns a RunResult (counts, shards, out_dir, manifest).
+
+        client: an existing distributed.Client; scheduler: a scheduler address, 'local' (default:
+        a LocalCluster for this run), or 'sync'/'threads' (no cluster, for small jobs and tests)."""
+        from .runtime.executor import open_executor
+        from .runtime.run import run_plan
+
+        chosen = get_backend(backend)
+        plan = self.plan()
+        with open_executor(scheduler, chosen, client=client, quiet=not progress) as executor:
+            return run_plan(plan, chosen, executor, progress=progress, log=log or (lambda *_: None))
+
+
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Pipeline:
+    """Load and validate a pipeline file (SpecError with file:line on any problem)."""
+    return Pipeline.from_file(path, overrides)

@@ -1,0 +1,231 @@
+"""Compile a validated spec into a Plan: input files, partitions, stages with the schema after
+each, and the sink's layout. Everything here is checked before any data is read."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import SpecError
+from ..parsing import preset as preset_rule
+from ..parsing import template_to_regex
+from ..sources.files import InputFile, resolve_inputs
+from ..sources.parsers import CsvParser, JsonParser, LineParser, RegexParser
+from ..sources.ranges import Partition, plan_partitions, read_range, ByteRange
+from ..spec.loader import LoadedSpec
+from ..steps.base import StepError, closest
+from ..types import ColumnSpec, Schema, column_spec, type_name_of
+from .stages import Segment, SourceStage, StepStage
+
+JSON_SAMPLE_LINES = 1000
+
+
+@dataclass
+class StageInfo:
+    index: int
+    name: str
+    schema: Schema
+    detail: str = ""
+
+
+@dataclass
+class Plan:
+    loaded: LoadedSpec
+    files: list[InputFile]
+    partitions: list[Partition]
+    segments: list[Segment]           # run in order; a segment whose first step is global starts with a shuffle
+    stages: list[StageInfo]
+    output_schema: Schema
+    out_dir: Path
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def spec(self):
+        return self.loaded.spec
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def compile_plan(loaded: LoadedSpec) -> Plan:
+    spec = loaded.spec
+    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression)
+    partitions = plan_partitions(files, spec.source.blocksize)
+    source = _source_stage(loaded, files)
+    stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
+    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error)]
+    schema = dict(source.schema)
+    for i, step in enumerate(loaded.steps, start=1):
+        try:
+            schema = step.output_schema(schema)
+        except (StepError, ValueError) as err:
+            raise SpecError(f"{loaded.path}: steps[{i - 1}].{step.name}: {err}") from None
+        stage = StepStage(i, f"{step.name}", step, dict(schema))
+        if step.is_global:
+            segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error))
+        else:
+            segments[-1].steps.append(stage)
+            segments[-1].schema = dict(schema)
+        stages.append(StageInfo(i, step.name, dict(schema), _step_detail(step)))
+    if not schema:
+        raise SpecError(f"{loaded.path}: the steps leave no columns to write")
+    out_dir = _resolve(loaded.base_dir, spec.sink.path)
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir)
+    _check_shard(plan)
+    return plan
+
+
+def _resolve(base: Path, path: str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else (base / p)
+
+
+def _check_shard(plan: Plan) -> None:
+    shard = plan.spec.shard
+    for name in shard.key or []:
+        if name not in plan.output_schema:
+            hint = closest(name, plan.output_schema)
+            raise SpecError(f"{plan.loaded.path}: shard.key: no output column {name!r}"
+                            + (f"; did you mean {hint!r}?" if hint else ""))
+
+
+# -- the source stage --------------------------------------------------------------------------
+
+def _source_stage(loaded: LoadedSpec, files: list[InputFile]) -> SourceStage:
+    spec = loaded.spec
+    src = spec.source
+    declared = {name: column_spec(v) for name, v in spec.columns.items()}
+    casts: dict[str, ColumnSpec] = {}
+    skip_header = False
+    if src.type == "text" and spec.parse is None:
+        parser = LineParser()
+    elif src.type == "text" and spec.parse.preset and spec.parse.preset != "json":
+        rule = preset_rule(spec.parse.preset)
+        parser = RegexParser(rule.regex, tuple(rule.columns), f"preset {spec.parse.preset}", dash_is_null=rule.dash_is_null)
+        casts = {name: column_spec(ColumnSpec.model_validate(t) if isinstance(t, dict) else t)
+                 for name, t in rule.types.items()}
+    elif src.type == "text" and spec.parse.template:
+        try:
+            regex, names = template_to_regex(spec.parse.template)
+        except ValueError as err:
+            raise SpecError(f"{loaded.path}: parse.template: {err}") from None
+        parser = RegexParser(regex, tuple(names), "the template", strip=True)
+    elif src.type == "text" and spec.parse.regex:
+        parser = RegexParser(*_user_regex(loaded, spec.parse.regex), "the regex")
+    elif src.type == "jsonl" or (spec.parse and spec.parse.preset == "json"):
+        fields = {n: c.type for n, c in declared.items()} if declared else _sample_json(loaded, files)
+        parser = JsonParser(tuple(fields.items()))
+        declared = {n: c for n, c in declared.items() if c.type == "timestamp"}
+        casts = {n: ColumnSpec(type="timestamp") for n, t in fields.items() if t == "timestamp"}
+    elif src.type == "csv":
+        parser = CsvParser(_csv_header(loaded, files), src.delimiter)
+        skip_header = True
+    else:  # pragma: no cover - the loader refuses other types
+        raise SpecError(f"{loaded.path}: source.type {src.type!r} is not supported yet")
+    for name, col in declared.items():
+        if name not in parser.schema:
+            hint = closest(name, parser.schema)
+            raise SpecError(f"{loaded.path}: columns.{name}: the source has no field {name!r}"
+                            + (f"; did you mean {hint!r}?" if hint else "")
+                            + f" (fields: {', '.join(parser.schema)})")
+        casts[name] = col
+    schema = {name: (casts[name].type if name in casts else t) for name, t in parser.schema.items()}
+    if src.provenance:
+        for name in ("_file", "_offset"):
+            if name in schema:
+                raise SpecError(f"{loaded.path}: source.provenance: the data already has a column {name!r}")
+        schema.update({"_file": "string", "_offset": "int64"})
+    return SourceStage(files, parser, casts, schema, src.provenance, skip_header)
+
+
+def _user_regex(loaded: LoadedSpec, regex: str) -> tuple[str, tuple[str, ...]]:
+    try:
+        compiled = re.compile(regex)
+    except re.error as err:
+        raise SpecError(f"{loaded.path}: parse.regex: not a valid regular expression: {err}") from None
+    names = tuple(sorted(compiled.groupindex, key=compiled.groupindex.get))
+    if not names:
+        raise SpecError(f"{loaded.path}: parse.regex: name the fields with (?P<name>...) groups")
+    if compiled.groups != len(names):
+        raise SpecError(f"{loaded.path}: parse.regex: every group must be named; use (?:...) for groups that only group")
+    try:
+        pc.extract_regex(pa.array(["x"]), pattern=regex)
+    except pa.ArrowInvalid as err:
+        raise SpecError(f"{loaded.path}: parse.regex: RE2 cannot run this pattern ({err}); "
+                        "lookarounds and backreferences are not available") from None
+    return regex, names
+
+
+def _first_lines(files: list[InputFile], limit: int) -> list[str]:
+    lines: list[str] = []
+    for f in files:
+        got = read_range(f, ByteRange(f.index, 0, -1 if f.compression else min(f.size, 1 << 20)))
+        for raw in got.data.splitlines():
+            raw = raw.strip()
+            if raw:
+                lines.append(raw.decode("utf-8", "replace"))
+            if len(lines) >= limit:
+                return lines
+    return lines
+
+
+def _sample_json(loaded: LoadedSpec, files: list[InputFile]) -> Schema:
+    """No `columns`: take the fields and types from the first records, like Spark's inference."""
+    import json
+
+    fields: dict[str, set] = {}
+    for line in _first_lines(files, JSON_SAMPLE_LINES):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                fields.setdefault(k, set())
+                if v is not None:
+                    fields[k].add(type_name_of(pa.array([v]).type) if not isinstance(v, (dict, list)) else "string")
+    if not fields:
+        raise SpecError(f"{loaded.path}: source.path: found no JSON objects to learn the fields from",
+                        hint="declare the fields and their types under `columns`")
+    out = {}
+    for name, kinds in fields.items():
+        if kinds <= {"int64"}:
+            out[name] = "int64"
+        elif kinds <= {"int64", "float64"}:
+            out[name] = "float64"
+        elif kinds == {"bool"}:
+            out[name] = "bool"
+        else:
+            out[name] = "string"
+    return out
+
+
+def _csv_header(loaded: LoadedSpec, files: list[InputFile]) -> tuple[str, ...]:
+    import csv
+
+    lines = _first_lines(files[:1], 1)
+    if not lines:
+        raise SpecError(f"{loaded.path}: source.path: the first CSV file has no header line")
+    names = next(csv.reader([lines[0]], delimiter=loaded.spec.source.delimiter))
+    names = [n.strip() for n in names]
+    if len(set(names)) != len(names) or not all(names):
+        raise SpecError(f"{loaded.path}: the CSV header {lines[0]!r} has empty or repeated names")
+    return tuple(names)
+
+
+def _source_detail(loaded: LoadedSpec) -> str:
+    spec = loaded.spec
+    if spec.parse is None:
+        return spec.source.type
+    kind = next(k for k in ("preset", "template", "regex") if getattr(spec.parse, k))
+    return f"{spec.source.type}, {kind} {getattr(spec.parse, kind)!r}"
+
+
+def _step_detail(step) -> str:
+    params = step.params.model_dump() if hasattr(step.params, "model_dump") else step.params
+    return str(params.get("root", params) if isinstance(params, dict) else params)

@@ -1,0 +1,54 @@
+"""Build the dask graph of a Plan with dask's public API: from_map, map_partitions, shuffle.
+Each stage has its own label, so the dashboard shows read-parse-…, hash-dedupe, dedupe, spill."""
+
+from __future__ import annotations
+
+import dask
+import dask.dataframe as dd
+
+from ..backends.base import FILE_INDEX, OFFSET, STATUS, STATUS_LIVE
+from .stages import frame_schema, read_partition, run_steps
+
+SHUFFLE_HASH = "__h"
+
+
+def build_frame(plan, backend):
+    """The dask DataFrame of the plan's final stage (live rows, quarantine rows and tallies)."""
+    first = plan.segments[0]
+    with dask.config.set({"dataframe.backend": backend.dataframe_backend}):
+        frame = dd.from_map(
+            read_partition, plan.partitions, segment=first, backend=backend,
+            meta=backend.empty(frame_schema(first.schema)), label=first.label, enforce_metadata=False,
+        )
+        for segment in plan.segments[1:]:
+            step = segment.steps[0].step
+            keys = step.key_columns(segment.steps[0].schema) if hasattr(step, "key_columns") else list(segment.schema)
+            before = frame._meta
+            hashed_meta = before.assign(**{SHUFFLE_HASH: backend.series([], "uint64")})
+            frame = frame.map_partitions(named(add_shuffle_hash, f"hash-{step.name}"), keys, backend, meta=hashed_meta)
+            frame = frame.shuffle(on=SHUFFLE_HASH, npartitions=max(1, frame.npartitions))
+            frame = frame.map_partitions(named(run_steps, segment.label), segment, backend,
+                                         meta=backend.empty(frame_schema(segment.schema)))
+    return frame
+
+
+def add_shuffle_hash(df, keys, backend):
+    """Live rows go where their key's hash sends them; the rest by their identity (any place will do)."""
+    live = (df[STATUS] == STATUS_LIVE).values
+    key_hash = backend.hash64([df[k] for k in keys], 0)
+    ident = backend.hash64([df[FILE_INDEX], df[OFFSET]], 1)
+    df = df.copy()
+    df[SHUFFLE_HASH] = backend.series(backend.xp.where(backend.xp.asarray(live), key_hash, ident), "uint64",
+                                      index=df.index)
+    return df
+
+
+class named:
+    """A function under a stage's name: dask names tasks (and dashboard bars) after __name__."""
+
+    def __init__(self, func, name: str):
+        self.func = func
+        self.__name__ = name
+
+    def __call__(self, *args, **kwargs):
+        return self.func(*args, **kwargs)

@@ -1,0 +1,99 @@
+"""Where the graph runs: a distributed cluster (local, or a scheduler address), or dask's local
+schedulers for small jobs and tests. The rest of gpuetl only calls compute()."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import dask
+
+from ..errors import GpuetlError, SpecError
+
+
+class Executor:
+    def __init__(self, client=None, scheduler: str | None = None):
+        self.client = client
+        self.scheduler = scheduler
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return getattr(self.client, "dashboard_link", None) if self.client is not None else None
+
+    @property
+    def workers(self) -> int:
+        if self.client is None:
+            return 1 if self.scheduler == "sync" else (os.cpu_count() or 1)
+        return len(self.client.scheduler_info().get("workers", {})) or 1
+
+    def compute(self, tasks: list, progress: bool = False) -> list:
+        if not tasks:
+            return []
+        try:
+            if self.client is None:
+                return list(dask.compute(*tasks, scheduler=self.scheduler or "threads"))
+            futures = self.client.compute(tasks)
+            if progress:
+                from distributed import progress as show_progress
+
+                show_progress(futures)
+                print()
+            return self.client.gather(futures)
+        except GpuetlError:
+            raise
+        except Exception as err:       # a worker's error comes back wrapped: unwrap ours
+            cause = _our_error(err)
+            if cause is not None:
+                raise cause from None
+            raise
+
+
+def _our_error(err: BaseException) -> GpuetlError | None:
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, GpuetlError):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+@contextmanager
+def open_executor(scheduler: str | None, backend, client=None, quiet: bool = False):
+    """scheduler: None/'local' (a LocalCluster sized to the machine), 'sync' or 'threads'
+    (no cluster), or a scheduler address such as tcp://10.0.0.5:8786."""
+    if client is not None:
+        yield Executor(client)
+        return
+    if scheduler in ("sync", "threads", "synchronous"):
+        yield Executor(None, "sync" if scheduler != "threads" else "threads")
+        return
+    from distributed import Client
+
+    if scheduler and scheduler != "local":
+        try:
+            with Client(scheduler, timeout="10s") as c:
+                yield Executor(c)
+        except OSError as err:
+            raise SpecError(f"--scheduler {scheduler}: cannot reach the scheduler ({err})") from None
+        return
+    with backend_cluster(backend, quiet) as cluster, Client(cluster) as c:
+        yield Executor(c)
+
+
+@contextmanager
+def backend_cluster(backend, quiet: bool):
+    make = getattr(backend, "local_cluster", None)
+    if make is not None:
+        with make() as cluster:
+            yield cluster
+        return
+    import logging
+
+    from distributed import LocalCluster
+
+    workers = max(1, min(os.cpu_count() or 1, 32))
+    logging.getLogger("distributed").setLevel(logging.ERROR if quiet else logging.WARNING)
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":8787",
+                      silence_logs=logging.ERROR) as cluster:
+        yield cluster

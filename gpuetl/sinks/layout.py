@@ -1,0 +1,94 @@
+"""Where each output row goes: split, shard, and its place within the shard.
+
+Every live row gets a 64-bit placement hash P of its key (or, without a key, of its identity:
+input file and byte offset), seeded. The split is chosen from a second hash of the same key;
+within a split, shards are contiguous ranges of P, cut after the map phase from a histogram of
+P, so counts are balanced and `target_bytes` can be met. Nothing here depends on how the input
+was partitioned or on the backend: the hashes are gpuetl's own (hashing.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..backends.base import FILE_INDEX, OFFSET
+
+BUCKET_BITS = 16
+BUCKETS = 1 << BUCKET_BITS
+_SPLIT_SALT = 0x51A7
+_ORDER_SALT = 0x0DE5
+
+
+@dataclass(frozen=True)
+class Layout:
+    splits: tuple[tuple[str, float], ...]   # () when the output has no splits
+    key: tuple[str, ...]
+    shuffle: bool
+    seed: int
+    count: int | None
+    target_bytes: int | None
+
+    @property
+    def split_names(self) -> list[str]:
+        return [name for name, _ in self.splits] or [""]
+
+    def placement(self, df, backend):
+        """(split index int8, placement hash P uint64, order uint64 or None) for live rows."""
+        xp = backend.xp
+        ident = [df[FILE_INDEX], df[OFFSET]]
+        key_cols = [df[k] for k in self.key] if self.key else ident
+        p = backend.hash64(key_cols, self.seed)
+        if len(self.splits) > 1:
+            u = backend.hash64(key_cols, self.seed ^ _SPLIT_SALT)
+            fraction = (u >> xp.uint64(11)).astype(xp.float64) / float(1 << 53)
+            edges = xp.asarray(np.cumsum([share for _, share in self.splits])[:-1])
+            split = xp.searchsorted(edges, fraction, side="right").astype(xp.int8)
+        else:
+            split = xp.zeros(len(df), dtype=xp.int8)
+        order = None
+        if self.shuffle:
+            order = p if not self.key else backend.hash64(ident, self.seed ^ _ORDER_SALT)
+        return split, p, order
+
+    def shard_counts(self, rows_per_split: dict[int, int], bytes_per_split: dict[int, int]) -> list[int]:
+        """How many shards each split gets."""
+        n = len(self.split_names)
+        if self.target_bytes:
+            return [max(1, int(round(bytes_per_split.get(i, 0) / self.target_bytes))) for i in range(n)]
+        total = self.count or 1
+        if n == 1:
+            return [total]
+        if total < n:
+            return [1] * n
+        shares = [share for _, share in self.splits]
+        raw = [total * s for s in shares]
+        counts = [max(1, int(r)) for r in raw]
+        for i in sorted(range(n), key=lambda i: raw[i] - int(raw[i]), reverse=True):
+            if sum(counts) >= total:
+                break
+            counts[i] += 1
+        while sum(counts) > total:
+            i = max(range(n), key=lambda i: counts[i])
+            counts[i] -= 1
+        return counts
+
+
+def cut_points(histogram: np.ndarray, shards: int) -> list[int]:
+    """Bucket boundaries [b0=0, b1, ..., bk=BUCKETS] cutting the weights into `shards` equal parts.
+    Equal keys share a bucket, so a key never straddles two shards."""
+    total = int(histogram.sum())
+    if shards <= 1 or total == 0:
+        return [0] + [BUCKETS] * max(shards, 1)
+    cum = np.cumsum(histogram)
+    targets = [total * k / shards for k in range(1, shards)]
+    cuts = [int(np.searchsorted(cum, t, side="left")) + 1 for t in targets]
+    cuts = [min(max(c, 1), BUCKETS) for c in cuts]
+    for i in range(1, len(cuts)):           # keep them non-decreasing
+        cuts[i] = max(cuts[i], cuts[i - 1])
+    return [0, *cuts, BUCKETS]
+
+
+def bucket_of(p):
+    return p >> np.uint64(64 - BUCKET_BITS)

@@ -1,0 +1,124 @@
+"""The map side of the sink: each final partition sets its rows aside, per split, in Arrow IPC
+files under the run's temporary folder, and reports what it holds (counts, a histogram of the
+placement hash) so the shards can be cut before anything is written to the dataset."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ..backends.base import (COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_LIVE,
+                             STATUS_QUARANTINED)
+from ..types import Schema
+from .layout import BUCKETS, Layout, bucket_of
+
+PLACE = "__p"
+ORDER = "__order"
+QUARANTINE_SCHEMA = pa.schema([("_file", pa.string()), ("_offset", pa.int64()), ("_raw", pa.string()),
+                               ("_reason", pa.string()), ("_stage", pa.string())])
+
+
+@dataclass
+class MapResult:
+    partition: int
+    tallies: dict[tuple[int, int], int] = field(default_factory=dict)   # (stage, status) -> records
+    reasons: dict[str, int] = field(default_factory=dict)               # quarantine reason -> records
+    pieces: dict[int, str] = field(default_factory=dict)                # split -> IPC file
+    rows: dict[int, int] = field(default_factory=dict)                  # split -> live rows
+    histograms: dict[int, np.ndarray] = field(default_factory=dict)     # split -> bytes per bucket
+    quarantine: str | None = None
+
+
+def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str, ranged: bool,
+                    file_names: list[str], stage_names: list[str], backend) -> MapResult:
+    result = MapResult(partition)
+    status = df[STATUS]
+    live_mask = status == STATUS_LIVE
+    others = df[~live_mask]
+    if len(others):
+        counts = others.groupby([STAGE, STATUS])[COUNT].sum()
+        counts = counts.to_pandas() if hasattr(counts, "to_pandas") else counts
+        result.tallies = {(int(s), int(st)): int(n) for (s, st), n in counts.items()}
+        bad = others[others[STATUS] == STATUS_QUARANTINED]
+        if len(bad):
+            reasons = bad.groupby(REASON)[COUNT].sum()
+            reasons = reasons.to_pandas() if hasattr(reasons, "to_pandas") else reasons
+            result.reasons = {str(k): int(v) for k, v in reasons.items()}
+            kept = bad[bad[RAW].notna()]
+            if len(kept):
+                result.quarantine = _write_quarantine(kept, partition, tmp_dir, file_names, stage_names, backend)
+    live = df[live_mask] if len(others) else df
+    if not len(live):
+        return result
+    split, place, order = layout.placement(live, backend)
+    table_cols = dict(schema)
+    live = backend.conform(live, {**schema, FILE_INDEX: "int32", OFFSET: "int64"})
+    live[PLACE] = backend.series(place, "uint64", index=live.index)
+    if order is not None:
+        live[ORDER] = backend.series(order, "uint64", index=live.index)
+    split_host = backend.to_host(split)
+    for s in np.unique(split_host):
+        part = live[split == s] if len(layout.splits) > 1 else live
+        if ranged:
+            part = part.sort_values(PLACE, kind="stable") if hasattr(part, "sort_values") else part
+        extra = {FILE_INDEX: "int32", OFFSET: "int64", PLACE: "uint64"}
+        if order is not None:
+            extra[ORDER] = "uint64"
+        table = backend.to_arrow(part, {**table_cols, **extra})
+        path = os.path.join(tmp_dir, "spill", f"s{int(s)}", f"p{partition:06d}.arrow")
+        _write_ipc(table, path)
+        result.pieces[int(s)] = path
+        result.rows[int(s)] = table.num_rows
+        buckets = bucket_of(table.column(PLACE).to_numpy())
+        result.histograms[int(s)] = np.bincount(buckets.astype(np.int64), weights=_row_bytes(table, schema),
+                                                minlength=BUCKETS)
+    return result
+
+
+def _row_bytes(table: pa.Table, schema: Schema) -> np.ndarray:
+    """Each row's size in memory: fixed widths plus string lengths (used to cut shards by bytes)."""
+    size = np.zeros(table.num_rows, dtype=np.float64)
+    for name in schema:
+        col = table.column(name)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            import pyarrow.compute as pc
+
+            size += pc.fill_null(pc.binary_length(col), 0).to_numpy().astype(np.float64)
+        else:
+            size += max(col.type.bit_width // 8, 1)
+    return size
+
+
+def _write_ipc(table: pa.Table, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".partial"
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=1 << 20)
+    os.replace(tmp, path)   # a retried task never leaves half a piece
+
+
+def _write_quarantine(bad, partition, tmp_dir, file_names, stage_names, backend) -> str:
+    table = backend.to_arrow(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: "string", REASON: "string",
+                                   STAGE: "int16"})
+    fi = table.column(FILE_INDEX).to_numpy()
+    names = np.asarray(file_names, dtype=object)
+    stages = np.asarray(stage_names, dtype=object)
+    out = pa.table({
+        "_file": pa.array([names[i] if i >= 0 else None for i in fi], pa.string()),
+        "_offset": table.column(OFFSET),
+        "_raw": table.column(RAW),
+        "_reason": table.column(REASON),
+        "_stage": pa.array([stages[i] for i in table.column(STAGE).to_numpy()], pa.string()),
+        FILE_INDEX: table.column(FILE_INDEX),
+    })
+    path = os.path.join(tmp_dir, "spill", "quarantine", f"p{partition:06d}.arrow")
+    _write_ipc(out, path)
+    return path
+
+
+def read_ipc(path: str) -> pa.Table:
+    """Memory-mapped: a reducer touches only the slice it needs."""
+    return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
