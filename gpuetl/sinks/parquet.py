@@ -41,7 +41,7 @@ class ShardTask:
 
 @dataclass
 class ShardResult:
-    relpath: str
+    path: str                   # relative to the dataset folder
     split: str
     rows: int
     bytes: int

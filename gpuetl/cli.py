@@ -1,0 +1,210 @@
+"""gpuetl run | validate | plan | inspect | verify | schema  (exit 0 done, 1 data failed, 2 usage)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from . import __version__
+from .errors import GpuetlError, SpecError
+from .spec.sizes import format_size
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 too; keep its message short and ours
+        self.print_usage(sys.stderr)
+        print(f"gpuetl: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gpuetl", description="Raw logs to training-ready Parquet, on the GPU or the CPU.")
+    parser.add_argument("--version", action="version", version=f"gpuetl {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a pipeline file and commit the dataset")
+    run.add_argument("file")
+    run.add_argument("--backend", default="auto", choices=["auto", "cpu", "gpu"])
+    run.add_argument("--scheduler", default=None,
+                     help="a dask scheduler address; 'local' (default) starts a cluster on this machine; "
+                          "'sync' or 'threads' run without a cluster")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override one key of the pipeline file, e.g. --set sink.path=/tmp/out")
+    run.add_argument("--json", action="store_true", help="print the run summary as JSON")
+
+    for name, text in (("validate", "check a pipeline file; exit 2 with located errors"),
+                       ("plan", "print stages, schemas, partitions and tasks")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("file")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    inspect = sub.add_parser("inspect", help="what a dataset holds")
+    inspect.add_argument("out")
+    inspect.add_argument("--json", action="store_true")
+    verify = sub.add_parser("verify", help="re-check shards against the manifest; exit 1 on mismatch")
+    verify.add_argument("out")
+    sub.add_parser("schema", help="print the JSON Schema of pipeline files")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args) or 0
+    except GpuetlError as err:
+        print(f"gpuetl {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("gpuetl: interrupted; nothing was committed", file=sys.stderr)
+        return 130
+
+
+def cmd_validate(args) -> int:
+    from .api import load
+
+    pipeline = load(args.file, args.overrides)
+    print(f"{args.file}: valid (pipeline {pipeline.name!r}, {len(pipeline.loaded.steps)} steps)")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from .api import load
+    from .runtime.run import layout_of
+
+    plan = load(args.file, args.overrides).plan()
+    spec = plan.spec
+    print(f"pipeline {spec.name}: {len(plan.files)} input files, {format_size(plan.input_bytes)}")
+    print(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
+    previous: dict = {}
+    for info in plan.stages:
+        print(f"\nstage {info.index}: {info.name}" + (f"  [{info.detail}]" if info.detail else ""))
+        for line in _schema_change(previous, info.schema):
+            print(f"    {line}")
+        previous = info.schema
+    print("\noutput schema: " + ", ".join(f"{n}: {t}" for n, t in plan.output_schema.items()))
+    layout = layout_of(plan)
+    shards = layout.shard_counts({}, {}) if not layout.target_bytes else ["by size"]
+    splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
+    shuffles = len(plan.segments) - 1
+    tasks = len(plan.partitions) * (len(plan.segments) + 1) + shuffles * len(plan.partitions) + sum(
+        s if isinstance(s, int) else 1 for s in shards)
+    print(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
+          f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
+    print(f"tasks: about {tasks} ({len(plan.partitions)} per stage group × {len(plan.segments)}, "
+          f"{shuffles} shuffle{'s' if shuffles != 1 else ''}, spill and shard writes)")
+    return 0
+
+
+def _schema_change(before: dict, after: dict) -> list[str]:
+    """The whole schema for the first stage; afterwards only what a stage changed."""
+    if not before:
+        return [f"{n}: {t}" for n, t in after.items()]
+    lines = [f"- {n}" for n in before if n not in after]
+    lines += [f"+ {n}: {t}" for n, t in after.items() if n not in before]
+    lines += [f"~ {n}: {before[n]} -> {t}" for n, t in after.items() if n in before and before[n] != t]
+    return lines or ["(schema unchanged)"]
+
+
+def cmd_run(args) -> int:
+    from .api import load
+    from .backends import get_backend
+    from .runtime.executor import open_executor
+    from .runtime.run import run_plan
+
+    pipeline = load(args.file, args.overrides)
+    backend = get_backend(args.backend)
+    plan = pipeline.plan()
+    log = (lambda *a: print(*a, file=sys.stderr))
+    picked = f"{backend.name}" + (" (auto)" if args.backend == "auto" else "")
+    log(f"gpuetl {__version__}: pipeline {pipeline.name!r}, backend {picked}, {len(plan.files)} files "
+        f"({format_size(plan.input_bytes)}), {len(plan.partitions)} partitions")
+    started = time.perf_counter()
+    with open_executor(args.scheduler, backend, quiet=True) as executor:
+        if executor.dashboard_link:
+            log(f"dashboard: {executor.dashboard_link}")
+        result = run_plan(plan, backend, executor, progress=sys.stderr.isatty() and not args.json, log=log)
+    seconds = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"out": str(result.out_dir), "counts": result.counts, "stages": result.stages,
+                          "shards": result.shards, "quarantine": result.quarantine,
+                          "bad_records": result.bad_records, "backend": result.backend,
+                          "seconds": round(seconds, 3)}, indent=2))
+    else:
+        print_summary(result, seconds)
+    return 0
+
+
+def print_summary(result, seconds: float) -> None:
+    c = result.counts
+    rate = result.input_bytes / seconds / 1e6 if seconds > 0 else 0.0
+    print(f"dataset: {result.out_dir}")
+    print(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
+          f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
+    for s in result.stages:
+        dropped = ", ".join(f"{k} {s[k]:,}" for k in ("filtered", "deduplicated", "quarantined") if s[k])
+        print(f"  stage {s['stage']} {s['name']:<12} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
+    splits: dict[str, list] = {}
+    for shard in result.shards:
+        splits.setdefault(shard["split"] or "-", []).append(shard)
+    for name, shards in splits.items():
+        label = "shards" if name == "-" else f"split {name}"
+        print(f"  {label}: {len(shards)} files, {sum(s['rows'] for s in shards):,} rows, "
+              f"{format_size(sum(s['bytes'] for s in shards))}")
+    if result.quarantine:
+        print(f"  quarantine: {sum(q['rows'] for q in result.quarantine):,} rows in {result.out_dir}/_quarantine/")
+        for reason, n in list(result.bad_records.items())[:5]:
+            print(f"    {n:>8,} × {reason}")
+    elif c["quarantined"]:
+        print(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
+    print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
+
+
+def cmd_inspect(args) -> int:
+    from .sinks.dataset import inspect_dataset
+
+    info = inspect_dataset(args.out)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    m = info["manifest"]
+    print(f"dataset {info['path']}: pipeline {m['name']}, {'complete' if info['complete'] else 'INCOMPLETE'}, "
+          f"backend {m['backend']}, seed {m['seed']}")
+    c = m["counts"]
+    print(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
+          f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
+    for name, s in info["splits"].items():
+        print(f"  {name}: {s['shards']} shards, {s['rows']:,} rows, {format_size(s['bytes'])}")
+    print("  schema: " + ", ".join(f"{f['name']}: {f['type']}" for f in m["schema"]))
+    for row in info["sample"]:
+        print("  " + json.dumps(row, default=str, ensure_ascii=False)[:300])
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .sinks.dataset import verify_dataset
+
+    manifest, problems = verify_dataset(args.out)
+    if problems:
+        for p in problems:
+            print(f"BAD {p}")
+        print(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
+        return 1
+    n = len(manifest.get("shards", [])) + len(manifest.get("quarantine", []))
+    print(f"{args.out}: ok, {n} files match the manifest")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from .spec.schema import pipeline_json_schema
+
+    print(json.dumps(pipeline_json_schema(), indent=2))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan, "inspect": cmd_inspect,
+            "verify": cmd_verify, "schema": cmd_schema}
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
