@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -59,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuetl: interrupted; nothing was committed", file=sys.stderr)
         return 130
+    except Exception as err:  # a bug in gpuetl, not the user's mistake: say so, briefly
+        if os.environ.get("GPUETL_DEBUG"):
+            raise
+        print(f"gpuetl {args.command}: internal error: {type(err).__name__}: {err}\n"
+              "  this is a bug in gpuetl; rerun with GPUETL_DEBUG=1 for the traceback and report it",
+              file=sys.stderr)
+        return 1
 
 
 def cmd_validate(args) -> int:

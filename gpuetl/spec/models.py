@@ -24,7 +24,7 @@ def _size(value):
 class Source(Model):
     type: Literal["text", "jsonl", "csv", "parquet", "images"] = Field(description="what the input files hold")
     path: str | list[str] = Field(description="a glob or a list of globs; '**' allowed; relative to the pipeline file")
-    blocksize: Size = Field("64MiB", description="partition size: byte ranges; a record is never split")
+    blocksize: Size = Field(64 * 2**20, description="partition size: byte ranges; a record is never split")
     compression: Literal["infer", "none", "gzip", "zstd", "bz2"] = "infer"
     provenance: bool = Field(False, description="add _file (string) and _offset (int64, byte offset) columns")
     delimiter: str = Field(",", description="csv only: the field separator")
