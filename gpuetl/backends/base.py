@@ -107,8 +107,9 @@ class Backend(ABC):
         '\\r' is removed (CRLF files)."""
 
     @abstractmethod
-    def extract(self, text: Any, regex: str, names: tuple[str, ...]) -> tuple[dict, Any]:
-        """Apply a whole-record regex: ({name: string Series}, matched bool Series)."""
+    def extract(self, text: Any, regex: str, names: tuple[str, ...], kernel: str | None = None) -> tuple[dict, Any]:
+        """Apply a whole-record regex: ({name: string Series}, matched bool Series). `kernel`
+        names a faster equivalent a backend may use for a preset ('clf', 'combined')."""
 
     @abstractmethod
     def parse_json(self, text: Any, schema: Schema) -> tuple[dict, Any, Any]:

@@ -110,8 +110,14 @@ class CpuBackend(Backend):
                 bad.append(True)
         return pa.array(values, type=string_type), np.array(bad, dtype=bool)
 
-    def extract(self, text, regex: str, names: tuple[str, ...]):
+    def extract(self, text, regex: str, names: tuple[str, ...], kernel: str | None = None):
         arr = _arrow(text)
+        if kernel in ("clf", "combined"):
+            from .cpu_clf import extract_clf
+
+            cols, matched = extract_clf(arr, regex, names, combined=kernel == "combined")
+            return ({name: self.series(cols[name], "string", index=text.index) for name in names},
+                    pd.Series(matched, index=text.index))
         struct = pc.extract_regex(arr, pattern=regex)
         matched = _bool_mask(struct.is_valid())
         out = {}

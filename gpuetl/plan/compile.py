@@ -22,6 +22,7 @@ from ..types import ColumnSpec, Schema, column_spec, type_name_of
 from .stages import Segment, SourceStage, StepStage
 
 JSON_SAMPLE_LINES = 1000
+PRESET_KERNELS = {"apache_common": "clf", "apache_combined": "combined", "nginx_combined": "combined"}
 
 
 @dataclass
@@ -106,7 +107,8 @@ def _source_stage(loaded: LoadedSpec, files: list[InputFile]) -> SourceStage:
         parser = LineParser()
     elif src.type == "text" and spec.parse.preset and spec.parse.preset != "json":
         rule = preset_rule(spec.parse.preset)
-        parser = RegexParser(rule.regex, tuple(rule.columns), f"preset {spec.parse.preset}", dash_is_null=rule.dash_is_null)
+        parser = RegexParser(rule.regex, tuple(rule.columns), f"preset {spec.parse.preset}",
+                             dash_is_null=rule.dash_is_null, kernel=PRESET_KERNELS.get(spec.parse.preset))
         casts = {name: column_spec(ColumnSpec.model_validate(t) if isinstance(t, dict) else t)
                  for name, t in rule.types.items()}
     elif src.type == "text" and spec.parse.template:

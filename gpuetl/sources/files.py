@@ -27,11 +27,16 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str) -> lis
     found: dict[str, None] = {}
     for pattern in patterns:
         full = pattern if os.path.isabs(pattern) else str(base_dir / pattern)
-        matches = sorted(glob.glob(full, recursive=True))
-        if not matches and not glob.has_magic(full) and os.path.lexists(full):
-            matches = [full]
+        # The pipeline's folder is a place, not a pattern: '[' in it must not act as a glob.
+        pattern_full = pattern if os.path.isabs(pattern) else os.path.join(glob.escape(str(base_dir)), pattern)
+        matches = sorted(glob.glob(pattern_full, recursive=True))
+        if not matches and os.path.lexists(full):
+            matches = [full]                    # an exact name that holds glob characters
         matches = [m for m in matches if not os.path.isdir(m)]
         if not matches:
+            if os.path.isdir(full):
+                raise SpecError(f"source.path: {full} is a folder, not a file",
+                                hint=f"name the files in it, e.g. {os.path.join(pattern, '*')!r}")
             if glob.has_magic(pattern):
                 raise SpecError(f"source.path: the pattern {pattern!r} matches no file (looked in {base_dir})",
                                 hint="check the pattern; relative paths are relative to the pipeline file's folder")

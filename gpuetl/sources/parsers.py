@@ -33,6 +33,7 @@ class RegexParser:
     describe: str
     dash_is_null: bool = False
     strip: bool = False
+    kernel: str | None = None     # a backend's faster equivalent of the regex, if it has one
 
     @property
     def schema(self) -> Schema:
@@ -41,7 +42,7 @@ class RegexParser:
     def parse(self, text, backend):
         if self.strip:
             text = text.str.strip()
-        cols, matched = backend.extract(text, self.regex, self.names)
+        cols, matched = backend.extract(text, self.regex, self.names, kernel=self.kernel)
         for name, col in cols.items():
             empty = col.str.len() == 0
             if self.dash_is_null:

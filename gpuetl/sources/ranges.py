@@ -5,7 +5,7 @@ range each. Small files are packed together so a million files do not make a mil
 from __future__ import annotations
 
 import bz2
-import gzip
+import zlib
 from dataclasses import dataclass
 
 from ..errors import SourceError
@@ -96,37 +96,55 @@ def _read_plain(path: str, offset: int, length: int) -> RangeData:
         return RangeData(buf, start)
 
 
-def _open_decompressed(path: str, compression: str):
+_COMPRESSED_CHUNK = 1 << 20
+
+
+def _decompressor(compression: str):
+    """A fresh one-stream decompressor (eof, unused_data, decompress) and the errors it raises."""
     if compression == "gzip":
-        return gzip.open(path, "rb")
+        return zlib.decompressobj(16 + zlib.MAX_WBITS), (zlib.error,)
     if compression == "bz2":
-        return bz2.open(path, "rb")
+        return bz2.BZ2Decompressor(), (OSError, ValueError, EOFError)
     if compression == "zstd":
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
-    raise SourceError(f"{path}: unknown compression {compression!r}")
+        return zstandard.ZstdDecompressor().decompressobj(), (zstandard.ZstdError,)
+    raise SourceError(f"unknown compression {compression!r}")
 
 
 def _read_whole(f: InputFile) -> RangeData:
+    """The whole file, decompressed. Streams are decoded incrementally (gzip members, bz2 streams
+    and zstd frames one after another), so a cut-off or corrupt file keeps every byte before the
+    damage and says what happened, instead of losing the last block or ending silently."""
     if not f.compression:
         with open(f.path, "rb") as fh:
             return RangeData(fh.read(), 0)
-    chunks = []
+    chunks: list[bytes] = []
     truncated = None
-    try:
-        with _open_decompressed(f.path, f.compression) as stream:
+    obj, errors = None, ()
+    members = 0
+    with open(f.path, "rb") as fh:
+        pending = b""
+        try:
             while True:
-                chunk = stream.read(1 << 22)
-                if not chunk:
+                comp = pending or fh.read(_COMPRESSED_CHUNK)
+                pending = b""
+                if not comp:
                     break
-                chunks.append(chunk)
-    except (EOFError, gzip.BadGzipFile, OSError, ValueError) as err:
-        if isinstance(err, OSError) and not isinstance(err, gzip.BadGzipFile) and err.errno is not None:
-            raise
-        truncated = f"{f.compression} stream is truncated or corrupt ({err or type(err).__name__})"
-    except Exception as err:  # zstandard.ZstdError and friends
-        truncated = f"{f.compression} stream is truncated or corrupt ({err})"
+                if obj is None:
+                    if members and f.compression == "gzip":
+                        comp = comp.lstrip(b"\x00")     # zero padding after a member, as gzip allows
+                        if not comp:
+                            continue
+                    obj, errors = _decompressor(f.compression)
+                chunks.append(obj.decompress(comp))
+                if obj.eof:                           # one stream ended; what follows is the next
+                    pending, obj = obj.unused_data, None
+                    members += 1
+            if obj is not None:
+                if f.compression == "gzip":
+                    chunks.append(obj.flush())
+                truncated = f"{f.compression} stream is truncated (the file ends inside a compressed block)"
+        except errors as err:
+            truncated = f"{f.compression} stream is truncated or corrupt ({err or type(err).__name__})"
     return RangeData(b"".join(chunks), 0, truncated)
-
-

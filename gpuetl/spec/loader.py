@@ -90,6 +90,7 @@ def _canonical(data) -> bytes:
 NOT_YET = {
     ("source", "type", "images"): "image sources are not supported yet",
     ("source", "type", "parquet"): "parquet sources are not supported yet",
+    ("sink", "mode", "resume"): "resume is not supported yet; use error or overwrite",
 }
 
 
@@ -168,6 +169,8 @@ def _describe(error: dict, data, locations, filename, model: type[BaseModel] = P
         message = f"expected text, got {type(error.get('input')).__name__} {error.get('input')!r}"
     elif kind in ("int_type", "int_parsing"):
         message = f"expected a whole number, got {error.get('input')!r}"
+    elif kind == "string_pattern_mismatch":
+        message = f"{error.get('input')!r} is not allowed here: use letters, digits, '-' and '_' only"
     return f"{where}{key}: {message}"
 
 

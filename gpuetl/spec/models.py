@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..types import ColumnTypeValue
 from .sizes import parse_size
@@ -154,8 +154,11 @@ class PipelineSpec(Model):
                                  f"(e.g. '- filter: \"status >= 200\"')")
         return v
 
-    @model_validator(mode="after")
-    def _parse_fits_source(self):
-        if self.parse is not None and self.source.type != "text":
-            raise ValueError(f"parse is for text sources only; a {self.source.type} source is parsed by its type")
-        return self
+    @field_validator("parse")
+    @classmethod
+    def _parse_fits_source(cls, v, info: ValidationInfo):
+        # A field validator (not a model validator) so the error points at the `parse:` line.
+        source = info.data.get("source")
+        if v is not None and source is not None and source.type != "text":
+            raise ValueError(f"parse is for text sources only; a {source.type} source is parsed by its type")
+        return v

@@ -1,0 +1,104 @@
+"""A split-based tokenizer for the Common/Combined Log Format presets (CPU backend).
+
+RE2 spends most of its time extracting submatches; deciding whether a line matches is several
+times cheaper (a DFA). So RE2 decides which lines match the preset's regex, and for those lines
+the regex is unambiguous: each field ends at the first space, ']' or unescaped '"' after its
+start, which numpy finds for all lines at once. Every field and every gap between fields then
+becomes one element of a single string array over the original buffer, and field f is every
+(2f)-th element: one copy per field. The values equal the regex's captures, field for field
+(tests/backends/test_cpu_clf.py compares them with pyarrow's extract_regex).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SPACE, QUOTE, CLOSE, BACKSLASH = 32, 34, 93, 92
+REQUEST_RE = r'^(?P<method>[A-Z]+) (?P<path>(?:[^ \t"\\]|\\.)+) (?P<protocol>[A-Za-z0-9./]+)$'
+CLF_FIELDS = ("ip", "ident", "user", "time", "request", "status", "size")
+COMBINED_FIELDS = CLF_FIELDS + ("referer", "user_agent")
+
+
+def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], combined: bool) -> tuple[dict, np.ndarray]:
+    """({name: pa.StringArray}, matched) with the values pc.extract_regex(arr, regex) gives."""
+    n = len(arr)
+    matched = np.asarray(pc.fill_null(pc.match_substring_regex(arr, pattern=regex), False), dtype=bool)
+    arr = arr.cast(pa.large_string())
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset: arr.offset + n + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    fields = COMBINED_FIELDS if combined else CLF_FIELDS
+    if matched.all():
+        bounds = _field_bounds(data, offsets[:-1], offsets[1:], combined)
+    else:                                  # unmatched rows: empty tokens, marked null
+        bounds = np.repeat(offsets[:-1, None], 2 * len(fields), axis=1)
+        rows = np.flatnonzero(matched)
+        if len(rows):
+            bounds[rows] = _field_bounds(data, offsets[:-1][rows], offsets[1:][rows], combined)
+    values = _take_fields(data, bounds, len(fields), matched)
+    out = dict(zip(fields, values))
+    request = out["request"]
+    parts = pc.extract_regex(request, pattern=REQUEST_RE)
+    for name in ("method", "path", "protocol"):
+        field = pc.struct_field(parts, name)
+        # the request alternative that did not split leaves these empty, as RE2 does
+        out[name] = pc.if_else(pc.is_null(field), pc.if_else(pc.is_null(request), None, ""), field)
+    return {name: out[name] for name in names}, matched
+
+
+def _unescaped_quotes(data: np.ndarray, marks: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """Quote positions, less those escaped by an odd run of backslashes before them."""
+    quotes = marks[kinds == QUOTE]
+    after_slash = np.flatnonzero(data[np.maximum(quotes - 1, 0)] == BACKSLASH)
+    if len(after_slash):
+        slashes = marks[kinds == BACKSLASH]
+        index = np.arange(len(slashes))
+        run_start = np.maximum.accumulate(np.where(np.diff(slashes, prepend=-2) != 1, index, 0))
+        last = np.searchsorted(slashes, quotes[after_slash]) - 1        # the slash just before
+        run = last - run_start[last] + 1
+        quotes = np.delete(quotes, after_slash[run % 2 == 1])
+    return quotes
+
+
+_MARKS = np.zeros(256, dtype=bool)
+_MARKS[[SPACE, QUOTE, CLOSE, BACKSLASH]] = True
+
+
+def _field_bounds(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, combined: bool) -> np.ndarray:
+    """(rows, 2 × fields) start/end offsets of each field, for lines known to match."""
+    marks = np.flatnonzero(_MARKS[data])
+    kinds = data[marks]
+    spaces = marks[kinds == SPACE]
+    closes = marks[kinds == CLOSE]
+    quotes = _unescaped_quotes(data, marks, kinds)
+    si = np.searchsorted(spaces, starts)
+    sp0, sp1, sp2 = spaces[si], spaces[si + 1], spaces[si + 2]
+    rb = closes[np.searchsorted(closes, sp2)]
+    qi = np.searchsorted(quotes, rb + 3)
+    q_req = quotes[qi]
+    s_status = spaces[np.searchsorted(spaces, q_req + 2)]
+    s_size = spaces[np.searchsorted(spaces, s_status + 1)] if combined else ends
+    cols = [starts, sp0, sp0 + 1, sp1, sp1 + 1, sp2, sp2 + 2, rb, rb + 3, q_req,
+            q_req + 2, s_status, s_status + 1, s_size]
+    if combined:
+        q_ref_end = quotes[qi + 2]
+        cols += [s_size + 2, q_ref_end, q_ref_end + 3, ends - 1]
+    return np.stack(cols, axis=1)
+
+
+def _take_fields(data: np.ndarray, bounds: np.ndarray, fields: int, valid: np.ndarray) -> list[pa.Array]:
+    rows = len(bounds)
+    if rows == 0:
+        return [pa.array([], pa.string()) for _ in range(fields)]
+    offsets = np.empty(rows * fields * 2 + 1, dtype=np.int64)
+    offsets[:-1] = bounds.reshape(-1)
+    offsets[-1] = bounds[-1, -1]
+    validity = None
+    if not valid.all():
+        validity = pa.array(np.repeat(valid, 2 * fields)).buffers()[1]
+    tokens = pa.Array.from_buffers(pa.large_string(), len(offsets) - 1,
+                                   [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+    step = np.arange(rows, dtype=np.int64) * (2 * fields)
+    return [tokens.take(pa.array(step + 2 * f)).cast(pa.string()) for f in range(fields)]

@@ -1,0 +1,51 @@
+"""The CLF tokenizer must give exactly what RE2's extract_regex gives for the preset regexes."""
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gpuetl.backends.cpu_clf import extract_clf
+from gpuetl.parsing import preset
+from gpuetl.samples import write_access_logs
+
+EDGE_LINES = [
+    '::1 - - [10/Oct/2026:13:55:36 -0700] "-" 400 - "-" "-"',
+    '2001:db8::1 - frank [10/Oct/2026:13:55:36 +0000] "GET /a?b=c HTTP/2.0" 200 10 "-" "curl/8.0"',
+    '1.2.3.4 a b [t] "GET /x\\" HTTP/1.1" 200 5 "r" "u\\"a"',
+    '1.2.3.4 a b [t] "GET /x HTTP/1.1" 200 5 "r\\\\" "ua"',
+    '1.2.3.4 a b [t] "GET  /x HTTP/1.1" - - "" ""',
+    '1.2.3.4 a b [t] "\\x16\\x03\\x01" 400 0 "-" "-"',
+    'a b c [x]] "y" 1 2 "" "" ',
+    "garbage",
+    "",
+    '1.2.3.4 - - [10/Oct/2026:13:55:36 -0700] "GET / HTTP/1.1" 200 2326',
+]
+
+
+def _check(lines, name):
+    rule = preset(name)
+    arr = pa.array(lines, pa.string())
+    cols, matched = extract_clf(arr, rule.regex, tuple(rule.columns), combined=name != "apache_common")
+    expected = pc.extract_regex(arr, pattern=rule.regex)
+    assert list(matched) == expected.is_valid().to_pylist()
+    for column in rule.columns:
+        assert cols[column].to_pylist() == pc.struct_field(expected, column).to_pylist(), column
+
+
+@pytest.mark.parametrize("name", ["apache_combined", "apache_common", "nginx_combined"])
+def test_edge_lines_equal_regex(name):
+    _check(EDGE_LINES, name)
+
+
+def test_generated_logs_equal_regex(tmp_path):
+    path = tmp_path / "a.log"
+    write_access_logs(path, lines=5000, seed=3, bad_every=97)
+    _check(path.read_text().splitlines(), "apache_combined")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet='ab\\" []-1/\tÄ', max_size=40).map(
+    lambda s: '1.2.3.4 - - [t] "' + s + '" 200 3 "' + s[::-1] + '" "' + s + '"'), max_size=20))
+def test_random_quoted_fields_equal_regex(lines):
+    _check(lines, "apache_combined")

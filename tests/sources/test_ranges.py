@@ -1,0 +1,247 @@
+"""Byte-range partitions: every record read exactly once, in order, at its byte offset.
+
+The property tests drive the low-level pieces the source stage uses (resolve_inputs,
+plan_partitions, read_range, CpuBackend.split_lines); a few pipeline runs check the same through
+Pipeline.from_dict with provenance columns."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpuetl
+from gpuetl.backends.cpu import CpuBackend
+from gpuetl.sources.files import resolve_inputs
+from gpuetl.sources.ranges import ByteRange, plan_partitions, read_range
+
+BACKEND = CpuBackend()
+
+
+def expected_records(data: bytes) -> list[tuple[int, str]]:
+    """The reference model: lines split at '\\n', trailing '\\r's trimmed, empty lines skipped;
+    invalid UTF-8 replaced like Python's errors='replace'; offset = the line's first byte."""
+    out, pos = [], 0
+    for piece in data.split(b"\n"):
+        text = piece.decode("utf-8", "replace").rstrip("\r")
+        if text:
+            out.append((pos, text))
+        pos += len(piece) + 1
+    return out
+
+
+def read_all(files, blocksize: int) -> list[tuple[int, int, str]]:
+    """What the source stage sees: (file index, offset, text) for every partition's ranges."""
+    got = []
+    for part in plan_partitions(files, blocksize):
+        for rng in part.ranges:
+            data = read_range(files[rng.file_index], rng)
+            assert data.truncated is None
+            lines = BACKEND.split_lines(data.data, data.start)
+            texts = lines.text.tolist()
+            got.extend((rng.file_index, int(o), t) for o, t in zip(lines.offsets, texts))
+    return got
+
+
+def check_cover(files, partitions, blocksize):
+    """Ranges tile each uncompressed file: contiguous, no overlap, none longer than blocksize."""
+    ranges = [r for p in partitions for r in p.ranges]
+    assert [p.index for p in partitions] == list(range(len(partitions)))
+    for f in files:
+        mine = [r for r in ranges if r.file_index == f.index]
+        if f.size == 0 or f.compression:
+            assert mine == [ByteRange(f.index, 0, -1)]
+            continue
+        assert mine[0].offset == 0
+        for a, b in zip(mine, mine[1:]):
+            assert a.offset + a.length == b.offset
+        assert mine[-1].offset + mine[-1].length == f.size
+        assert all(0 < r.length <= blocksize for r in mine)
+        assert len(mine) == math.ceil(f.size / blocksize)
+    # ranges stay in file order, files in sorted order
+    assert [(r.file_index, r.offset) for r in ranges] == sorted((r.file_index, r.offset) for r in ranges)
+
+
+# -- strategies ------------------------------------------------------------------------------------
+
+_line_text = st.text(
+    alphabet=st.one_of(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"),
+        st.sampled_from(["a", "b", " ", "\t", "é", "中", "😀", "\r"]),
+    ),
+    max_size=12,
+)
+
+
+@st.composite
+def log_files(draw) -> bytes:
+    lines = draw(st.lists(_line_text, max_size=15))
+    endings = draw(st.lists(st.sampled_from(["\n", "\r\n", "\n\n", "\r\r\n"]), min_size=len(lines),
+                            max_size=len(lines)))
+    text = "".join(line + end for line, end in zip(lines, endings))
+    if text and draw(st.booleans()):
+        text = text.rstrip("\r\n")          # no final newline
+    return text.encode("utf-8")
+
+
+_raw_bytes = st.binary(max_size=60).map(lambda b: b.replace(b"\x00", b"\n"))
+
+
+# -- property tests --------------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(contents=st.lists(st.one_of(log_files(), _raw_bytes), min_size=1, max_size=4), data=st.data())
+def test_every_record_once_in_order_at_its_offset(contents, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        for i, body in enumerate(contents):
+            (base / f"f{i:02d}.log").write_bytes(body)
+        files = resolve_inputs(["*.log"], base, "infer")
+        assert [f.size for f in files] == [len(b) for b in contents]
+        total = max(len(b) for b in contents)
+        blocksize = data.draw(st.integers(1, total + 10), label="blocksize")
+        partitions = plan_partitions(files, blocksize)
+        check_cover(files, partitions, blocksize)
+        expected = [(i, off, text) for i, body in enumerate(contents) for off, text in expected_records(body)]
+        assert read_all(files, blocksize) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(body=log_files(), blocksize=st.integers(1, 8))
+def test_tiny_blocksizes(body, blocksize):
+    """Blocksizes smaller than most lines: many ranges hold no record start and must read nothing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "x.log").write_bytes(body)
+        files = resolve_inputs(["x.log"], Path(tmp), "infer")
+        assert read_all(files, blocksize) == [(0, o, t) for o, t in expected_records(body)]
+
+
+# -- concrete cases --------------------------------------------------------------------------------
+
+def test_split_lines_offsets_and_crlf():
+    lines = BACKEND.split_lines(b"ab\r\n\n\r\ncd\nef", 100)
+    assert lines.text.tolist() == ["ab", "cd", "ef"]
+    assert list(lines.offsets) == [100, 107, 110]
+    assert not lines.bad_utf8.any()
+
+
+def test_split_lines_empty_buffer():
+    lines = BACKEND.split_lines(b"", 5)
+    assert len(lines.text) == 0 and len(lines.offsets) == 0
+
+
+def test_split_lines_flags_invalid_utf8_per_line():
+    lines = BACKEND.split_lines(b"ok\nbad \xff\xfe here\n\xc3\xa9t\xc3\xa9\n", 0)
+    assert lines.text.tolist() == ["ok", "bad \ufffd\ufffd here", "été"]
+    assert list(lines.bad_utf8) == [False, True, False]
+    assert list(lines.offsets) == [0, 3, 15]
+
+
+def test_range_that_starts_mid_line_reads_from_next_line(tmp_path):
+    (tmp_path / "a.log").write_bytes(b"0123456789\nabc\nxyz")
+    f = resolve_inputs(["a.log"], tmp_path, "infer")[0]
+    got = read_range(f, ByteRange(0, 3, 4))           # inside the first line: no record starts here
+    assert (got.data, got.start) == (b"", 3)
+    got = read_range(f, ByteRange(0, 5, 7))           # covers '\n' at 10 and 'a' at 11
+    assert (got.data, got.start) == (b"abc\n", 11)
+    got = read_range(f, ByteRange(0, 11, 1))          # starts exactly at a record
+    assert (got.data, got.start) == (b"abc\n", 11)
+    got = read_range(f, ByteRange(0, 15, 3))          # last record, no final newline
+    assert (got.data, got.start) == (b"xyz", 15)
+    got = read_range(f, ByteRange(0, 0, 1))           # a long first line is read past the range
+    assert (got.data, got.start) == (b"0123456789\n", 0)
+
+
+def test_line_longer_than_read_ahead(tmp_path):
+    long = b"x" * 200_000
+    (tmp_path / "a.log").write_bytes(b"s\n" + long + b"\nend\n")
+    files = resolve_inputs(["a.log"], tmp_path, "infer")
+    got = read_all(files, 1000)
+    assert [(o, len(t)) for _, o, t in got] == [(0, 1), (2, 200_000), (200_003, 3)]
+
+
+def test_many_small_files_are_grouped(tmp_path):
+    for i in range(50):
+        (tmp_path / f"s{i:03d}.log").write_bytes(f"line {i}\n".encode())   # 7-8 bytes each
+    files = resolve_inputs(["*.log"], tmp_path, "infer")
+    parts = plan_partitions(files, 64)
+    assert len(files) == 50
+    assert 1 < len(parts) < 50
+    # grouped greedily up to blocksize bytes
+    for p in parts:
+        assert sum(r.length for r in p.ranges) <= 64
+    assert [r.file_index for p in parts for r in p.ranges] == list(range(50))
+    assert [t for _, _, t in read_all(files, 64)] == [f"line {i}" for i in range(50)]
+
+
+def test_big_file_split_in_ceil_size_over_blocksize(tmp_path):
+    body = b"".join(b"record %05d\n" % i for i in range(1000))     # 13 000 bytes
+    (tmp_path / "big.log").write_bytes(body)
+    files = resolve_inputs(["big.log"], tmp_path, "infer")
+    for blocksize in (1000, 4096, 12_999, 13_000, 50_000):
+        parts = plan_partitions(files, blocksize)
+        assert len(parts) == math.ceil(len(body) / blocksize)
+        got = read_all(files, blocksize)
+        assert len(got) == 1000
+        assert got[0] == (0, 0, "record 00000") and got[-1] == (0, 12_987, "record 00999")
+
+
+def test_empty_file_is_one_range_with_no_records(tmp_path):
+    (tmp_path / "e.log").write_bytes(b"")
+    files = resolve_inputs(["e.log"], tmp_path, "infer")
+    parts = plan_partitions(files, 10)
+    assert [p.ranges for p in parts] == [(ByteRange(0, 0, -1),)]
+    assert read_all(files, 10) == []
+
+
+def test_overlapping_globs_read_each_file_once(tmp_path):
+    (tmp_path / "a.log").write_text("a\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.log").write_text("b\n")
+    files = resolve_inputs(["*.log", "a.log", "**/*.log"], tmp_path, "infer")
+    assert [f.display for f in files] == ["a.log", "sub/b.log"]
+    assert [f.index for f in files] == [0, 1]
+
+
+def test_literal_path_with_glob_characters(tmp_path):
+    """A file whose name holds '[...]' is still found when named exactly."""
+    (tmp_path / "logs[1].log").write_text("x\n")
+    files = resolve_inputs(["logs[1].log"], tmp_path, "infer")
+    assert [f.display for f in files] == ["logs[1].log"]
+
+
+# -- through the pipeline --------------------------------------------------------------------------
+
+def _run_lines(tmp_path, blocksize, pattern="in/*"):
+    spec = {"version": 1, "name": "t",
+            "source": {"type": "text", "path": pattern, "blocksize": blocksize, "provenance": True},
+            "sink": {"path": "out", "mode": "overwrite"}}
+    result = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    table = pq.read_table(result.out_dir / "part-00000.parquet")
+    return result, table.to_pylist()
+
+
+@pytest.mark.parametrize("blocksize", [1, 7, 64, 10_000])
+def test_pipeline_rows_match_reference(tmp_path, blocksize):
+    bodies = {
+        "a.log": "first\r\nsecond\n\n  \n中文 ok\r\n",
+        "b.log": "no final newline\nlast",
+        "c.log": "",
+        "d.log": "\n\n\r\n",
+        "e.log": "😀\n" * 5,
+    }
+    (tmp_path / "in").mkdir()
+    for name, body in bodies.items():
+        (tmp_path / "in" / name).write_bytes(body.encode())
+    result, rows = _run_lines(tmp_path, blocksize)
+    expected = [{"line": t, "_file": f"in/{name}", "_offset": o}
+                for name in sorted(bodies) for o, t in expected_records(bodies[name].encode())]
+    assert rows == expected
+    assert result.counts == {"rows_in": len(expected), "rows_out": len(expected), "filtered": 0,
+                             "deduplicated": 0, "quarantined": 0}
+    assert result.shards[0]["rows"] == len(expected)

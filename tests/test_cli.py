@@ -1,0 +1,331 @@
+"""The command line: gpuetl run | validate | plan | inspect | verify | schema, and its exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuetl import samples
+from gpuetl.cli import main
+
+LINES = 2000
+BAD_EVERY = 100          # 20 bad lines: 1% of the input
+
+PIPELINE = """\
+version: 1
+name: web-access
+source:
+  type: text
+  path: data/*.log
+  blocksize: 128KiB
+parse:
+  preset: apache_combined
+columns:
+  status: int16
+  time: {{type: timestamp, format: "%d/%b/%Y:%H:%M:%S %z"}}
+steps:
+  - filter: "status >= 200 and status < 500"
+  - dedupe: {{on: [ip, time, request]}}
+{extra}shard:
+  count: 2
+sink:
+  path: out/web
+"""
+
+GPUETL = [sys.executable, "-m", "gpuetl"]
+
+
+def pipeline_file(folder: Path, extra: str = "", name: str = "pipe.yaml") -> Path:
+    path = folder / name
+    path.write_text(PIPELINE.format(extra=extra))
+    return path
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("cli")
+    samples.write_access_logs(folder / "data" / "access.log", lines=LINES, bad_every=BAD_EVERY)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dataset(workdir) -> tuple[Path, str]:
+    """One committed dataset, shared (read-only) by the tests that inspect it; plus the run's stdout."""
+    import contextlib
+    import io
+
+    path = pipeline_file(workdir)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["run", str(path), "--scheduler", "sync"]) == 0
+    return workdir / "out" / "web", out.getvalue()
+
+
+def copy_of(dataset_dir: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(dataset_dir, target)
+    return target
+
+
+def no_traceback(*texts: str) -> None:
+    for text in texts:
+        assert "Traceback" not in text, text
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def test_validate_good_file(workdir, capsys):
+    path = pipeline_file(workdir, name="good.yaml")
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "valid" in out and "'web-access'" in out and "2 steps" in out
+
+
+def test_validate_bad_file_exit_2_with_located_errors(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(PIPELINE.format(extra="").replace("  path: out/web", "  path: out/web\n  compresion: zstd")
+                    .replace("- dedupe", "- dedup"))
+    assert main(["validate", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err
+    assert err.startswith("gpuetl validate: error:")
+    assert "2 problems" in err
+    assert re.search(r"bad\.yaml:14: steps\[1\]: unknown step 'dedup'; did you mean 'dedupe'", err), err
+    assert re.search(r"bad\.yaml:19: sink\.compresion: unknown key; did you mean 'compression'", err), err
+    no_traceback(err)
+
+
+def test_validate_bad_file_subprocess_has_no_traceback(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("version: 1\nname: x\nsource: {type: text, path: a.log}\nsink: {path: o, mode: eror}\n")
+    proc = subprocess.run([*GPUETL, "validate", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "bad.yaml:4: sink.mode: 'eror' is not one of error, overwrite, resume; did you mean 'error'?" in proc.stderr
+    no_traceback(proc.stdout, proc.stderr)
+
+
+def test_validate_missing_file(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
+    assert "no such pipeline file" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def test_plan_prints_stages_schemas_partitions_tasks(workdir, capsys):
+    path = pipeline_file(workdir, name="plan.yaml")
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    size = (workdir / "data" / "access.log").stat().st_size
+    partitions = -(-size // (128 * 1024))
+    assert "pipeline web-access: 1 input files" in out
+    assert f"partitions: {partitions} (blocksize 128.0 KiB)" in out
+    assert re.search(r"stage 0: read-parse", out) and "stage 1: filter" in out and "stage 2: dedupe" in out
+    assert "    status: int16" in out and "    time: timestamp" in out
+    assert "output schema: ip: string" in out
+    assert re.search(r"shards: 2\b", out)
+    assert re.search(r"^tasks: about \d+", out, re.M)
+    assert not (workdir / "out" / "plan").exists()
+
+
+def test_plan_with_set_and_unknown_column(workdir, capsys):
+    path = pipeline_file(workdir, name="plan2.yaml")
+    assert main(["plan", str(path), "--set", 'steps=[{filter: "nosuch > 1"}]']) == 2
+    err = capsys.readouterr().err
+    assert "steps[0].filter" in err and "unknown column 'nosuch'" in err
+    no_traceback(err)
+
+
+# --------------------------------------------------------------------------- run
+
+
+def test_run_prints_dataset_and_counts_identity(dataset):
+    out_dir, stdout = dataset
+    assert f"dataset: {out_dir.resolve()}" in stdout
+    match = re.search(r"rows in ([\d,]+) = out ([\d,]+) \+ filtered ([\d,]+) \+ deduplicated ([\d,]+) "
+                      r"\+ quarantined ([\d,]+)", stdout)
+    assert match, stdout
+    rows_in, rows_out, filtered, dedup, bad = (int(g.replace(",", "")) for g in match.groups())
+    assert rows_in == LINES == rows_out + filtered + dedup + bad
+    assert bad == LINES // BAD_EVERY
+    assert filtered > 0 and dedup > 0
+    assert (out_dir / "_SUCCESS").exists()
+
+
+def test_run_json(workdir, tmp_path, capsys):
+    path = pipeline_file(workdir, name="json.yaml")
+    assert main(["run", str(path), "--scheduler", "sync", "--json", "--set", f"sink.path={tmp_path / 'o'}"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    c = report["counts"]
+    assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"] == LINES
+    assert report["out"] == str(tmp_path / "o")
+    assert len(report["shards"]) == 2 and sum(s["rows"] for s in report["shards"]) == c["rows_out"]
+
+
+def test_run_over_max_error_ratio_exit_1(workdir, tmp_path, capsys):
+    path = pipeline_file(workdir, extra="max_error_ratio: 0.005\n", name="strict.yaml")
+    out = tmp_path / "strict"
+    assert main(["run", str(path), "--scheduler", "sync", "--set", f"sink.path={out}"]) == 1
+    err = capsys.readouterr().err
+    assert "20 of 2000 records are bad" in err and "max_error_ratio 0.005" in err
+    assert "line does not match preset apache_combined" in err
+    no_traceback(err)
+    assert not out.exists() or [p.name for p in out.iterdir()] == []
+
+
+def test_run_under_max_error_ratio_ok(workdir, tmp_path):
+    path = pipeline_file(workdir, extra="max_error_ratio: 0.02\n", name="lenient.yaml")
+    assert main(["run", str(path), "--scheduler", "sync", "--set", f"sink.path={tmp_path / 'o'}"]) == 0
+
+
+def test_run_on_error_fail_exit_1(workdir, tmp_path, capsys):
+    path = pipeline_file(workdir, extra="on_error: fail\n", name="fail.yaml")
+    assert main(["run", str(path), "--scheduler", "sync", "--set", f"sink.path={tmp_path / 'o'}"]) == 1
+    err = capsys.readouterr().err
+    no_traceback(err)
+    assert not (tmp_path / "o" / "_SUCCESS").exists()
+
+
+def test_run_no_matching_input_exit_2(workdir, tmp_path, capsys):
+    path = pipeline_file(workdir, name="noinput.yaml")
+    assert main(["run", str(path), "--scheduler", "sync", "--set", "source.path=nothing/*.log",
+                 "--set", f"sink.path={tmp_path / 'o'}"]) == 2
+    assert "matches no file" in capsys.readouterr().err
+
+
+def test_run_set_without_equals_exit_2(workdir, capsys):
+    path = pipeline_file(workdir, name="noeq.yaml")
+    assert main(["run", str(path), "--scheduler", "sync", "--set", "sink.path"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_run_with_local_cluster_prints_dashboard(workdir, tmp_path):
+    """The default scheduler starts a local dask cluster and says where its dashboard is."""
+    path = pipeline_file(workdir, name="cluster.yaml")
+    out = tmp_path / "cluster"
+    proc = subprocess.run([*GPUETL, "run", str(path), "--backend", "cpu", "--set", f"sink.path={out}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^dashboard: http://\S+", proc.stderr, re.M), proc.stderr
+    assert f"dataset: {out}" in proc.stdout
+    assert (out / "_SUCCESS").exists()
+    no_traceback(proc.stderr)
+
+
+# --------------------------------------------------------------------------- inspect and verify
+
+
+def test_inspect(dataset, capsys):
+    out_dir, _ = dataset
+    assert main(["inspect", str(out_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "pipeline web-access, complete, backend cpu, seed 0" in text
+    assert "(no split): 2 shards" in text
+    assert "status: int16" in text and "time: timestamp" in text
+
+
+def test_inspect_json(dataset, capsys):
+    out_dir, _ = dataset
+    assert main(["inspect", str(out_dir), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["complete"] is True
+    manifest = info["manifest"]
+    assert manifest["format"] == "gpuetl-manifest/1" and manifest["name"] == "web-access"
+    assert len(manifest["pipeline_sha256"]) == 64
+    assert {"gpuetl", "pandas", "pyarrow", "dask"} <= set(manifest["versions"])
+    assert manifest["inputs"][0]["bytes"] > 0
+    assert [s["path"] for s in manifest["shards"]] == ["part-00000.parquet", "part-00001.parquet"]
+    assert all(s["split"] in (None, "") for s in manifest["shards"])
+    assert manifest["quarantine"] and manifest["quarantine"][0]["path"].startswith("_quarantine/")
+    assert len(info["sample"]) == 3
+
+
+def test_verify_ok(dataset, capsys):
+    out_dir, _ = dataset
+    assert main(["verify", str(out_dir)]) == 0
+    assert "ok, 3 files match the manifest" in capsys.readouterr().out
+
+
+def test_verify_flipped_byte(dataset, tmp_path, capsys):
+    copy = copy_of(dataset[0], tmp_path)
+    shard = copy / "part-00001.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    assert main(["verify", str(copy)]) == 1
+    captured = capsys.readouterr()
+    assert re.search(r"^BAD part-00001\.parquet: sha256 ", captured.out, re.M), captured.out
+    assert "part-00000" not in captured.out
+    assert "1 problem" in captured.err
+
+
+def test_verify_deleted_shard(dataset, tmp_path, capsys):
+    copy = copy_of(dataset[0], tmp_path)
+    (copy / "part-00000.parquet").unlink()
+    assert main(["verify", str(copy)]) == 1
+    assert "BAD part-00000.parquet: missing" in capsys.readouterr().out
+
+
+def test_verify_truncated_and_stray_files(dataset, tmp_path, capsys):
+    copy = copy_of(dataset[0], tmp_path)
+    shard = copy / "part-00000.parquet"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    shutil.copy(copy / "part-00001.parquet", copy / "part-00002.parquet")
+    assert main(["verify", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert "BAD part-00000.parquet: size" in out
+    assert "BAD part-00002.parquet: not in the manifest" in out
+
+
+def test_verify_missing_success(dataset, tmp_path, capsys):
+    copy = copy_of(dataset[0], tmp_path)
+    (copy / "_SUCCESS").unlink()
+    assert main(["verify", str(copy)]) == 1
+    assert "BAD _SUCCESS: missing" in capsys.readouterr().out
+
+
+def test_verify_and_inspect_on_non_dataset(tmp_path, capsys):
+    assert main(["verify", str(tmp_path / "nope")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["inspect", str(tmp_path / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert "no such dataset folder" in err and "no _manifest.json" in err
+    no_traceback(err)
+
+
+# --------------------------------------------------------------------------- the parser
+
+
+@pytest.mark.parametrize("argv", [["frobnicate"], [], ["run"], ["run", "x.yaml", "--backend", "tpu"]])
+def test_bad_command_line_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: gpuetl" in err and "gpuetl: error:" in err
+
+
+def test_python_m_version():
+    proc = subprocess.run([*GPUETL, "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    import gpuetl
+
+    assert proc.stdout.strip() == f"gpuetl {gpuetl.__version__}"
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).with_name("gpuetl")
+    if not script.exists():
+        pytest.skip("no gpuetl console script next to this python")
+    proc = subprocess.run([str(script), "schema"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["title"].startswith("gpuetl pipeline file")
