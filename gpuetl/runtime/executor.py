@@ -48,6 +48,36 @@ class Executor:
             raise
 
 
+    def ordered(self, tasks: list):
+        """Yield results in task order as they finish; later tasks keep running meanwhile."""
+        if self.client is None:
+            for task in tasks:
+                yield self.compute([task])[0]
+            return
+        futures = self.client.compute(tasks)
+        try:
+            for future in futures:
+                try:
+                    yield future.result()
+                except GpuetlError:
+                    raise
+                except Exception as err:
+                    cause = _our_error(err)
+                    if cause is not None:
+                        raise cause from None
+                    raise
+        finally:
+            self.client.cancel(futures)
+
+    @property
+    def shares_files(self) -> bool:
+        """Whether this process sees the workers' files (a cluster on this machine)."""
+        if self.client is None:
+            return True
+        addresses = self.client.scheduler_info().get("workers", {})
+        return all(a.startswith(("tcp://127.", "inproc://", "tcp://localhost")) for a in addresses)
+
+
 def _our_error(err: BaseException) -> GpuetlError | None:
     seen = set()
     while err is not None and id(err) not in seen:

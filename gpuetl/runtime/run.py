@@ -89,29 +89,57 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool) -> RunRes
     maps = [spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp), ranged=ranged,
                   file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}")
             for i, part in enumerate(parts)]
-    results: list[MapResult] = executor.compute(maps, progress=progress)
+    # Rows still in input order (no shuffle, no global step) and one shard per split: stream
+    # each piece into its shard as soon as it exists, while the other partitions are parsed.
+    presorted = not ranged and not layout.shuffle and len(plan.segments) == 1
+    options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
+    streamed = None
+    if presorted and executor.shares_files:
+        results, streamed = _map_and_stream(plan, layout, maps, executor, run_tmp, options)
+    else:
+        results = executor.compute(maps, progress=progress)
 
     counts, stages = _account(plan, results)
     bad = dict(sorted(_merge(r.reasons for r in results).items(), key=lambda kv: (-kv[1], kv[0]))[:50])
     _check_errors(plan, counts, bad)
 
     tasks = _shard_tasks(layout, results, ranged)
-    options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
     write = dask.delayed(write_shard, pure=False)
-    writes = [write(task, [r.pieces[task.split] for r in results if task.split in r.pieces], schema=schema,
-                    tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle, ranged=ranged,
-                    dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}")
-              for task in tasks]
+    writes = [] if streamed is not None else [
+        write(task, [r.pieces[task.split] for r in results if task.split in r.pieces], schema=schema,
+              tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle, ranged=ranged, presorted=presorted,
+              dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}")
+        for task in tasks]
     quarantine_pieces = [r.quarantine for r in results if r.quarantine]
     if quarantine_pieces:
         writes.append(dask.delayed(write_quarantine, pure=False)(quarantine_pieces, str(run_tmp), options,
                                                                   dask_key_name="write-quarantine"))
     written = executor.compute(writes, progress=progress)
     quarantine = [vars(q) for q in written.pop()] if quarantine_pieces else []
-    shards = [vars(s) for s in written]
+    shards = [vars(s) for s in (written if streamed is None else streamed)]
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
+
+
+def _map_and_stream(plan, layout, maps, executor, run_tmp: Path, options):
+    """Run the map tasks; feed each one's pieces, in partition order, to its split's writer."""
+    from ..sinks.parquet import ShardWriter
+    from ..sinks.spill import read_ipc
+
+    tasks = _shard_tasks(layout, [], ranged=False)
+    writers = {t.split: ShardWriter(str(run_tmp / "data" / t.relpath), plan.output_schema, options, t) for t in tasks}
+    results = []
+    try:
+        for result in executor.ordered(maps):
+            results.append(result)
+            for split, path in sorted(result.pieces.items()):
+                writers[split].write(read_ipc(path))
+                Path(path).unlink()
+        return results, [writers[t.split].close() for t in tasks]
+    finally:
+        for w in writers.values():
+            w.abort()
 
 
 def _merge(dicts) -> dict:

@@ -34,9 +34,11 @@ class Layout:
     def split_names(self) -> list[str]:
         return [name for name, _ in self.splits] or [""]
 
-    def placement(self, df, backend):
+    def placement(self, df, backend, ranged: bool = True):
         """(split index int8, placement hash P uint64, order uint64 or None) for live rows."""
         xp = backend.xp
+        if not (self.splits and len(self.splits) > 1) and not self.shuffle and not ranged:
+            return xp.zeros(len(df), dtype=xp.int8), xp.zeros(len(df), dtype=xp.uint64), None
         ident = [df[FILE_INDEX], df[OFFSET]]
         key_cols = [df[k] for k in self.key] if self.key else ident
         p = backend.hash64(key_cols, self.seed)

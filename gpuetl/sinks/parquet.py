@@ -49,8 +49,14 @@ class ShardResult:
 
 
 def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: str, options: WriteOptions,
-                shuffle: bool, ranged: bool) -> ShardResult:
-    out_path = os.path.join(tmp_dir, "data", task.relpath)
+                shuffle: bool, ranged: bool, presorted: bool = False) -> ShardResult:
+    """Gather the shard's slice of each piece, order it, write it. With `presorted` the pieces,
+    taken in partition order, are already in input order and are streamed, never sorted."""
+    writer = ShardWriter(os.path.join(tmp_dir, "data", task.relpath), schema, options, task)
+    if presorted:
+        for path in pieces:
+            writer.write(read_ipc(path))
+        return writer.close()
     tables = []
     for path in pieces:
         table = read_ipc(path)
@@ -62,37 +68,92 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
             table = table.slice(lo, hi - lo)
         if table.num_rows:
             tables.append(table)
-    target = arrow_schema(schema)
     if tables:
         table = pa.concat_tables(tables)
         keys = [(ORDER, "ascending")] if shuffle else []
         keys += [(FILE_INDEX, "ascending"), (OFFSET, "ascending")]
-        table = table.take(pc.sort_indices(table, sort_keys=keys))
-        table = table.select(list(schema)).cast(target)
-    else:
-        table = target.empty_table()
-    write_parquet(table, out_path, options)
-    return ShardResult(task.relpath, task.split_name, table.num_rows, os.path.getsize(out_path), sha256_of(out_path))
+        writer.write(table.take(pc.sort_indices(table, sort_keys=keys)))
+    return writer.close()
 
 
-def write_parquet(table: pa.Table, path: str, options: WriteOptions) -> None:
-    """Row groups of exactly row_group_rows (the last one smaller), written through a partial
-    file and renamed: a killed task never leaves a truncated shard."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    rows = options.row_group_rows
-    if rows is None and options.row_group_bytes:
-        sample = table.slice(0, 65_536)
-        per_row = max(1.0, sample.nbytes / max(sample.num_rows, 1))
-        rows = max(1, int(options.row_group_bytes // per_row))
-    rows = rows or DEFAULT_ROW_GROUP_ROWS
-    compression = None if options.compression == "none" else options.compression
-    tmp = path + ".partial"
-    with pq.ParquetWriter(tmp, table.schema, compression=compression, write_statistics=True) as writer:
+class ShardWriter:
+    """One Parquet file, fed tables in final row order. Row groups hold exactly row_group_rows
+    rows (the last one fewer), so the bytes depend only on the rows; written through a partial
+    file and renamed, so a killed task never leaves a truncated shard."""
+
+    def __init__(self, path: str, schema: Schema, options: WriteOptions, task: ShardTask):
+        self.path, self.task, self.options = path, task, options
+        self.schema = arrow_schema(schema)
+        self.rows_per_group = options.row_group_rows or (None if options.row_group_bytes else DEFAULT_ROW_GROUP_ROWS)
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+        self.rows = 0
+        self.closed = False
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        compression = None if options.compression == "none" else options.compression
+        self.writer = pq.ParquetWriter(path + ".partial", self.schema, compression=compression, write_statistics=True)
+
+    def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
-            writer.write_table(table)
-        for start in range(0, table.num_rows, rows):
-            writer.write_table(table.slice(start, rows), row_group_size=rows)
-    os.replace(tmp, path)
+            return
+        self.pending.append(table.select(self.schema.names).cast(self.schema))
+        self.pending_rows += table.num_rows
+        if self.rows_per_group is None and self.pending_rows >= _SIZING_ROWS:
+            self._size_groups()
+        if self.rows_per_group is not None and self.pending_rows >= self.rows_per_group:
+            self._flush(final=False)
+
+    def _size_groups(self) -> None:
+        """row_group_bytes: rows per group from the shard's first rows (the same on every run)."""
+        sample = pa.concat_tables(self.pending).slice(0, _SIZING_ROWS)
+        per_row = max(1.0, sample.nbytes / max(sample.num_rows, 1))
+        self.rows_per_group = max(1, int(self.options.row_group_bytes // per_row))
+
+    def _flush(self, final: bool) -> None:
+        table = pa.concat_tables(self.pending) if len(self.pending) > 1 else self.pending[0]
+        size = self.rows_per_group
+        full = table.num_rows - table.num_rows % size if not final else table.num_rows
+        for start in range(0, full, size):
+            chunk = table.slice(start, min(size, full - start))
+            self.writer.write_table(chunk, row_group_size=size)
+        rest = table.slice(full)
+        self.pending = [rest] if rest.num_rows else []
+        self.pending_rows = rest.num_rows
+        self.rows += full
+
+    def abort(self) -> None:
+        """Close without publishing (idempotent; a no-op after close)."""
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+
+    def close(self) -> ShardResult:
+        if self.pending:
+            if self.rows_per_group is None:
+                self._size_groups()
+            self._flush(final=True)
+        if self.rows == 0:
+            self.writer.write_table(self.schema.empty_table())
+        self.writer.close()
+        self.closed = True
+        os.replace(self.path + ".partial", self.path)
+        return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
+                           sha256_of(self.path))
+
+
+_SIZING_ROWS = 65_536
+
+
+def write_parquet(table: pa.Table, path: str, options: WriteOptions, relpath: str = "") -> ShardResult:
+    writer = ShardWriter(path, _schema_of(table), options, ShardTask(0, "", 0, 0, 0, relpath))
+    writer.write(table)
+    return writer.close()
+
+
+def _schema_of(table: pa.Table) -> Schema:
+    from ..types import type_name_of
+
+    return {f.name: type_name_of(f.type) for f in table.schema}
 
 
 def write_quarantine(pieces: list[str], tmp_dir: str, options: WriteOptions) -> list[ShardResult]:
@@ -107,10 +168,10 @@ def write_quarantine(pieces: list[str], tmp_dir: str, options: WriteOptions) -> 
     results = []
     for n, start in enumerate(range(0, table.num_rows, QUARANTINE_ROWS_PER_FILE)):
         relpath = f"_quarantine/part-{n:05d}.parquet"
-        path = os.path.join(tmp_dir, "data", relpath)
-        write_parquet(table.slice(start, QUARANTINE_ROWS_PER_FILE), path, options)
-        results.append(ShardResult(relpath, "_quarantine", min(QUARANTINE_ROWS_PER_FILE, table.num_rows - start),
-                                   os.path.getsize(path), sha256_of(path)))
+        result = write_parquet(table.slice(start, QUARANTINE_ROWS_PER_FILE), os.path.join(tmp_dir, "data", relpath),
+                               options, relpath)
+        result.split = "_quarantine"
+        results.append(result)
     return results
 
 

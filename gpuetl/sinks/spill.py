@@ -53,7 +53,7 @@ def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_d
     live = df[live_mask] if len(others) else df
     if not len(live):
         return result
-    split, place, order = layout.placement(live, backend)
+    split, place, order = layout.placement(live, backend, ranged)
     table_cols = dict(schema)
     live = backend.conform(live, {**schema, FILE_INDEX: "int32", OFFSET: "int64"})
     live[PLACE] = backend.series(place, "uint64", index=live.index)

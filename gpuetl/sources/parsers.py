@@ -62,7 +62,10 @@ class JsonParser:
         return {name: ("string" if t == "timestamp" else t) for name, t in self.fields}
 
     def parse(self, text, backend):
-        return backend.parse_json(text, dict(self.fields))
+        cols, ok, reasons = backend.parse_json(text, dict(self.fields))
+        if reasons is None:     # the whole-block reader took every record: no per-record reasons
+            reasons = "invalid JSON record"
+        return cols, ok, reasons
 
 
 @dataclass(frozen=True)
