@@ -11,7 +11,7 @@ import dask
 
 from .. import __version__
 from ..backends.base import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
-from ..errors import DataError
+from ..errors import DataError, OutputError
 from ..plan.compile import Plan
 from ..plan.graph import build_frame
 from ..sinks import commit as commit_protocol
@@ -60,6 +60,9 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
     out = plan.out_dir
     commit_protocol.prepare(out, spec.sink.mode)
     for stale in commit_protocol.stale_runs(out):
+        if commit_protocol.is_running(stale):
+            raise OutputError(f"sink.path: another gpuetl run ({stale.name}) is writing to {out} right now",
+                              hint="wait for it, or choose another sink.path")
         log(f"removing the temporary files of an earlier run that did not finish: {stale.name}")
         commit_protocol.abandon(stale)
     run_id = commit_protocol.new_run_id()
@@ -68,11 +71,16 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
         result = _run(plan, backend, executor, run_tmp, progress)
         result.seconds = time.perf_counter() - started
         result.manifest["run"]["seconds"] = round(result.seconds, 3)
-        commit_protocol.commit(out, run_tmp, result.manifest)
-        return result
     except BaseException:
         commit_protocol.abandon(run_tmp)
         raise
+    try:
+        commit_protocol.commit(out, run_tmp, result.manifest)
+    except OSError as err:   # the journal is written: the next command that opens `out` finishes it
+        raise OutputError(f"sink.path: committing to {out} failed part-way ({err}); the dataset is not "
+                          "complete (no _SUCCESS)", hint=f"free the space or fix the cause, then run "
+                          f"`gpuetl verify {out}`: it finishes the commit from its journal") from None
+    return result
 
 
 def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool) -> RunResult:

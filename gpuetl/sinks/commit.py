@@ -4,7 +4,9 @@ Shards are written under <out>/_tmp/<run-id>/data/. When all are written, a jour
 is written first; then old output is removed, new files are renamed into place, _manifest.json
 is written, and _SUCCESS last. A commit killed half-way is rolled forward by the next command
 that opens the dataset, from the journal. Names starting with '_' are hidden from pyarrow,
-Spark and DuckDB readers, so _tmp/ is never read as data.
+Spark's and pyarrow.dataset's discovery, so _tmp/ and _quarantine/ are not read as data; glob
+readers (DuckDB's read_parquet('out/**/*.parquet'), polars) must use 'out/*.parquet' or
+'out/[!_]*/*.parquet' instead (docs/consuming.md).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +25,7 @@ SUCCESS = "_SUCCESS"
 MANIFEST = "_manifest.json"
 TMP = "_tmp"
 JOURNAL = "_commit.json"
+OWNER = "_owner.json"
 
 
 def new_run_id() -> str:
@@ -55,7 +59,23 @@ def prepare(out: Path, mode: str) -> None:
 def tmp_dir(out: Path, run_id: str) -> Path:
     path = out / TMP / run_id
     path.mkdir(parents=True, exist_ok=False)
+    (path / OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
     return path
+
+
+def is_running(run_tmp: Path) -> bool:
+    """Whether the run that owns this temporary folder is still alive on this host."""
+    try:
+        owner = json.loads((run_tmp / OWNER).read_text())
+    except (OSError, ValueError):
+        return False
+    if owner.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except (OSError, ValueError, KeyError):
+        return False
+    return True
 
 
 def commit(out: Path, run_tmp: Path, manifest: dict) -> None:

@@ -78,7 +78,7 @@ def step_class(name: str) -> type[Step]:
     except KeyError:
         hint = closest(name, STEPS)
         raise KeyError(f"unknown step {name!r}" + (f"; did you mean {hint!r}?" if hint else "")
-                       + f" Known steps: {', '.join(sorted(STEPS))}") from None
+                       + f". Known steps: {', '.join(sorted(STEPS))}") from None
 
 
 __all__ = ["STEPS", "Step", "StepError", "Params", "register", "step_class", "closest", "STATUS_DEDUPLICATED"]

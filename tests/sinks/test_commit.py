@@ -263,10 +263,6 @@ def test_recover_is_idempotent(base, monkeypatch):
     _assert_rolled_forward(out)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime/run.py run_plan: an exception inside commit() (after the journal is written and the old "
-    "dataset deleted) runs abandon(run_tmp), which deletes the journal and the unmoved shards: the old "
-    "dataset is lost and the new one can never be rolled forward"))
 def test_failed_commit_in_a_run_can_be_recovered(base, monkeypatch):
     run_dict(base, shard={"count": 2, "splits": {"train": 0.5, "val": 0.5}})
     real_replace = os.replace
@@ -280,8 +276,9 @@ def test_failed_commit_in_a_run_can_be_recovered(base, monkeypatch):
         return real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="failed part-way"):
         run_dict(base, shard={"count": 3}, mode="overwrite")
+    assert not (base / "out" / commit.SUCCESS).exists()
     monkeypatch.setattr(os, "replace", real_replace)
     # Either the old dataset is intact or the new one can be finished: verify must pass after recovery.
     assert main(["verify", str(base / "out")]) == 0

@@ -338,3 +338,24 @@ def test_accounting_with_steps_and_bad_input(tmp_path):
                              "filtered": len([i for i in good if i <= 5]) + 2, "deduplicated": 0,
                              "quarantined": 10}
     assert_identity(result)
+
+
+@pytest.mark.parametrize("blocksize", [0, -1, "0MiB"])
+def test_non_positive_blocksize_is_a_spec_error(tmp_path, blocksize):
+    write(tmp_path, "in/a.log", "1 x\n")
+    with pytest.raises(SpecError, match="source.blocksize: a size must be positive"):
+        gpuetl.Pipeline.from_dict(spec(source={"blocksize": blocksize}), base_dir=tmp_path).plan()
+
+
+def test_paths_with_spaces_and_unicode(tmp_path):
+    write(tmp_path, "in put/jour été.log", "1 x\n")
+    write(tmp_path, "in put/日志.log", "2 y\n")
+    result = run(tmp_path, spec("in put/*.log"))
+    assert sorted((r["_file"], r["a"]) for r in rows(result)) == [("in put/jour été.log", 1), ("in put/日志.log", 2)]
+
+
+def test_absolute_pattern_outside_the_pipeline_folder(tmp_path):
+    data = write(tmp_path, "data/a.log", "1 x\n")
+    (tmp_path / "pipe").mkdir()
+    result = run(tmp_path / "pipe", spec(str(tmp_path / "data" / "*.log")))
+    assert [r["_file"] for r in rows(result)] == [str(data)]
