@@ -181,6 +181,10 @@ class CpuBackend(Backend):
 
         arr = _arrow(text)
         bad_rows: list[int] = []
+        # A record is one line: an unbalanced quote would make the reader run into the next line.
+        unbalanced = _bool_mask(pc.equal(pc.bit_wise_and(pc.count_substring(arr, '"'), 1), 1))
+        if unbalanced.any():
+            arr = pc.if_else(pa.array(unbalanced), pa.scalar(delimiter * (len(names) - 1)), arr)
 
         def on_invalid(row):
             bad_rows.append(row.number)
@@ -196,15 +200,16 @@ class CpuBackend(Backend):
             convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
                                                 strings_can_be_null=False, quoted_strings_can_be_null=False),
         ) if body else None
-        ok = np.ones(len(arr), dtype=bool)
+        parsed = np.ones(len(arr), dtype=bool)       # rows the reader kept (placeholders included)
         if bad_rows:
-            ok[np.array(bad_rows, dtype=np.int64) - 1] = False
+            parsed[np.array(bad_rows, dtype=np.int64) - 1] = False
+        ok = parsed & ~unbalanced
         cols = {}
         for name in names:
             if table is None or table.num_rows == 0:
                 full = pa.nulls(len(arr), pa.string())
             else:
-                values = pc.take(table.column(name).combine_chunks(), _gather_index(ok))
+                values = pc.take(table.column(name).combine_chunks(), _gather_index(parsed))
                 full = pc.if_else(pa.array(ok), values, pa.scalar(None, pa.string()))
             cols[name] = self.series(full, "string", index=text.index)
         expected = len(names)

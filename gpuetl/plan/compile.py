@@ -213,7 +213,7 @@ def _csv_header(loaded: LoadedSpec, files: list[InputFile]) -> tuple[str, ...]:
     lines = _first_lines(files[:1], 1)
     if not lines:
         raise SpecError(f"{loaded.path}: source.path: the first CSV file has no header line")
-    names = next(csv.reader([lines[0]], delimiter=loaded.spec.source.delimiter))
+    names = next(csv.reader([lines[0].lstrip("\ufeff")], delimiter=loaded.spec.source.delimiter))
     names = [n.strip() for n in names]
     if len(set(names)) != len(names) or not all(names):
         raise SpecError(f"{loaded.path}: the CSV header {lines[0]!r} has empty or repeated names")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 from dataclasses import dataclass, field
 
@@ -68,6 +69,7 @@ def read_partition(partition: Partition, segment: Segment, backend):
     xp = backend.xp
     buffers, seg_pos, seg_start, seg_file = [], [], [], []
     extra_bad: list[tuple[int, int, str, str]] = []
+    header_files = {rng.file_index for rng in partition.ranges if rng.offset == 0}
     position = 0
     for rng in partition.ranges:
         f = source.files[rng.file_index]
@@ -95,9 +97,15 @@ def read_partition(partition: Partition, segment: Segment, backend):
     file_index = xp.asarray(seg_file, dtype=xp.int32)[which]
     offsets = lines.offsets - pos[which] + xp.asarray(seg_start, dtype=xp.int64)[which]
     text, bad_utf8 = lines.text, lines.bad_utf8
-    if source.skip_header:
-        body = offsets != 0
+    if source.skip_header and header_files:
+        # a file's header is its first record, wherever it starts (after blank lines, say)
+        host_fi = backend.to_host(file_index)
+        _, first = np.unique(host_fi, return_index=True)
+        first = first[np.isin(host_fi[first], list(header_files))]
+        body = np.ones(len(host_fi), dtype=bool)
+        body[first] = False
         text = text[body].reset_index(drop=True)
+        body = xp.asarray(body)
         file_index, offsets, bad_utf8 = file_index[body], offsets[body], bad_utf8[body]
 
     cols, ok, reason = source.parser.parse(text, backend)

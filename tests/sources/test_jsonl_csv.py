@@ -200,26 +200,18 @@ def test_csv_empty_first_file_is_a_spec_error(tmp_path):
         run(tmp_path, {"type": "csv", "path": "a.csv"})
 
 
-@pytest.mark.xfail(strict=True, reason="plan/stages.py read_partition drops the header by `offset != 0`: a CSV file "
-                   "that starts with a blank line has its header at offset 1, and the header becomes a data row "
-                   "(quarantined when typed, a live row 'a,b,c' when not)")
 def test_csv_header_after_leading_blank_line(tmp_path):
     (tmp_path / "a.csv").write_bytes(b"\na,b\n1,2\n")
     result = run(tmp_path, {"type": "csv", "path": "a.csv"})
     assert table(result).to_pylist() == [{"a": "1", "b": "2"}]
 
 
-@pytest.mark.xfail(strict=True, reason="plan/compile.py _csv_header keeps a UTF-8 byte-order mark: the first "
-                   "column of an Excel-made CSV is named '\\ufeffa', so `columns: {a: ...}` is refused")
 def test_csv_header_with_byte_order_mark(tmp_path):
     (tmp_path / "a.csv").write_bytes(b"\xef\xbb\xbfa,b\n1,2\n")
     result = run(tmp_path, {"type": "csv", "path": "a.csv"}, {"a": "int32"})
     assert table(result).to_pylist() == [{"a": 1, "b": "2"}]
 
 
-@pytest.mark.xfail(strict=True, reason="backends/cpu.py parse_csv: an unterminated quote makes pyarrow's reader "
-                   "swallow the next line, the invalid-row numbers shift, and the partition crashes with a bare "
-                   "ArrowIndexError (or the next good row silently becomes all-null)")
 def test_csv_unterminated_quote_is_quarantined(tmp_path):
     (tmp_path / "a.csv").write_bytes(b'a,b,c\n1,2,3\n4,u,v,extra\n5,"open,w\n  \n6,,\n')
     result = run(tmp_path, {"type": "csv", "path": "a.csv", "provenance": True})
