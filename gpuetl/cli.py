@@ -93,7 +93,7 @@ def cmd_plan(args) -> int:
         previous = info.schema
     print("\noutput schema: " + ", ".join(f"{n}: {t}" for n, t in plan.output_schema.items()))
     layout = layout_of(plan)
-    shards = layout.shard_counts({}, {}) if not layout.target_bytes else ["by size"]
+    shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
     shuffles = len(plan.segments) - 1
     tasks = len(plan.partitions) * (len(plan.segments) + 1) + shuffles * len(plan.partitions) + sum(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import time
 from dataclasses import dataclass, field
@@ -16,8 +17,8 @@ from ..plan.compile import Plan
 from ..plan.graph import build_frame
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import Layout, cut_points
-from ..sinks.parquet import ShardTask, WriteOptions, write_quarantine, write_shard
-from ..sinks.spill import MapResult, spill_partition
+from ..sinks.parquet import ShardResult, ShardTask, WriteOptions, write_quarantine, write_shard
+from ..sinks.spill import MapResult, load_result, spill_partition
 
 MANIFEST_FORMAT = "gpuetl-manifest/1"
 
@@ -58,21 +59,34 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
     started = time.perf_counter()
     spec = plan.spec
     out = plan.out_dir
-    commit_protocol.prepare(out, spec.sink.mode)
+    mode = spec.sink.mode
+    commit_protocol.prepare(out, mode)
+    if mode == "resume":
+        done = _already_complete(plan, out)
+        if done is not None:
+            log(f"{out} already holds the complete output of this pipeline and these inputs: nothing to do")
+            return done
+    run_tmp = None
     for stale in commit_protocol.stale_runs(out):
         if commit_protocol.is_running(stale):
             raise OutputError(f"sink.path: another gpuetl run ({stale.name}) is writing to {out} right now",
                               hint="wait for it, or choose another sink.path")
+        if mode == "resume" and run_tmp is None and _resumable(plan, stale):
+            run_tmp = stale
+            commit_protocol.claim(stale)
+            continue
         log(f"removing the temporary files of an earlier run that did not finish: {stale.name}")
         commit_protocol.abandon(stale)
-    run_id = commit_protocol.new_run_id()
-    run_tmp = commit_protocol.tmp_dir(out, run_id)
+    if run_tmp is None:
+        run_tmp = commit_protocol.tmp_dir(out, commit_protocol.new_run_id())
+        _write_state(plan, run_tmp)
     try:
-        result = _run(plan, backend, executor, run_tmp, progress)
+        result = _run(plan, backend, executor, run_tmp, progress, log)
         result.seconds = time.perf_counter() - started
         result.manifest["run"]["seconds"] = round(result.seconds, 3)
     except BaseException:
-        commit_protocol.abandon(run_tmp)
+        if mode != "resume":                  # resume keeps finished work for the next try
+            commit_protocol.abandon(run_tmp)
         raise
     try:
         commit_protocol.commit(out, run_tmp, result.manifest)
@@ -83,71 +97,179 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
     return result
 
 
-def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool) -> RunResult:
+# -- resume -------------------------------------------------------------------------------------
+
+STATE = "_state.json"
+
+
+def _fingerprint(plan: Plan) -> dict:
+    """What must not change for finished work to be reused: the pipeline and every input."""
+    return {"pipeline_sha256": plan.loaded.sha256, "partitions": len(plan.partitions),
+            "inputs": [{"path": f.display, "bytes": f.size, "mtime_ns": f.mtime_ns} for f in plan.files]}
+
+
+def _write_state(plan: Plan, run_tmp: Path) -> None:
+    (run_tmp / STATE).write_text(json.dumps(_fingerprint(plan)))
+
+
+def _input_changes(old: list[dict], new: list[dict]) -> list[str]:
+    before = {i["path"]: i for i in old}
+    after = {i["path"]: i for i in new}
+    changes = [f"{p}: no longer an input" for p in before if p not in after]
+    changes += [f"{p}: new input" for p in after if p not in before]
+    for p in before.keys() & after.keys():
+        a, b = before[p], after[p]
+        if a["bytes"] != b["bytes"]:
+            changes.append(f"{p}: size {a['bytes']} -> {b['bytes']} bytes")
+        elif a["mtime_ns"] != b["mtime_ns"]:
+            changes.append(f"{p}: modified since the earlier run")
+    return sorted(changes)
+
+
+def _resumable(plan: Plan, run_tmp: Path) -> bool:
+    """A stale run can be resumed when it ran this very pipeline on these very inputs."""
+    try:
+        state = json.loads((run_tmp / STATE).read_text())
+    except (OSError, ValueError):
+        return False
+    now = _fingerprint(plan)
+    changes = _input_changes(state.get("inputs", []), now["inputs"])
+    if changes:
+        raise OutputError(
+            f"sink.mode resume: the inputs changed since the interrupted run {run_tmp.name}:\n    "
+            + "\n    ".join(changes[:10]),
+            hint="the finished work no longer matches the inputs; use --set sink.mode=overwrite to start again")
+    if state.get("pipeline_sha256") != now["pipeline_sha256"] or state.get("partitions") != now["partitions"]:
+        raise OutputError(
+            f"sink.mode resume: the pipeline file changed since the interrupted run {run_tmp.name}",
+            hint="resume continues the same pipeline; use --set sink.mode=overwrite to start again")
+    return True
+
+
+def _already_complete(plan: Plan, out: Path) -> RunResult | None:
+    manifest_path = out / commit_protocol.MANIFEST
+    if not (out / commit_protocol.SUCCESS).exists() or not manifest_path.exists():
+        return None
+    manifest = json.loads(manifest_path.read_text())
+    now = _fingerprint(plan)
+    changes = _input_changes(manifest.get("inputs", []), now["inputs"])
+    if changes or manifest.get("pipeline_sha256") != now["pipeline_sha256"]:
+        raise OutputError(f"sink.mode resume: {out} holds a complete dataset of "
+                          + ("other inputs" if changes else "another pipeline file")
+                          + (":\n    " + "\n    ".join(changes[:10]) if changes else ""),
+                          hint="use --set sink.mode=overwrite to replace it")
+    return RunResult(out, manifest["counts"], manifest["stages"], manifest["shards"], manifest["quarantine"],
+                     manifest.get("bad_records", {}), manifest["backend"], 0.0, plan.input_bytes, manifest)
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> RunResult:
     spec = plan.spec
     layout = layout_of(plan)
-    ranged = bool(layout.target_bytes) or max(layout.shard_counts({}, {})) > 1
+    ranged = bool(layout.target_bytes) or max(layout.shard_counts()) > 1
     schema = plan.output_schema
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
     file_names = [f.display for f in plan.files]
+    options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
 
+    finished = {i: r for i in range(len(plan.partitions)) if (r := load_result(str(run_tmp), i)) is not None}
     frame = build_frame(plan, backend)
     parts = frame.to_delayed()
+    if finished:
+        log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)
-    maps = [spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp), ranged=ranged,
-                  file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}")
-            for i, part in enumerate(parts)]
+    maps = {i: spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp), ranged=ranged,
+                     file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}")
+            for i, part in enumerate(parts) if i not in finished}
     # Rows still in input order (no shuffle, no global step) and one shard per split: stream
     # each piece into its shard as soon as it exists, while the other partitions are parsed.
     presorted = not ranged and not layout.shuffle and len(plan.segments) == 1
-    options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
     streamed = None
     if presorted and executor.shares_files:
-        results, streamed = _map_and_stream(plan, layout, maps, executor, run_tmp, options)
+        results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options)
     else:
-        results = executor.compute(maps, progress=progress)
+        computed = executor.compute(list(maps.values()), progress=progress)
+        results = sorted([*finished.values(), *computed], key=lambda r: r.partition)
 
     counts, stages = _account(plan, results)
     bad = dict(sorted(_merge(r.reasons for r in results).items(), key=lambda kv: (-kv[1], kv[0]))[:50])
     _check_errors(plan, counts, bad)
 
-    tasks = _shard_tasks(layout, results, ranged)
-    write = dask.delayed(write_shard, pure=False)
-    writes = [] if streamed is not None else [
-        write(task, [r.pieces[task.split] for r in results if task.split in r.pieces], schema=schema,
-              tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle, ranged=ranged, presorted=presorted,
-              dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}")
-        for task in tasks]
+    shard_state = run_tmp / "shards"
+    shard_state.mkdir(exist_ok=True)
+    if streamed is None:
+        tasks = _shard_tasks(layout, results, ranged, schema, options)
+        shards, todo = [], []
+        for task in tasks:
+            saved = _load_json(shard_state / f"{task.split}-{task.index}.json")
+            if saved and (run_tmp / "data" / saved["path"]).exists():
+                shards.append(ShardResult(**saved))
+            else:
+                todo.append(task)
+        if len(todo) < len(tasks):
+            log(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} shards already written, skipped")
+        write = dask.delayed(_write_and_record, pure=False)
+        writes = [write(task, [r.pieces[task.split] for r in results if task.split in r.pieces], str(shard_state),
+                        schema=schema, tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle,
+                        ranged=ranged, presorted=presorted,
+                        dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
+        shards += executor.compute(writes, progress=progress)
+        order = {(t.split, t.index): k for k, t in enumerate(tasks)}
+        shards.sort(key=lambda r: order[(_split_index(layout, r.split), int(r.path.rsplit("-", 1)[1][:5]))])
+    else:
+        shards = streamed
     quarantine_pieces = [r.quarantine for r in results if r.quarantine]
-    if quarantine_pieces:
-        writes.append(dask.delayed(write_quarantine, pure=False)(quarantine_pieces, str(run_tmp), options,
-                                                                  dask_key_name="write-quarantine"))
-    written = executor.compute(writes, progress=progress)
-    quarantine = [vars(q) for q in written.pop()] if quarantine_pieces else []
-    shards = [vars(s) for s in (written if streamed is None else streamed)]
+    quarantine = executor.compute([dask.delayed(write_quarantine, pure=False)(
+        quarantine_pieces, str(run_tmp), options, dask_key_name="write-quarantine")])[0] if quarantine_pieces else []
+    shards = [vars(s) for s in shards]
+    quarantine = [vars(q) for q in quarantine]
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
 
 
-def _map_and_stream(plan, layout, maps, executor, run_tmp: Path, options):
+def _split_index(layout: Layout, name: str) -> int:
+    return layout.split_names.index(name or "")
+
+
+def _load_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_and_record(task: ShardTask, pieces: list[str], state_dir: str, **kwargs) -> ShardResult:
+    """Write one shard, then record it, so a resumed run skips it."""
+    result = write_shard(task, pieces, **kwargs)
+    path = Path(state_dir) / f"{task.split}-{task.index}.json"
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(vars(result)))
+    tmp.replace(path)
+    return result
+
+
+def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp: Path, options):
     """Run the map tasks; feed each one's pieces, in partition order, to its split's writer."""
     from ..sinks.parquet import ShardWriter
     from ..sinks.spill import read_ipc
 
-    tasks = _shard_tasks(layout, [], ranged=False)
+    tasks = _shard_tasks(layout, [], False, plan.output_schema, options)
     writers = {t.split: ShardWriter(str(run_tmp / "data" / t.relpath), plan.output_schema, options, t) for t in tasks}
+    computed = executor.ordered(list(maps.values()))
     results = []
     try:
-        for result in executor.ordered(maps):
+        for i in range(len(plan.partitions)):
+            result = finished[i] if i in finished else next(computed)
             results.append(result)
             for split, path in sorted(result.pieces.items()):
                 writers[split].write(read_ipc(path))
-                Path(path).unlink()
         return results, [writers[t.split].close() for t in tasks]
     finally:
         for w in writers.values():
             w.abort()
+        computed.close()
 
 
 def _merge(dicts) -> dict:
@@ -198,20 +320,25 @@ def _check_errors(plan: Plan, counts: dict, bad: dict) -> None:
         )
 
 
-def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool) -> list[ShardTask]:
+def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool, schema, options) -> list[ShardTask]:
     import numpy as np
 
-    from ..sinks.layout import BUCKETS
+    from ..sinks.layout import BUCKETS, cut_points_by_size
+    from ..sinks.parquet import compression_ratio
 
     names = layout.split_names
-    rows = {i: sum(r.rows.get(i, 0) for r in results) for i in range(len(names))}
     hist = {i: sum((r.histograms[i] for r in results if i in r.histograms), np.zeros(BUCKETS)) for i in range(len(names))}
-    size = {i: int(hist[i].sum()) for i in range(len(names))}
-    counts = layout.shard_counts(rows, size)
+    if layout.target_bytes:
+        pieces = [p for r in results for p in r.pieces.values()]
+        ratio = compression_ratio(pieces, sum(hist.values()), schema, options)
+        cuts_by_split = {i: cut_points_by_size(hist[i], layout.target_bytes / ratio) for i in hist}
+    else:
+        counts = layout.shard_counts()
+        cuts_by_split = {i: cut_points(hist[i], counts[i]) if ranged else [0, BUCKETS] for i in hist}
     tasks = []
     for i, name in enumerate(names):
-        cuts = cut_points(hist[i], counts[i]) if ranged else [0, BUCKETS]
-        for k in range(counts[i]):
+        cuts = cuts_by_split[i]
+        for k in range(len(cuts) - 1):
             rel = f"{name}/part-{k:05d}.parquet" if name else f"part-{k:05d}.parquet"
             tasks.append(ShardTask(i, name, k, cuts[k], cuts[k + 1], rel))
     return tasks

@@ -63,6 +63,11 @@ def tmp_dir(out: Path, run_id: str) -> Path:
     return path
 
 
+def claim(run_tmp: Path) -> None:
+    """Take over an interrupted run's folder (resume)."""
+    (run_tmp / OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+
+
 def is_running(run_tmp: Path) -> bool:
     """Whether the run that owns this temporary folder is still alive on this host."""
     try:

@@ -54,11 +54,10 @@ class Layout:
             order = p if not self.key else backend.hash64(ident, self.seed ^ _ORDER_SALT)
         return split, p, order
 
-    def shard_counts(self, rows_per_split: dict[int, int], bytes_per_split: dict[int, int]) -> list[int]:
-        """How many shards each split gets."""
+    def shard_counts(self) -> list[int]:
+        """How many shards each split gets with `count` (largest remainder, at least one each);
+        with `target_bytes` the count follows from the data (cut_points_by_size)."""
         n = len(self.split_names)
-        if self.target_bytes:
-            return [max(1, int(round(bytes_per_split.get(i, 0) / self.target_bytes))) for i in range(n)]
         total = self.count or 1
         if n == 1:
             return [total]
@@ -94,3 +93,25 @@ def cut_points(histogram: np.ndarray, shards: int) -> list[int]:
 
 def bucket_of(p):
     return p >> np.uint64(64 - BUCKET_BITS)
+
+
+def cut_points_by_size(histogram: np.ndarray, target: float) -> list[int]:
+    """Boundaries so that each shard holds about `target` (in the histogram's unit); the last
+    shard of a split takes the remainder. A shard is never cut inside a bucket."""
+    total = float(histogram.sum())
+    if total <= 0 or target <= 0 or total <= target * 1.1:
+        return [0, BUCKETS]
+    cum = np.cumsum(histogram)
+    cuts = [0]
+    k = 1
+    while total - target * k > target * 0.1:      # a last shard of a tenth or less joins the one before
+        cut = int(np.searchsorted(cum, target * k, side="left")) + 1
+        # choose the nearer of the bucket edges around the target
+        if cut > 1 and abs(cum[cut - 2] - target * k) < abs(cum[cut - 1] - target * k):
+            cut -= 1
+        cut = min(max(cut, cuts[-1] + 1), BUCKETS - 1)
+        if cut <= cuts[-1] or cut >= BUCKETS:
+            break
+        cuts.append(cut)
+        k += 1
+    return cuts + [BUCKETS]

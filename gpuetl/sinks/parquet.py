@@ -181,3 +181,38 @@ def sha256_of(path: str) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+SAMPLE_ROW_BYTES = 16 << 20
+
+
+def compression_ratio(pieces: list[str], histogram: np.ndarray, schema: Schema, options: WriteOptions) -> float:
+    """Parquet bytes per in-memory row byte, from compressing a deterministic sample: the rows
+    of the lowest placement-hash buckets (which depend only on the data) up to ~16 MiB."""
+    import io
+
+    from .spill import _row_bytes
+
+    cum = np.cumsum(histogram)
+    last = min(int(np.searchsorted(cum, SAMPLE_ROW_BYTES)) + 1, BUCKETS)
+    upper = np.uint64(last) << np.uint64(64 - BUCKET_BITS) if last < BUCKETS else None
+    parts = []
+    for path in pieces:
+        table = read_ipc(path)
+        if table.num_rows:
+            place = table.column(PLACE).to_numpy()
+            hi = len(place) if upper is None else int(np.searchsorted(place, upper, side="left"))
+            parts.append(table.slice(0, hi))
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return 1.0
+    sample = pa.concat_tables(parts)
+    sample = sample.take(pc.sort_indices(sample, sort_keys=[(PLACE, "ascending"), (FILE_INDEX, "ascending"),
+                                                            (OFFSET, "ascending")]))
+    raw = float(_row_bytes(sample, schema).sum())
+    sink = io.BytesIO()
+    compression = None if options.compression == "none" else options.compression
+    rows = options.row_group_rows or DEFAULT_ROW_GROUP_ROWS
+    pq.write_table(sample.select(list(schema)).cast(arrow_schema(schema)), sink, compression=compression,
+                   row_group_size=rows)
+    return max(sink.tell() / max(raw, 1.0), 1e-6)

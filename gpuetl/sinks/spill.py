@@ -34,6 +34,13 @@ class MapResult:
 
 def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str, ranged: bool,
                     file_names: list[str], stage_names: list[str], backend) -> MapResult:
+    result = _spill(df, partition, layout=layout, schema=schema, tmp_dir=tmp_dir, ranged=ranged,
+                    file_names=file_names, stage_names=stage_names, backend=backend)
+    save_result(result, tmp_dir)
+    return result
+
+
+def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, stage_names, backend) -> MapResult:
     result = MapResult(partition)
     status = df[STATUS]
     live_mask = status == STATUS_LIVE
@@ -76,6 +83,47 @@ def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_d
         result.histograms[int(s)] = np.bincount(buckets.astype(np.int64), weights=_row_bytes(table, schema),
                                                 minlength=BUCKETS)
     return result
+
+
+def save_result(result: MapResult, tmp_dir: str) -> None:
+    """Record a finished map task, so a resumed run can skip it (written last, atomically)."""
+    import json
+
+    folder = os.path.join(tmp_dir, "maps")
+    os.makedirs(folder, exist_ok=True)
+    for split, hist in result.histograms.items():
+        path = os.path.join(folder, f"p{result.partition:06d}-s{split}.npy")
+        np.save(path + ".partial.npy", hist)
+        os.replace(path + ".partial.npy", path)
+    state = {"partition": result.partition, "tallies": [[s, st, n] for (s, st), n in result.tallies.items()],
+             "reasons": result.reasons, "pieces": {str(k): v for k, v in result.pieces.items()},
+             "rows": {str(k): v for k, v in result.rows.items()}, "quarantine": result.quarantine}
+    path = os.path.join(folder, f"p{result.partition:06d}.json")
+    with open(path + ".partial", "w") as fh:
+        json.dump(state, fh)
+    os.replace(path + ".partial", path)
+
+
+def load_result(tmp_dir: str, partition: int) -> MapResult | None:
+    import json
+
+    path = os.path.join(tmp_dir, "maps", f"p{partition:06d}.json")
+    try:
+        with open(path) as fh:
+            state = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    pieces = {int(k): v for k, v in state["pieces"].items()}
+    if not all(os.path.exists(p) for p in pieces.values()):
+        return None
+    hists = {}
+    for split in pieces:
+        try:
+            hists[split] = np.load(os.path.join(tmp_dir, "maps", f"p{partition:06d}-s{split}.npy"), allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+    return MapResult(partition, {(s, st): n for s, st, n in state["tallies"]}, state["reasons"], pieces,
+                     {int(k): v for k, v in state["rows"].items()}, hists, state["quarantine"])
 
 
 def _row_bytes(table: pa.Table, schema: Schema) -> np.ndarray:

@@ -90,7 +90,6 @@ def _canonical(data) -> bytes:
 NOT_YET = {
     ("source", "type", "images"): "image sources are not supported yet",
     ("source", "type", "parquet"): "parquet sources are not supported yet",
-    ("sink", "mode", "resume"): "resume is not supported yet; use error or overwrite",
 }
 
 
