@@ -133,3 +133,24 @@ class Backend(ABC):
         from ..hashing import hash_columns
 
         return hash_columns(self, columns, seed)
+
+    # == text kernels (steps issue: normalize_text, mask, near_dedupe) =====================
+    # Written against what pandas and cuDF share where both can; a backend overrides a method
+    # when it has a faster or the only exact way (CPU: backends/cpu_text.py, GPU: gpu_text.py).
+
+    def normalize_text(self, col: Any, *, nfkc: bool, lower: bool, collapse_whitespace: bool,
+                       strip: bool) -> Any:
+        """Unicode NFKC, then lower case, then runs of ASCII white space -> one space, then trim
+        ASCII white space at both ends; nulls stay null."""
+        raise NotImplementedError(f"{self.name} backend: normalize_text")
+
+    def replace_regex(self, col: Any, pattern: str, replacement: str) -> Any:
+        """Replace every match of `pattern` (the RE2 subset cuDF also runs: no lookarounds, no
+        backreferences) with the literal `replacement`."""
+        return col.str.replace(pattern, replacement, regex=True)
+
+    def minhash(self, col: Any, *, seed: int, a: Any, b: Any, width: int, shingle: str = "char") -> tuple[Any, Any]:
+        """(xp uint32 signatures of shape (n, len(a)), xp bool valid) with libcudf's nvtext
+        minhash scheme (see backends/cpu_text.py). shingle: 'char' (width characters) or
+        'word' (width words)."""
+        raise NotImplementedError(f"{self.name} backend: minhash")

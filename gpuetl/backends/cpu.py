@@ -309,6 +309,25 @@ class CpuBackend(Backend):
         data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         return offsets, data, valid
 
+    # -- text kernels (steps: normalize_text, mask, near_dedupe); the work is in cpu_text.py
+    def normalize_text(self, col, *, nfkc, lower, collapse_whitespace, strip):
+        from . import cpu_text
+
+        out = cpu_text.normalize(_arrow(col), nfkc=nfkc, lower=lower, collapse_whitespace=collapse_whitespace,
+                                 strip=strip)
+        return self.series(out, "string", index=col.index)
+
+    def replace_regex(self, col, pattern, replacement):
+        from . import cpu_text
+
+        return self.series(cpu_text.replace_regex(_arrow(col), pattern, replacement), "string", index=col.index)
+
+    def minhash(self, col, *, seed, a, b, width, shingle="char"):
+        from . import cpu_text
+
+        return cpu_text.minhash(_arrow(col).cast(pa.string()), seed=seed, a=np.asarray(a, dtype=np.uint32),
+                                b=np.asarray(b, dtype=np.uint32), width=width, shingle=shingle)
+
 
 _BAD = object()
 
@@ -356,3 +375,4 @@ def _json_value_problem(value: Any, type_name: str) -> str | None:
     if _exact(value, type_name) is _BAD:
         return f"expected {type_name}, got {json.dumps(value)[:80]}"
     return None
+

@@ -215,8 +215,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
                         ranged=ranged, presorted=presorted,
                         dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
         shards += executor.compute(writes, progress=progress)
-        order = {(t.split, t.index): k for k, t in enumerate(tasks)}
-        shards.sort(key=lambda r: order[(_split_index(layout, r.split), int(r.path.rsplit("-", 1)[1][:5]))])
+        order = {t.relpath: k for k, t in enumerate(tasks)}
+        shards.sort(key=lambda r: order[r.path])
     else:
         shards = streamed
     quarantine_pieces = [r.quarantine for r in results if r.quarantine]
@@ -227,10 +227,6 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
-
-
-def _split_index(layout: Layout, name: str) -> int:
-    return layout.split_names.index(name or "")
 
 
 def _load_json(path: Path):

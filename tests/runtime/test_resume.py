@@ -1,0 +1,129 @@
+"""mode: resume — an interrupted run, re-run, ends with exactly the output of a clean run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuetl import Pipeline
+from gpuetl.errors import OutputError
+from gpuetl.samples import write_access_logs
+
+
+def pipeline(tmp_path, mode, shard=None, steps=None, blocksize="256KiB"):
+    spec = {
+        "version": 1, "name": "r",
+        "source": {"type": "text", "path": "in/*.log", "blocksize": blocksize},
+        "parse": {"preset": "apache_combined"},
+        "steps": steps or [],
+        "shard": shard or {},
+        "sink": {"path": "out", "mode": mode, "row_group_rows": 4096},
+    }
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    (tmp_path / "in").mkdir()
+    for i in range(3):
+        write_access_logs(tmp_path / "in" / f"{i}.log", lines=12_000, seed=i, bad_every=1000)
+    return tmp_path
+
+
+def shards_of(out: Path):
+    manifest = json.loads((out / "_manifest.json").read_text())
+    return [(s["path"], s["rows"], s["sha256"]) for s in manifest["shards"]], manifest["counts"]
+
+
+def kill_during_run(tmp_path, file: Path, stop_when):
+    proc = subprocess.Popen([sys.executable, "-m", "gpuetl", "run", str(file), "--scheduler", "sync"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None and not stop_when():
+        time.sleep(0.005)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def maps_done(tmp_path, n):
+    return lambda: len(list((tmp_path / "out" / "_tmp").glob("*/maps/p*.json"))) >= n
+
+
+@pytest.mark.parametrize("shard, point", [
+    ({}, 1),                                             # in-order stream, killed after one partition
+    ({"count": 3, "shuffle": True, "seed": 5}, 2),       # ranged shards, killed mid-map
+    ({"count": 3, "key": ["ip"]}, 100),                  # killed during the shard writes (or after)
+])
+def test_resume_after_sigkill_equals_a_clean_run(inputs, shard, point):
+    tmp_path = inputs
+    clean = pipeline(tmp_path, "overwrite", shard)
+    Pipeline.from_file(clean).run(backend="cpu", scheduler="sync")
+    expected = shards_of(tmp_path / "out")
+    (tmp_path / "out" / "_SUCCESS").unlink()
+    for p in (tmp_path / "out").iterdir():
+        if p.is_file():
+            p.unlink()
+    import shutil
+    shutil.rmtree(tmp_path / "out")
+
+    file = pipeline(tmp_path, "resume", shard)
+    stop = maps_done(tmp_path, point) if point < 100 else (lambda: any((tmp_path / "out" / "_tmp").glob("*/shards/*.json")))
+    kill_during_run(tmp_path, file, stop)
+    assert not (tmp_path / "out" / "_SUCCESS").exists() or shards_of(tmp_path / "out") == expected
+    logs = []
+    result = Pipeline.from_file(file).run(backend="cpu", scheduler="sync", log=logs.append)
+    assert shards_of(tmp_path / "out") == expected
+    assert result.counts == expected[1]
+    assert not (tmp_path / "out" / "_tmp").exists()
+    if point < 100:
+        assert any("already done, skipped" in line for line in logs), logs
+
+
+def test_resume_on_a_complete_dataset_does_nothing(inputs):
+    file = pipeline(inputs, "resume")
+    first = Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
+    logs = []
+    again = Pipeline.from_file(file).run(backend="cpu", scheduler="sync", log=logs.append)
+    assert again.counts == first.counts and "nothing to do" in logs[0]
+
+
+def test_resume_refuses_changed_inputs(inputs):
+    file = pipeline(inputs, "resume")
+    kill_during_run(inputs, file, maps_done(inputs, 1))
+    with open(inputs / "in" / "1.log", "a") as fh:
+        fh.write('1.2.3.4 - - [10/Oct/2026:13:55:36 -0700] "GET / HTTP/1.1" 200 1 "-" "-"\n')
+    with pytest.raises(OutputError, match=r"(?s)inputs changed.*1\.log: size"):
+        Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
+    overwrite = Pipeline.from_file(file, ["sink.mode=overwrite"]).run(backend="cpu", scheduler="sync")
+    assert overwrite.counts["rows_in"] == 36_001
+
+
+def test_resume_refuses_a_complete_dataset_of_other_inputs(inputs):
+    file = pipeline(inputs, "resume")
+    Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
+    write_access_logs(inputs / "in" / "3.log", lines=10, seed=9)
+    with pytest.raises(OutputError, match="complete dataset of other inputs"):
+        Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
+
+
+def test_target_bytes_shards_are_within_ten_percent(inputs):
+    file = pipeline(inputs, "overwrite", {"target_bytes": "200KiB", "splits": {"train": 0.8, "val": 0.2}},
+                    blocksize="128KiB")
+    result = Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
+    target = 200 * 1024
+    for split in ("train", "val"):
+        sizes = [s["bytes"] for s in result.shards if s["split"] == split]
+        assert len(sizes) >= 2 if split == "train" else len(sizes) >= 1
+        for size in sizes[:-1]:
+            assert 0.9 * target <= size <= 1.1 * target, (split, sizes)
+    again = Pipeline.from_file(file, ["source.blocksize=1MiB"]).run(backend="cpu", scheduler="threads")
+    assert again.shards == result.shards
