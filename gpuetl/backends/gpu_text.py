@@ -1,9 +1,112 @@
 """GPU forms of the text kernels used by the cleaning steps (normalize_text, mask, near-dedupe).
 
-Mixed into GpuBackend (gpu.py). Like gpu.py, this module may import cudf/cupy, lazily."""
+Mixed into GpuBackend (gpu.py). Like gpu.py, this module may import cudf/cupy, lazily.
+The CPU forms are in cpu_text.py; both must give the same values (tests/steps/*: gpu marker).
+"""
 
 from __future__ import annotations
 
+WHITESPACE = " \t\n\x0b\x0c\r"
+WHITESPACE_RUN = "[" + WHITESPACE + "]+"
+
 
 class GpuTextMixin:
-    """Text kernels on cuDF: filled in by the steps issue."""
+    """Text kernels on cuDF. Needs cuDF >= 24.12 (nvtext minhash with a/b permutation parameters)."""
+
+    def normalize_text(self, col, *, nfkc, lower, collapse_whitespace, strip):
+        if nfkc:
+            col = self._nfkc(col)
+        if lower:
+            col = col.str.lower()
+        if collapse_whitespace:
+            col = col.str.replace(WHITESPACE_RUN, " ", regex=True)
+        if strip:
+            col = col.str.strip(WHITESPACE)
+        return col
+
+    def _nfkc(self, col):
+        """cuDF has no NFKC that matches utf8proc's (nvtext.normalize_characters is BERT-style);
+        only the rows that hold non-ASCII text go to the host for pyarrow's utf8_normalize
+        (ASCII is NFKC-stable), so ASCII-only logs never leave the device."""
+        import cudf
+        import pyarrow.compute as pc
+
+        non_ascii = col.str.contains("[^\x00-\x7f]", regex=True).fillna(False)
+        if not bool(non_ascii.any()):
+            return col
+        part = col[non_ascii]
+        fixed = cudf.Series.from_arrow(pc.utf8_normalize(part.to_arrow(), form="NFKC"))
+        fixed.index = part.index
+        out = col.copy()
+        out[non_ascii] = fixed
+        return out
+
+    def replace_regex(self, col, pattern, replacement):
+        return col.str.replace(pattern, replacement, regex=True)
+
+    def minhash(self, col, *, seed, a, b, width, shingle="char"):
+        import cudf
+        import cupy as cp
+        import numpy as np
+
+        n = len(col)
+        m = len(a)
+        a_s = cudf.Series(np.asarray(a, dtype=np.uint32))
+        b_s = cudf.Series(np.asarray(b, dtype=np.uint32))
+        valid = cp.asarray(col.notna().values)
+        if n == 0:
+            return cp.zeros((0, m), dtype=cp.uint32), valid
+        if shingle == "char":
+            try:
+                lists = col.str.minhash(np.uint32(seed), a=a_s, b=b_s, width=width)
+            except TypeError as err:  # cuDF < 24.12: minhash(seeds, width), another scheme
+                raise RuntimeError("near_dedupe on the GPU needs cuDF >= 24.12 (nvtext minhash with "
+                                   "permutation parameters a and b)") from err
+            flat = lists.fillna(0) if lists.null_count else lists
+            values = flat.list.leaves.values if hasattr(flat.list, "leaves") else flat.explode().values
+            sig = cp.zeros((n, m), dtype=cp.uint32)
+            ok = cp.asarray(lists.notna().values)
+            sig[ok] = cp.asarray(values, dtype=cp.uint32).reshape(-1, m)
+            return sig, valid
+        return self._word_minhash(col, seed, np.asarray(a, dtype=np.uint32), np.asarray(b, dtype=np.uint32), width), valid
+
+    def _word_minhash(self, col, seed, a, b, width):
+        """Word shingles as cpu_text.word_shingles builds them; each hashed with libcudf's
+        MurmurHash3_x86_32 (Series.hash_values(method='murmur3', seed)), then permuted and
+        reduced per row with CuPy, the same arithmetic as nvtext minhash."""
+        import cudf
+        import cupy as cp
+        import cupyx
+
+        n = len(col)
+        norm = col.str.replace(WHITESPACE_RUN, " ", regex=True).str.strip(WHITESPACE)
+        words = norm.str.split(" ")
+        frame = cudf.DataFrame({"row": cp.arange(n), "w": words}).explode("w")
+        frame = frame[frame["w"].notna() & (frame["w"].str.len() > 0)].reset_index(drop=True)
+        counts = cp.bincount(frame["row"].values, minlength=n)
+        first = cp.concatenate([cp.zeros(1, dtype=cp.int64), cp.cumsum(counts)[:-1]])
+        grams = cp.where(counts > 0, cp.maximum(counts - width + 1, 1), 0)
+        rows = cp.repeat(cp.arange(n), grams.get().tolist()) if n else cp.zeros(0, dtype=cp.int64)
+        starts_of_row = cp.concatenate([cp.zeros(1, dtype=cp.int64), cp.cumsum(grams)[:-1]])
+        k = cp.arange(len(rows)) - starts_of_row[rows]
+        start_word = first[rows] + k
+        take = cp.minimum(width, counts[rows])
+        flat = frame["w"]
+        shingle = flat.take(start_word).reset_index(drop=True)
+        for j in range(1, width):
+            idx = cp.minimum(start_word + j, max(len(flat) - 1, 0))
+            nxt = flat.take(idx).reset_index(drop=True)
+            has = cudf.Series(take > j)
+            shingle = shingle.where(~has, shingle + " " + nxt)
+        m = len(a)
+        sig = cp.full((n, m), cp.iinfo(cp.uint32).max, dtype=cp.uint32)
+        if len(rows):
+            hv = cp.asarray(shingle.hash_values(method="murmur3", seed=int(seed)).values).astype(cp.uint32)
+            hv = cp.maximum(hv, cp.uint32(1))
+            for j in range(m):
+                v = hv * cp.uint32(a[j]) + cp.uint32(b[j])
+                col_min = cp.full(n, cp.iinfo(cp.uint32).max, dtype=cp.uint32)
+                cupyx.scatter_min(col_min, rows, v)
+                sig[:, j] = col_min
+        sig[counts == 0] = 0
+        return sig
