@@ -102,3 +102,75 @@ def _take_fields(data: np.ndarray, bounds: np.ndarray, fields: int, valid: np.nd
                                    [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
     step = np.arange(rows, dtype=np.int64) * (2 * fields)
     return [tokens.take(pa.array(step + 2 * f)).cast(pa.string()) for f in range(fields)]
+
+
+CLF_TIME_FORMAT = "%d/%b/%Y:%H:%M:%S %z"
+_MONTHS = [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"]
+_MONTH_CODES = np.array([(m[0] << 16) | (m[1] << 8) | m[2] for m in _MONTHS], dtype=np.int64)
+_MONTH_ORDER = np.argsort(_MONTH_CODES)
+_DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+
+
+def parse_clf_time(arr: pa.Array) -> pa.Array:
+    """`10/Oct/2026:13:55:36 -0700` → UTC timestamp[us], the way pc.strptime(CLF_TIME_FORMAT)
+    reads it, at a fraction of the cost: fixed positions, numpy arithmetic. Values that are not
+    exactly of this shape and range go to pc.strptime, so its verdict stands for them."""
+    n = len(arr)
+    target = pa.timestamp("us", tz="UTC")
+    arr = arr.cast(pa.large_string())
+    _, offsets_buf, data_buf = arr.buffers()
+    if n == 0 or data_buf is None:
+        return pc.strptime(arr, format=CLF_TIME_FORMAT, unit="us", error_is_null=True).cast(target)
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset: arr.offset + n + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8)
+    valid = np.asarray(arr.is_valid(), dtype=bool) & (np.diff(offsets) == 26)
+    rows = np.flatnonzero(valid)
+    padded = np.concatenate([data, np.zeros(26, np.uint8)])
+    window = np.lib.stride_tricks.as_strided(padded, shape=(len(data), 26), strides=(1, 1))
+    m = window[offsets[rows]]                                  # rows × 26 bytes
+    d = m.astype(np.int16) - 48
+
+    def num(first, width):
+        value = d[:, first].astype(np.int64)
+        for c in range(first + 1, first + width):
+            value = value * 10 + d[:, c]
+        return value
+
+    digits = np.concatenate([d[:, 0:2], d[:, 7:11], d[:, 12:14], d[:, 15:17], d[:, 18:20], d[:, 22:26]], axis=1)
+    ok = ((digits >= 0) & (digits <= 9)).all(axis=1)
+    separators = m[:, [2, 6, 11, 14, 17, 20]]
+    ok &= (separators == np.array([47, 47, 58, 58, 58, 32], dtype=np.uint8)).all(axis=1)
+    ok &= (m[:, 21] == 43) | (m[:, 21] == 45)
+    code = (m[:, 3].astype(np.int64) << 16) | (m[:, 4].astype(np.int64) << 8) | m[:, 5]
+    pos = np.minimum(np.searchsorted(_MONTH_CODES[_MONTH_ORDER], code), 11)
+    month = _MONTH_ORDER[pos] + 1
+    ok &= _MONTH_CODES[month - 1] == code
+    day, year = num(0, 2), num(7, 4)
+    hour, minute, second = num(12, 2), num(15, 2), num(18, 2)
+    zone_h, zone_m = num(22, 2), num(24, 2)
+    leap = ((year % 4 == 0) & (year % 100 != 0)) | (year % 400 == 0)
+    dim = _DAYS_IN_MONTH[month - 1] + ((month == 2) & leap)
+    ok &= (day >= 1) & (day <= dim) & (hour <= 23) & (minute <= 59) & (second <= 59)
+    ok &= (zone_h <= 23) & (zone_m <= 59)
+    # days from civil (H. Hinnant): proleptic Gregorian, no Python loop
+    y = year - (month <= 2)
+    era = np.floor_divide(y, 400)
+    yoe = y - era * 400
+    mp = (month + 9) % 12
+    doy = (153 * mp + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    days = era * 146097 + doe - 719468
+    sign = np.where(m[:, 21] == 45, -1, 1)
+    seconds = days * 86400 + hour * 3600 + minute * 60 + second - sign * (zone_h * 3600 + zone_m * 60)
+    micros = np.zeros(n, dtype=np.int64)
+    micros[rows] = seconds * 1_000_000
+    fast = np.zeros(n, dtype=bool)
+    fast[rows[ok]] = True
+    result = pa.Array.from_buffers(target, n, [pa.array(fast).buffers()[1], pa.py_buffer(micros)])
+    slow = np.flatnonzero(~fast & np.asarray(arr.is_valid(), dtype=bool))
+    if len(slow):
+        parsed = pc.strptime(arr.take(pa.array(slow)), format=CLF_TIME_FORMAT, unit="us", error_is_null=True)
+        index = np.arange(n)
+        index[slow] = n + np.arange(len(slow))
+        result = pa.concat_arrays([result, parsed.cast(target)]).take(pa.array(index))
+    return result

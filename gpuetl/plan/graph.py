@@ -22,11 +22,14 @@ def build_frame(plan, backend):
         )
         for segment in plan.segments[1:]:
             step = segment.steps[0].step
-            keys = step.key_columns(segment.steps[0].schema) if hasattr(step, "key_columns") else list(segment.schema)
-            before = frame._meta
-            hashed_meta = before.assign(**{SHUFFLE_HASH: backend.series([], "uint64")})
-            frame = frame.map_partitions(named(add_shuffle_hash, f"hash-{step.name}"), keys, backend, meta=hashed_meta)
-            frame = frame.shuffle(on=SHUFFLE_HASH, npartitions=max(1, frame.npartitions))
+            if getattr(step, "shuffle_rounds", False):
+                frame = band_shuffles(frame, step, backend)
+            else:
+                keys = step.key_columns(segment.steps[0].schema) if hasattr(step, "key_columns") else list(segment.schema)
+                before = frame._meta
+                hashed_meta = before.assign(**{SHUFFLE_HASH: backend.series([], "uint64")})
+                frame = frame.map_partitions(named(add_shuffle_hash, f"hash-{step.name}"), keys, backend, meta=hashed_meta)
+                frame = frame.shuffle(on=SHUFFLE_HASH, npartitions=max(1, frame.npartitions))
             frame = frame.map_partitions(named(run_steps, segment.label), segment, backend,
                                          meta=backend.empty(frame_schema(segment.schema)))
     return frame
@@ -41,6 +44,17 @@ def add_shuffle_hash(df, keys, backend):
     df[SHUFFLE_HASH] = backend.series(backend.xp.where(backend.xp.asarray(live), key_hash, ident), "uint64",
                                       index=df.index)
     return df
+
+
+def band_shuffles(frame, step, backend):
+    """A step that needs rows to meet under several keys (near_dedupe: one per LSH band): add the
+    keys once (step.prepare), then shuffle by each in turn and let step.resolve mark rows."""
+    meta = frame._meta.assign(**{name: backend.series([], t) for name, t in step.extra_types().items()})
+    frame = frame.map_partitions(named(step.prepare, f"minhash-{step.name}"), backend, meta=meta)
+    for band, column in enumerate(step.band_columns):
+        frame = frame.shuffle(on=column, npartitions=max(1, frame.npartitions))
+        frame = frame.map_partitions(named(step.resolve, f"band{band}-{step.name}"), band, backend, meta=meta)
+    return frame
 
 
 class named:

@@ -49,3 +49,35 @@ def test_generated_logs_equal_regex(tmp_path):
     lambda s: '1.2.3.4 - - [t] "' + s + '" 200 3 "' + s[::-1] + '" "' + s + '"'), max_size=20))
 def test_random_quoted_fields_equal_regex(lines):
     _check(lines, "apache_combined")
+
+
+from gpuetl.backends.cpu_clf import CLF_TIME_FORMAT, parse_clf_time  # noqa: E402
+
+TIMES = ["10/Oct/2026:13:55:36 -0700", "29/Feb/2024:00:00:00 +0000", "29/Feb/2023:00:00:00 +0000",
+         "31/Apr/2026:00:00:00 +0000", "01/Jan/1970:00:00:00 +0000", "31/Dec/1969:23:59:59 -0930",
+         "10/oct/2026:13:55:36 -0700", "10/Oct/2026:24:00:00 +0000", "10/Oct/2026:13:55:60 +0000",
+         "10/Oct/2026:13:55:36 +2400", None, "", "garbage", "1/Oct/2026:13:55:36 -0700",
+         "10/Oct/2026:13:55:36 +05:30", "10/Oct/0001:00:00:00 +0000", "10/Oct/9999:23:59:59 -1200"]
+
+
+def _strptime(values):
+    arr = pa.array(values, pa.string())
+    return pc.strptime(arr, format=CLF_TIME_FORMAT, unit="us", error_is_null=True).cast(
+        pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+
+
+def _fast(values):
+    return parse_clf_time(pa.array(values, pa.string())).cast(pa.int64()).to_pylist()
+
+
+def test_clf_time_fast_path_equals_strptime_on_edge_values():
+    assert _fast(TIMES) == _strptime(TIMES)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 39), st.sampled_from(["Jan", "Feb", "Jun", "Dec", "Foo"]),
+                          st.integers(0, 9999), st.integers(0, 29), st.integers(0, 69), st.integers(0, 69),
+                          st.sampled_from("+- "), st.integers(0, 2999)), max_size=30))
+def test_clf_time_fast_path_equals_strptime(parts):
+    values = [f"{d:02d}/{m}/{y:04d}:{h:02d}:{mi:02d}:{s:02d} {sign}{z:04d}" for d, m, y, h, mi, s, sign, z in parts]
+    assert _fast(values) == _strptime(values)

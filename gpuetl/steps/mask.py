@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, field_validator, model_validator
+
+from ..types import Schema
+from .base import Params, Step, StepError, register
+from .select import missing
+
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_H = r"[0-9A-Fa-f]{1,4}"
+
+# Built-in patterns: the RE2 subset cuDF's regex engine also runs (no lookarounds, no \b, no
+# backreferences). They are deliberately greedy: masking a little too much is the safe error.
+PATTERNS: dict[str, str] = {
+    "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+",
+    "uuid": r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}",
+    "ipv4": _OCTET + r"(?:\." + _OCTET + r"){3}",
+    "ipv6": "|".join([
+        rf"(?:{_H}:){{7}}{_H}",                 # full form
+        rf"(?:{_H}:){{1,6}}(?::{_H}){{1,6}}",   # a::b, a:b::c:d, ...
+        rf"::(?:{_H}:){{0,6}}{_H}",             # ::1, ::ffff:abcd
+        rf"(?:{_H}:){{1,7}}:",                  # fe80::
+    ]),
+    "hex": r"[0-9A-Fa-f]{16,}",
+}
+ORDER = ("email", "uuid", "ipv4", "ipv6", "hex")   # the order they run in (see the docstring)
+Kind = Literal["email", "uuid", "ipv4", "ipv6", "hex"]
+
+
+class MaskParams(Params):
+    columns: list[str] | None = Field(None, description="string columns to mask; every string column when absent")
+    kinds: list[Kind] = Field(list(ORDER), description="built-in kinds: email, uuid, ipv4, ipv6, hex (all when absent)")
+    custom: dict[str, str] = Field({}, description="name -> regular expression (RE2 syntax, no lookarounds)")
+    placeholder: str = Field("<{kind}>", description="replacement; {kind} becomes the kind's name in upper case")
+
+    @field_validator("custom")
+    @classmethod
+    def _custom(cls, value: dict[str, str]):
+        for name, pattern in value.items():
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+                raise ValueError(f"custom: name {name!r}: use letters, digits and '_' (it goes into the placeholder)")
+            if name.lower() in PATTERNS:
+                raise ValueError(f"custom: {name!r} is a built-in kind; list it under kinds instead")
+            try:
+                compiled = re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"custom.{name}: not a valid regular expression: {err}") from None
+            if compiled.match(""):
+                raise ValueError(f"custom.{name}: the pattern matches the empty string, so it would mask nothing useful")
+            try:
+                pc.replace_substring_regex(pa.array(["x"]), pattern, "")
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise ValueError(f"custom.{name}: RE2 cannot run this pattern ({err}); "
+                                 "lookarounds and backreferences are not available") from None
+        return value
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.kinds and not self.custom:
+            raise ValueError("nothing to mask: give kinds, custom, or both")
+        if "\\" in self.placeholder:
+            raise ValueError("placeholder: backslashes are not allowed")
+        try:
+            self.placeholder.format(kind="X")
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"placeholder: only {{kind}} may appear in braces ({err})") from None
+        if self.columns is not None and not self.columns:
+            raise ValueError("columns: give at least one column, or leave it out to mask every string column")
+        return self
+
+
+@register
+class Mask(Step):
+    """Patterns run one after another on each value: the custom ones first, in the order written,
+    then the built-in kinds that are listed, always in the order email, uuid, ipv4, ipv6, hex (an
+    e-mail's domain is masked whole before its parts look like anything else; IPv4 runs before IPv6
+    so an IPv4-mapped address such as `::ffff:10.0.0.1` leaves nothing behind). `hex` is any run of
+    16 or more hexadecimal characters, so it also masks long digit runs (card numbers, nanosecond
+    times, ...). Matches are not anchored to word edges: `x10.0.0.1` becomes `x<IPV4>`. Masking is
+    meant to err on the side of masking: `std::vector` contains an IPv6-shaped `d::ec`, and
+    non-ASCII e-mail addresses are not recognised. Nulls stay null; no row is dropped."""
+
+    name = "mask"
+    summary = "Replace personal data in string columns (e-mail, UUID, IPv4, IPv6, long hex tokens, your regexes) with placeholders."
+    example = "- mask: {columns: [message], kinds: [email, ipv4, ipv6, uuid, hex], custom: {api_key: 'sk-[A-Za-z0-9]{20,}'}, placeholder: '<{kind}>'}"
+    Params = MaskParams
+
+    @property
+    def rules(self) -> list[tuple[str, str]]:
+        """(pattern, replacement) in the order they run."""
+        p = self.params
+        rules = [(pattern, p.placeholder.format(kind=name.upper())) for name, pattern in p.custom.items()]
+        rules += [(PATTERNS[k], p.placeholder.format(kind=k.upper())) for k in ORDER if k in p.kinds]
+        return rules
+
+    def output_schema(self, schema: Schema) -> Schema:
+        if self.params.columns is not None:
+            missing(schema, self.params.columns)
+            for name in self.params.columns:
+                if schema[name] != "string":
+                    raise StepError(f"mask: column {name!r} is {schema[name]}, not string")
+            self._columns = list(self.params.columns)
+        else:
+            self._columns = [n for n, t in schema.items() if t == "string" and not n.startswith("_")]
+        return dict(schema)
+
+    def transform(self, df, backend):
+        df = df.copy()
+        rules = self.rules
+        for name in self._columns:
+            col = df[name]
+            for pattern, replacement in rules:
+                col = backend.replace_regex(col, pattern, replacement)
+            df[name] = col
+        return df
+
+    def __getstate__(self):
+        return {"params": self.params, "_columns": getattr(self, "_columns", None)}

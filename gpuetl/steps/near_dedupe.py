@@ -1,0 +1,209 @@
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from ..backends.base import FILE_INDEX, OFFSET, STATUS, STATUS_DEDUPLICATED, STATUS_LIVE
+from ..types import Schema
+from .base import Params, Step, StepError, register
+from .select import missing
+
+SIG = "__mh"        # __mh0 .. __mh{n-1}: uint32 MinHash signature of the live rows
+VALID = "__mhv"     # bool: the row takes part (live, text not null)
+BAND = "__band"     # __band0 ..: uint64 bucket of each band (live rows), identity hash (others)
+FLAG = "__ndup"     # bool: marked as a near-duplicate in some band
+
+
+class NearDedupeParams(Params):
+    column: str = Field(..., description="the text column to compare")
+    threshold: float = Field(0.8, gt=0.0, le=1.0, description="estimated Jaccard similarity at or above which a row is a near-duplicate")
+    shingle: Literal["char", "word"] = Field("char", description="char: substrings of `width` characters; word: runs of `width` words")
+    width: int | None = Field(None, ge=1, le=64, description="shingle width (default 5 characters or 3 words; characters need >= 2)")
+    bands: int = Field(16, ge=1, le=64, description="LSH bands (one shuffle each)")
+    rows: int = Field(8, ge=1, le=64, description="MinHash values per band; the signature has bands x rows values")
+    seed: int = Field(0, ge=0, lt=2**32, description="seed of the shingle hash and of the permutations")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.shingle == "char" and self.width is not None and self.width < 2:
+            raise ValueError("width: character shingles need a width of 2 or more (as cuDF's minhash)")
+        if self.bands * self.rows > 1024:
+            raise ValueError("bands x rows: at most 1024 MinHash values per row")
+        return self
+
+    @property
+    def shingle_width(self) -> int:
+        return self.width if self.width is not None else (5 if self.shingle == "char" else 3)
+
+    @property
+    def num_hashes(self) -> int:
+        return self.bands * self.rows
+
+
+def permutations(seed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (a, b) parameters of the MinHash permutations v = hv * a + b (mod 2**32), from the
+    seed alone (numpy's PCG64 on the host, so every backend and worker gets the same). `a` is odd:
+    multiplying by an odd number is a bijection mod 2**32, so no permutation collapses hashes."""
+    rng = np.random.default_rng([seed, 0x6E656172])
+    a = rng.integers(0, 2**31, size=count, dtype=np.uint64).astype(np.uint32) * np.uint32(2) + np.uint32(1)
+    b = rng.integers(0, 2**32, size=count, dtype=np.uint64).astype(np.uint32)
+    return a, b
+
+
+def match_probability(similarity: float, bands: int, rows: int) -> float:
+    """Chance that two rows of this Jaccard similarity share at least one band bucket."""
+    return 1.0 - (1.0 - similarity ** rows) ** bands
+
+
+@register
+class NearDedupe(Step):
+    """How: each row's text gets a MinHash signature of bands x rows values (libcudf's nvtext
+    minhash scheme on both backends: MurmurHash3_x86_32 of each shingle with `seed`, permuted as
+    hv * a + b mod 2**32, the minimum per permutation; see backends/cpu_text.py). The signature is
+    cut into `bands` bands of `rows` values; two rows whose values agree on a whole band share that
+    band's bucket. For each band in turn the rows are shuffled by their bucket, so every pair that
+    shares a bucket meets in one partition. Inside a bucket the rows are taken in input order (file,
+    then byte offset); a row is marked when the fraction of equal signature values between it and
+    one of the bucket's rows kept so far (the estimated Jaccard similarity) is at least
+    `threshold`, else it is kept for that bucket. A row marked in any band is removed and counted
+    as deduplicated; the first of a group of near-copies always stays. The outcome depends only on
+    the data and the parameters, not on partitions, workers or the backend. Limits: the estimate
+    has a standard error of about sqrt(J(1-J)/(bands*rows)) (0.035 at J=0.8 with 128 values), so
+    pairs near the threshold may go either way; pairs that share no bucket are never compared (a
+    pair of similarity J shares one with probability 1-(1-J^rows)^bands: 0.95 at J=0.8 with the
+    default 16x8, 0.35 at J=0.6); near-copies are not chained: A~B and B~C remove B and C only if
+    each meets its kept neighbour in a bucket. Cost: one shuffle of the rows per band, so keep
+    `bands` small on large data; rows whose text is null are never duplicates, empty texts are
+    duplicates of each other. Character shingles are Unicode characters of the text as it is: put
+    normalize_text before this step to ignore case and spacing."""
+
+    name = "near_dedupe"
+    summary = "Remove near-duplicate texts across all partitions (MinHash + LSH, Jaccard threshold), keeping the first by file and offset."
+    example = "- near_dedupe: {column: message, threshold: 0.8, shingle: char, width: 5, bands: 16, rows: 8}"
+    Params = NearDedupeParams
+    drops_as = STATUS_DEDUPLICATED
+    is_global = True
+    shuffle_rounds = True    # plan/graph.py: one shuffle per band, see band_columns / prepare / resolve
+
+    def output_schema(self, schema: Schema) -> Schema:
+        missing(schema, [self.params.column])
+        if schema[self.params.column] != "string":
+            raise StepError(f"near_dedupe: column {self.params.column!r} is {schema[self.params.column]}, not string")
+        return dict(schema)
+
+    # -- the extra columns that travel through the band shuffles -------------------------
+    @property
+    def signature_columns(self) -> list[str]:
+        return [f"{SIG}{i}" for i in range(self.params.num_hashes)]
+
+    @property
+    def band_columns(self) -> list[str]:
+        return [f"{BAND}{j}" for j in range(self.params.bands)]
+
+    def extra_types(self) -> Schema:
+        return {**{c: "uint32" for c in self.signature_columns}, VALID: "bool",
+                **{c: "uint64" for c in self.band_columns}, FLAG: "bool"}
+
+    def signatures(self, text, backend):
+        p = self.params
+        a, b = permutations(p.seed, p.num_hashes)
+        return backend.minhash(text, seed=p.seed, a=a, b=b, width=p.shingle_width, shingle=p.shingle)
+
+    def prepare(self, df, backend):
+        """Map side: signatures and band buckets of the live rows."""
+        xp = backend.xp
+        p = self.params
+        n = len(df)
+        live = xp.asarray((df[STATUS] == STATUS_LIVE).values) if n else xp.zeros(0, dtype=bool)
+        live = live.astype(bool)
+        sig = xp.zeros((n, p.num_hashes), dtype=xp.uint32)
+        valid = xp.zeros(n, dtype=bool)
+        if n and bool(live.any()):
+            where = xp.flatnonzero(live)
+            text = df[p.column].iloc[backend.to_host(where)]
+            got, ok = self.signatures(text, backend)
+            sig[where] = got
+            valid[where] = xp.asarray(ok, dtype=bool)
+        out = df.copy()
+        for i, name in enumerate(self.signature_columns):
+            out[name] = backend.series(sig[:, i], "uint32", index=df.index)
+        out[VALID] = backend.series(valid, "bool", index=df.index)
+        sig_series = [out[c] for c in self.signature_columns]
+        for j, name in enumerate(self.band_columns):
+            bucket = backend.hash64(sig_series[j * p.rows:(j + 1) * p.rows], j + 1) if n else xp.zeros(0, dtype=xp.uint64)
+            ident = backend.hash64([df[FILE_INDEX], df[OFFSET]], 1000 + j) if n else xp.zeros(0, dtype=xp.uint64)
+            out[name] = backend.series(xp.where(valid, bucket, ident), "uint64", index=df.index)
+        out[FLAG] = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
+        return out
+
+    def resolve(self, df, band: int, backend):
+        """After the shuffle by band `band`: mark the near-duplicates inside each bucket."""
+        n = len(df)
+        if n < 2:
+            return df
+        host = lambda col: backend.to_host(backend.fixed_width(df[col])[0])  # noqa: E731
+        valid = host(VALID).astype(bool)
+        if valid.sum() < 2:
+            return df
+        bucket = host(self.band_columns[band])
+        fi = host(FILE_INDEX).view(np.int64)
+        off = host(OFFSET).view(np.int64)
+        cand = np.flatnonzero(valid)
+        # buckets with two rows or more
+        _, inverse, counts = np.unique(bucket[cand], return_inverse=True, return_counts=True)
+        cand = cand[counts[inverse] > 1]
+        if len(cand) == 0:
+            return df
+        sig = np.stack([host(c).astype(np.uint32) for c in self.signature_columns], axis=1)[cand]
+        order = np.lexsort((off[cand], fi[cand], bucket[cand]))
+        cand, sig = cand[order], sig[order]
+        marked = self._greedy(bucket[cand], sig)
+        if not marked.any():
+            return df
+        flag = host(FLAG).astype(bool)
+        flag[cand[marked]] = True
+        out = df.copy()
+        out[FLAG] = backend.series(backend.xp.asarray(flag), "bool", index=df.index)
+        return out
+
+    def _greedy(self, buckets: np.ndarray, sig: np.ndarray) -> np.ndarray:
+        """Rows sorted by (bucket, file, offset): True for each row that is a near-duplicate of a
+        row kept earlier in its bucket."""
+        need = int(np.ceil(self.params.threshold * sig.shape[1] - 1e-9))
+        marked = np.zeros(len(sig), dtype=bool)
+        # exact signature repeats inside a bucket are duplicates of their first copy (J = 1)
+        keyed = np.concatenate([buckets.view(np.uint32).reshape(len(buckets), 2), sig], axis=1)
+        _, first = np.unique(keyed, axis=0, return_index=True)
+        repeat = np.ones(len(sig), dtype=bool)
+        repeat[first] = False
+        marked |= repeat
+        starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+        ends = np.r_[starts[1:], len(buckets)]
+        for s, e in zip(starts, ends):
+            members = [i for i in range(s, e) if not repeat[i]]
+            if len(members) < 2:
+                continue
+            kept = [members[0]]
+            for i in members[1:]:
+                same = (sig[kept] == sig[i]).sum(axis=1)
+                if int(same.max()) >= need:
+                    marked[i] = True
+                else:
+                    kept.append(i)
+        return marked
+
+    # -- the stage itself (after the last band) -------------------------------------------
+    def transform(self, df, backend):
+        drop = [c for c in [*self.signature_columns, VALID, *self.band_columns] if c in df.columns]
+        return df.drop(columns=drop)
+
+    def keep(self, df, backend):
+        if FLAG not in df.columns or len(df) == 0:
+            return None
+        flag = df[FLAG].fillna(False).astype(bool)
+        return ~flag if bool(flag.any()) else None
+
+    def __getstate__(self):
+        return {"params": self.params}
