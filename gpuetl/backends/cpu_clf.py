@@ -30,13 +30,23 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], combined: boo
     offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset: arr.offset + n + 1]
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     fields = COMBINED_FIELDS if combined else CLF_FIELDS
-    if matched.all():
-        bounds = _field_bounds(data, offsets[:-1], offsets[1:], combined)
-    else:                                  # unmatched rows: empty tokens, marked null
-        bounds = np.repeat(offsets[:-1, None], 2 * len(fields), axis=1)
-        rows = np.flatnonzero(matched)
-        if len(rows):
-            bounds[rows] = _field_bounds(data, offsets[:-1][rows], offsets[1:][rows], combined)
+    starts, ends = offsets[:-1], offsets[1:]
+    bounds = np.repeat(starts[:, None], 2 * len(fields), axis=1)   # unmatched rows: empty, null
+    slashes = np.flatnonzero(data == BACKSLASH)
+    escaped = np.searchsorted(slashes, ends) > np.searchsorted(slashes, starts) if len(slashes) else np.zeros(n, bool)
+    simple = np.flatnonzero(matched & ~escaped)
+    if len(simple):
+        rows, got = _simple_bounds(data, starts[simple], ends[simple], combined)
+        bounds[simple[rows]] = got
+        escaped[simple[~np.isin(np.arange(len(simple)), rows)]] = True   # not found in a window: general path
+    general = np.flatnonzero(matched & escaped)
+    if len(general):                       # few lines: work on a copy of just their bytes
+        lengths = ends[general] - starts[general]
+        local_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        subset = arr.take(pa.array(general)).buffers()[2]
+        sub = np.frombuffer(subset, dtype=np.uint8)[:int(lengths.sum())]
+        local = _field_bounds(sub, local_starts, local_starts + lengths, combined)
+        bounds[general] = local - local_starts[:, None] + starts[general][:, None]
     values = _take_fields(data, bounds, len(fields), matched)
     out = dict(zip(fields, values))
     request = out["request"]
@@ -64,6 +74,49 @@ def _unescaped_quotes(data: np.ndarray, marks: np.ndarray, kinds: np.ndarray) ->
 
 _MARKS = np.zeros(256, dtype=bool)
 _MARKS[[SPACE, QUOTE, CLOSE, BACKSLASH]] = True
+
+
+def _first_three(window: np.ndarray, byte: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Columns of the first three `byte`s in each window row, and whether there are three."""
+    rows, cols = np.nonzero(window == byte)
+    first = np.searchsorted(rows, np.arange(len(window)))
+    picks, found = [], np.ones(len(window), dtype=bool)
+    for k in range(3):
+        at = np.minimum(first + k, len(rows) - 1) if len(rows) else np.zeros(len(window), np.int64)
+        hit = (first + k < len(rows)) & (rows[at] == np.arange(len(window))) if len(rows) else ~found
+        found &= hit
+        picks.append(cols[at] if len(rows) else at)
+    return picks, found
+
+
+def _simple_bounds(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, combined: bool):
+    """Field bounds for matching lines without a backslash, where quotes cannot be escaped:
+    counted from the line's end, the last six (four) quotes delimit request, referer and agent;
+    the first three spaces, found in a 64-byte window, delimit ip, ident and user. Returns the
+    rows it could place (all, unless a window was too short) and their bounds."""
+    padded = np.concatenate([data, np.zeros(64, np.uint8)])
+    windows = np.lib.stride_tricks.as_strided(padded, shape=(len(data), 64), strides=(1, 1))
+    quotes = np.flatnonzero(data == QUOTE)
+    last = np.searchsorted(quotes, ends) - 1                   # index of the line's last quote
+    if combined:
+        ua_open, ref_close, ref_open = quotes[last - 1], quotes[last - 2], quotes[last - 3]
+        req_close, req_open = quotes[last - 4], quotes[last - 5]
+        tail_end = ref_open - 1
+    else:
+        req_close, req_open = quotes[last], quotes[last - 1]
+        tail_end = ends
+    (sp0, sp1, sp2), ok = _first_three(windows[starts], SPACE)
+    gap = windows[req_close + 2][:, :32] == SPACE        # "status size": one space inside
+    mid = np.argmax(gap, axis=1)
+    ok &= gap[np.arange(len(gap)), mid]
+    sp0, sp1, sp2, mid = starts + sp0, starts + sp1, starts + sp2, req_close + 2 + mid
+    cols = [starts, sp0, sp0 + 1, sp1, sp1 + 1, sp2, sp2 + 2, req_open - 2, req_open + 1, req_close,
+            req_close + 2, mid, mid + 1, tail_end]
+    if combined:
+        cols += [ref_open + 1, ref_close, ua_open + 1, ends - 1]
+    bounds = np.stack(cols, axis=1)
+    rows = np.flatnonzero(ok)
+    return rows, bounds[rows]
 
 
 def _field_bounds(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, combined: bool) -> np.ndarray:
