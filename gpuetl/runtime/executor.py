@@ -20,12 +20,6 @@ class Executor:
     def dashboard_link(self) -> str | None:
         return getattr(self.client, "dashboard_link", None) if self.client is not None else None
 
-    @property
-    def workers(self) -> int:
-        if self.client is None:
-            return 1 if self.scheduler == "sync" else (os.cpu_count() or 1)
-        return len(self.client.scheduler_info().get("workers", {})) or 1
-
     def compute(self, tasks: list, progress: bool = False) -> list:
         if not tasks:
             return []

@@ -122,3 +122,19 @@ def test_quarantine_rows_are_sorted_and_located(tmp_path, access_logs):
     raw = (tmp_path / "in" / "b.log").read_bytes()
     for r in rows:
         assert raw[r["_offset"]:].split(b"\n", 1)[0].decode() == r["_raw"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shard", [{}, {"count": 3, "key": ["ip"], "shuffle": True, "splits": {"a": 0.7, "b": 0.3}}])
+def test_worker_count_does_not_change_the_bytes(tmp_path, access_logs, shard):
+    """Determinism across workers {1, 2} × blocksize {small, large}."""
+    from distributed import Client, LocalCluster
+
+    outputs = []
+    for workers, blocksize in ((1, "120KiB"), (2, "120KiB"), (1, "8MiB"), (2, "8MiB")):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            spec = access_spec(steps=STEPS, shard=shard, source__blocksize=blocksize)
+            result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", client=client)
+            outputs.append((result.shards, result.counts))
+    assert all(o == outputs[0] for o in outputs)
