@@ -100,6 +100,26 @@ class Backend(ABC):
         """A numpy array from an xp array (no-op on the CPU)."""
         return values
 
+    # -- plan-time checks and run reports (CPU defaults) -----------------------------------
+    def check_regex(self, pattern: str) -> str | None:
+        """Why this backend cannot run `pattern` natively (it then uses the CPU kernel for it,
+        counted in fallbacks()), or None. Called by the plan: it never touches data."""
+        return None
+
+    def fallbacks(self, client: Any = None) -> dict[str, int]:
+        """Work handed to the CPU kernels, by reason: {reason: rows or columns}. With a dask
+        client, summed over its workers. The CPU backend never falls back."""
+        return {}
+
+    def io_path(self) -> str:
+        return "posix (python file reads)"
+
+    def read_block(self, files: list, ranges: tuple) -> Any:
+        """Read a partition's byte ranges into one buffer of whole records (sources.ranges.Block)."""
+        from ..sources.ranges import read_block
+
+        return read_block(files, ranges)
+
     # -- records -------------------------------------------------------------------------
     @abstractmethod
     def split_lines(self, data: bytes, base_offset: int) -> Lines:

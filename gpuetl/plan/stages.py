@@ -17,7 +17,7 @@ from ..backends.base import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REA
                              STATUS_LIVE, STATUS_QUARANTINED)
 from ..errors import DataError
 from ..sources.files import InputFile
-from ..sources.ranges import Partition, read_range
+from ..sources.ranges import Partition
 from ..steps.base import Step
 from ..steps.cast import cast_columns
 from ..types import ColumnSpec, Schema
@@ -67,31 +67,10 @@ def read_partition(partition: Partition, segment: Segment, backend):
     """Read one partition's byte ranges and run the segment's stages on it."""
     source = segment.source
     xp = backend.xp
-    buffers, seg_pos, seg_start, seg_file = [], [], [], []
-    extra_bad: list[tuple[int, int, str, str]] = []
     header_files = {rng.file_index for rng in partition.ranges if rng.offset == 0}
-    position = 0
-    for rng in partition.ranges:
-        f = source.files[rng.file_index]
-        got = read_range(f, rng)
-        data = got.data
-        if got.truncated:
-            if data and not data.endswith(b"\n"):
-                cut = data.rfind(b"\n") + 1
-                extra_bad.append((f.index, got.start + cut, data[cut:].decode("utf-8", "replace"),
-                                  f"{f.display}: {got.truncated}; the last record is incomplete"))
-                data = data[:cut]
-            else:
-                extra_bad.append((f.index, got.start + len(data), "",
-                                  f"{f.display}: {got.truncated}; records after this point are lost"))
-        if data and not data.endswith(b"\n"):
-            data += b"\n"
-        buffers.append(data)
-        seg_pos.append(position)
-        seg_start.append(got.start)
-        seg_file.append(f.index)
-        position += len(data)
-    lines = backend.split_lines(b"".join(buffers), 0)
+    block = backend.read_block(source.files, partition.ranges)
+    seg_pos, seg_start, seg_file, extra_bad = block.seg_pos, block.seg_start, block.seg_file, block.extra_bad
+    lines = backend.split_lines(block.data, 0)
     pos = xp.asarray(seg_pos, dtype=xp.int64)
     which = xp.searchsorted(pos, lines.offsets, side="right") - 1
     file_index = xp.asarray(seg_file, dtype=xp.int32)[which]

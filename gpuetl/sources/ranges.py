@@ -59,6 +59,51 @@ class RangeData:
     truncated: str | None = None   # set when a compressed stream ended early
 
 
+@dataclass
+class Block:
+    """A partition's records in one buffer (host bytes, or a device array on the GPU), with where
+    each range's piece starts in it, its first byte's offset in its file, and its file."""
+
+    data: object
+    seg_pos: list[int]
+    seg_start: list[int]
+    seg_file: list[int]
+    extra_bad: list[tuple[int, int, str, str]]   # (file index, offset, raw, reason) of cut-off records
+
+
+def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
+    """A range's bytes, less an incomplete last record of a cut-off stream (which is reported)."""
+    data = got.data
+    if got.truncated:
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            extra_bad.append((f.index, got.start + cut, data[cut:].decode("utf-8", "replace"),
+                              f"{f.display}: {got.truncated}; the last record is incomplete"))
+            data = data[:cut]
+        else:
+            extra_bad.append((f.index, got.start + len(data), "",
+                              f"{f.display}: {got.truncated}; records after this point are lost"))
+    if data and not data.endswith(b"\n"):
+        data += b"\n"
+    return data
+
+
+def read_block(files: list[InputFile], ranges) -> Block:
+    """The host reader: every range's whole records, each piece ending with a newline."""
+    buffers, seg_pos, seg_start, seg_file, extra_bad = [], [], [], [], []
+    position = 0
+    for rng in ranges:
+        f = files[rng.file_index]
+        got = read_range(f, rng)
+        data = truncated_piece(f, got, extra_bad)
+        buffers.append(data)
+        seg_pos.append(position)
+        seg_start.append(got.start)
+        seg_file.append(f.index)
+        position += len(data)
+    return Block(b"".join(buffers), seg_pos, seg_start, seg_file, extra_bad)
+
+
 def read_range(f: InputFile, rng: ByteRange) -> RangeData:
     try:
         if rng.length < 0:

@@ -1,0 +1,166 @@
+"""Every Backend method on the GPU against the CPU backend on the same inputs (same values).
+Needs cuDF and a GPU: `pytest -m gpu`; skipped cleanly elsewhere."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+cudf = pytest.importorskip("cudf")
+cp = pytest.importorskip("cupy")
+
+from gpuetl.backends.cpu import CpuBackend  # noqa: E402
+from gpuetl.backends.gpu import GpuBackend  # noqa: E402
+from gpuetl.backends.gpu_support import fallback_counts, reset_fallbacks  # noqa: E402
+from gpuetl.hashing import hash_columns  # noqa: E402
+from gpuetl.parsing import preset  # noqa: E402
+from gpuetl.samples import write_access_logs  # noqa: E402
+from gpuetl.sources.files import resolve_inputs  # noqa: E402
+from gpuetl.sources.ranges import plan_partitions  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+CPU, GPU = CpuBackend(), None
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return GpuBackend()
+
+
+def host(values):
+    if isinstance(values, cp.ndarray):
+        return cp.asnumpy(values).tolist()
+    if isinstance(values, cudf.Series):
+        return values.to_arrow().to_pylist()
+    if hasattr(values, "array"):
+        return pa.array(values).to_pylist()
+    return np.asarray(values).tolist()
+
+
+STRINGS = ["a", "", None, "héllo", "x" * 40, "tab\there"]
+TYPED = {"bool": [True, None, False], "int8": [-128, None, 127], "uint64": [0, None, 2**64 - 1],
+         "int64": [-(2**63), 5, None], "float32": [1.5, None, -0.0], "float64": [0.1, float("inf"), None],
+         "string": STRINGS, "timestamp": [0, None, 1_700_000_000_123_456]}
+
+
+@pytest.mark.parametrize("t", sorted(TYPED))
+def test_series_nulls_to_arrow_from_arrow(gpu, t):
+    arr = pa.array(TYPED[t], type=pa.timestamp("us", tz="UTC") if t == "timestamp" else None)
+    arr = arr.cast({"timestamp": pa.timestamp("us", tz="UTC")}.get(t, arr.type))
+    g = gpu.series(arr, t)
+    assert g.dtype == gpu.dtype(t)
+    schema = {"c": t}
+    assert gpu.to_arrow(cudf.DataFrame({"c": g}), schema).equals(CPU.to_arrow(CPU.xd.DataFrame({"c": CPU.series(arr, t)}), schema))
+    assert host(gpu.nulls(3, t)) == [None] * 3
+    back = gpu.from_arrow(pa.table({"c": arr}))
+    assert host(back["c"]) == host(CPU.from_arrow(pa.table({"c": arr}))["c"])
+    assert host(gpu.concat([cudf.DataFrame({"c": g}), cudf.DataFrame({"c": g})])["c"]) == arr.to_pylist() * 2
+
+
+@pytest.mark.parametrize("t", sorted(TYPED))
+def test_hash_primitives_match(gpu, t):
+    arr = pa.array(TYPED[t]).cast({"timestamp": pa.timestamp("us", tz="UTC")}.get(t, pa.array(TYPED[t]).type))
+    g, c = gpu.series(arr, t), CPU.series(arr, t)
+    assert host(hash_columns(gpu, [g], 3)) == host(hash_columns(CPU, [c], 3))
+    if t == "string":
+        go, gd, gv = gpu.string_buffers(g)
+        co, cd, cv = CPU.string_buffers(c)
+        starts_g, starts_c = host(go), co.tolist()
+        assert host(gv) == cv.tolist()
+        assert [bytes(host(gd)[a:b]) for a, b in zip(starts_g[:-1], starts_g[1:])] == \
+               [bytes(cd[a:b].tolist()) for a, b in zip(starts_c[:-1], starts_c[1:])]
+    else:
+        gv, gm = gpu.fixed_width(g)
+        cv, cm = CPU.fixed_width(c)
+        assert host(gm) == cm.tolist()
+        assert [v for v, m in zip(host(gv), cm) if m] == [v for v, m in zip(cv.tolist(), cm) if m]
+
+
+def test_astype_exact(gpu):
+    g = gpu.series([1, None, 300], "int64")
+    assert host(gpu.astype(g, "int32")) == [1, None, 300]
+    with pytest.raises(Exception):
+        gpu.astype(g, "int8")
+    assert host(gpu.astype(g, "string")) == host(CPU.astype(CPU.series([1, None, 300], "int64"), "string"))
+
+
+def test_split_lines(gpu, tmp_path):
+    data = b"a\r\n\nb\xff\xfec\n\r\n" + "é\n".encode() + b"last"
+    for buf in (data, b"plain\nascii\n\n", b""):
+        g, c = gpu.split_lines(buf, 7), CPU.split_lines(buf, 7)
+        assert host(g.text) == host(c.text)
+        assert host(g.offsets) == c.offsets.tolist() and host(g.bad_utf8) == c.bad_utf8.tolist()
+
+
+def test_read_block_matches_host_reader(gpu, tmp_path):
+    from gpuetl.sources.ranges import read_block
+
+    write_access_logs(tmp_path / "a.log", lines=3000, seed=4, bad_every=50)
+    (tmp_path / "b.log").write_bytes(b"no newline at end")
+    write_access_logs(tmp_path / "c.log.gz", lines=200, seed=5, gzip=True)
+    files = resolve_inputs(["*"], tmp_path, "infer")
+    for blocksize in (1000, 4096, 1 << 20):
+        for part in plan_partitions(files, blocksize):
+            g, c = gpu.read_block(files, part.ranges), read_block(files, part.ranges)
+            assert bytes(cp.asnumpy(g.data)) == c.data
+            assert (g.seg_pos, g.seg_start, g.seg_file, g.extra_bad) == (c.seg_pos, c.seg_start, c.seg_file, c.extra_bad)
+
+
+@pytest.mark.parametrize("name", ["apache_combined", "apache_common", "syslog_rfc3164", "syslog_rfc5424"])
+def test_extract_presets(gpu, tmp_path, name):
+    write_access_logs(tmp_path / "a.log", lines=3000, seed=4, bad_every=37)
+    lines = (tmp_path / "a.log").read_text().splitlines() + ['::1 - - [t] "-" 400 - "-" "-"', "", "x"]
+    rule = preset(name)
+    kernel = {"apache_combined": "combined", "apache_common": "clf"}.get(name)
+    for k in (kernel, None):
+        gc, gm = gpu.extract(gpu.series(lines, "string"), rule.regex, tuple(rule.columns), kernel=k)
+        cc, cm = CPU.extract(CPU.series(lines, "string"), rule.regex, tuple(rule.columns), kernel=k)
+        assert host(gm) == host(cm)
+        for col in rule.columns:
+            assert host(gc[col]) == host(cc[col]), col
+
+
+def test_extract_fallback_is_counted(gpu):
+    reset_fallbacks()
+    lines = ["Abc 1", "abc 2", "zzz"]
+    gc, gm = gpu.extract(gpu.series(lines, "string"), r"(?i)^(?P<w>abc) (?P<n>\d)", ("w", "n"))
+    cc, cm = CPU.extract(CPU.series(lines, "string"), r"(?i)^(?P<w>abc) (?P<n>\d)", ("w", "n"))
+    assert host(gc["w"]) == host(cc["w"]) and host(gm) == host(cm)
+    assert any(k.startswith("regex:") for k in fallback_counts())
+
+
+CASTS = [
+    ("int16", None, [" 12 ", "+7", "-32768", "32768", "x", "", None, "1e3", "٣", "99999999999999999999"]),
+    ("uint64", None, ["18446744073709551615", "18446744073709551616", "-0", "+5", None]),
+    ("float64", None, ["1.5", "-0", ".5", "5.", "0.1", "123456789012345678", "1e10", "nan", "inf", "x", None]),
+    ("float32", None, ["0.1", "3.4e38", "x"]),
+    ("bool", None, ["true", " YES ", "0", "maybe", "", None, "\u212a"]),
+    ("timestamp", "%d/%b/%Y:%H:%M:%S %z", ["10/Oct/2000:13:55:36 -0700", "31/Apr/2000:00:00:00 +0000", "x", None,
+                                          "10/oct/2000:13:55:36 -0700", "10/Oct/2000:13:55:36  -0700"]),
+    ("timestamp", None, ["2026-03-29T02:30:00Z", "2026-03-29 02:30", "2026-03-29", "1500-01-01", "bad", None]),
+]
+
+
+@pytest.mark.parametrize("t, fmt, values", CASTS)
+@pytest.mark.parametrize("tz", [None, "Europe/Paris"])
+def test_cast_matches_cpu(gpu, t, fmt, values, tz):
+    gv, gb = gpu.cast(gpu.series(values, "string"), t, fmt=fmt, timezone=tz)
+    cv, cb = CPU.cast(CPU.series(values, "string"), t, fmt=fmt, timezone=tz)
+    assert gpu.to_arrow(cudf.DataFrame({"c": gv}), {"c": t}).equals(CPU.to_arrow(CPU.xd.DataFrame({"c": cv}), {"c": t}))
+    assert host(gb) == host(cb)
+
+
+def test_parse_json_and_csv(gpu):
+    lines = ['{"a": 1, "b": "x"}', '{"a": 1.5}', "nope", '{"b": 2}']
+    schema = {"a": "int64", "b": "string"}
+    gc, gok, gr = gpu.parse_json(gpu.series(lines, "string"), schema)
+    cc, cok, cr = CPU.parse_json(CPU.series(lines, "string"), schema)
+    assert host(gok) == host(cok) and all(host(gc[n]) == host(cc[n]) for n in schema)
+    lines = ['a,b', '"x,y",2', 'only']
+    gc, gok, _ = gpu.parse_csv(gpu.series(lines, "string"), ("p", "q"), ",")
+    cc, cok, _ = CPU.parse_csv(CPU.series(lines, "string"), ("p", "q"), ",")
+    assert host(gok) == host(cok) and host(gc["p"]) == host(cc["p"])
+
+
+def test_io_path_and_versions(gpu):
+    assert gpu.io_path().startswith(("kvikio", "posix"))
+    assert "cudf" in gpu.versions()
