@@ -32,10 +32,14 @@ class Pipeline:
     def name(self) -> str:
         return self.spec.name
 
-    def plan(self):
+    def plan(self, backend=None):
+        """Check the pipeline against its inputs; with a backend (object or name), also what that
+        backend will hand to the CPU."""
         from .plan.compile import compile_plan
 
-        return compile_plan(self.loaded)
+        if isinstance(backend, str):
+            backend = get_backend(backend)
+        return compile_plan(self.loaded, backend)
 
     def run(self, backend: str = "auto", client=None, scheduler: str | None = None, progress: bool = False,
             log=None):
@@ -47,7 +51,7 @@ class Pipeline:
         from .runtime.run import run_plan
 
         chosen = get_backend(backend)
-        plan = self.plan()
+        plan = self.plan(chosen)
         with open_executor(scheduler, chosen, client=client, quiet=not progress) as executor:
             return run_plan(plan, chosen, executor, progress=progress, log=log or (lambda *_: None))
 

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("file")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+        if name == "plan":
+            p.add_argument("--backend", default="cpu", choices=["auto", "cpu", "gpu"],
+                           help="also check what this backend runs natively (default cpu)")
 
     inspect = sub.add_parser("inspect", help="what a dataset holds")
     inspect.add_argument("out")
@@ -81,7 +84,7 @@ def cmd_plan(args) -> int:
     from .api import load
     from .runtime.run import layout_of
 
-    plan = load(args.file, args.overrides).plan()
+    plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
     print(f"pipeline {spec.name}: {len(plan.files)} input files, {format_size(plan.input_bytes)}")
     print(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
@@ -100,6 +103,8 @@ def cmd_plan(args) -> int:
         s if isinstance(s, int) else 1 for s in shards)
     print(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
           f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
+    for note in plan.notes:
+        print(f"note: {note}")
     print(f"tasks: about {tasks} ({len(plan.partitions)} per stage group × {len(plan.segments)}, "
           f"{shuffles} shuffle{'s' if shuffles != 1 else ''}, spill and shard writes)")
     return 0
@@ -123,8 +128,10 @@ def cmd_run(args) -> int:
 
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
-    plan = pipeline.plan()
+    plan = pipeline.plan(backend)
     log = (lambda *a: print(*a, file=sys.stderr))
+    for note in plan.notes:
+        log(f"note: {note}")
     picked = f"{backend.name}" + (" (auto)" if args.backend == "auto" else "")
     log(f"gpuetl {__version__}: pipeline {pipeline.name!r}, backend {picked}, {len(plan.files)} files "
         f"({format_size(plan.input_bytes)}), {len(plan.partitions)} partitions")
@@ -138,6 +145,7 @@ def cmd_run(args) -> int:
         print(json.dumps({"out": str(result.out_dir), "counts": result.counts, "stages": result.stages,
                           "shards": result.shards, "quarantine": result.quarantine,
                           "bad_records": result.bad_records, "backend": result.backend,
+                          "fallbacks": result.manifest.get("fallbacks", {}),
                           "seconds": round(seconds, 3)}, indent=2))
     else:
         print_summary(result, seconds)
@@ -166,6 +174,8 @@ def print_summary(result, seconds: float) -> None:
             print(f"    {n:>8,} × {reason}")
     elif c["quarantined"]:
         print(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
+    for reason, n in result.manifest.get("fallbacks", {}).items():
+        print(f"  fell back to the CPU: {n:,} × {reason}")
     print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
 
 

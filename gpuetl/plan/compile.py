@@ -53,7 +53,8 @@ class Plan:
         return sum(f.size for f in self.files)
 
 
-def compile_plan(loaded: LoadedSpec) -> Plan:
+def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
+    """With a backend, also note what it will hand to the CPU (regexes it cannot run)."""
     spec = loaded.spec
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression)
     partitions = plan_partitions(files, spec.source.blocksize)
@@ -78,6 +79,12 @@ def compile_plan(loaded: LoadedSpec) -> Plan:
     out_dir = _resolve(loaded.base_dir, spec.sink.path)
     plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir)
     _check_shard(plan)
+    parser = source.parser
+    if backend is not None and isinstance(parser, RegexParser) and not parser.kernel:
+        why = backend.check_regex(parser.regex)
+        if why:
+            plan.notes.append(f"parse: {why}; on the {backend.name} backend this pattern runs on the CPU (RE2) "
+                              "on every worker, counted in the run's fallbacks")
     return plan
 
 

@@ -225,6 +225,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     shards = [vars(s) for s in shards]
     quarantine = [vars(q) for q in quarantine]
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
+    manifest["fallbacks"] = backend.fallbacks(getattr(executor, "client", None))
+    manifest["notes"] = list(plan.notes)
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
 

@@ -157,3 +157,17 @@ def test_cluster_settings_are_sized_from_free_memory():
 def test_unsupported_error_type():
     with pytest.raises(Unsupported):
         to_cudf_regex(r"(?=x)")
+
+
+def test_plan_notes_what_the_gpu_hands_to_the_cpu(tmp_path):
+    """The plan says, before any data is read, which pattern the GPU backend cannot run."""
+    from gpuetl import Pipeline
+    from gpuetl.backends.gpu import GpuBackend
+
+    (tmp_path / "a.log").write_text("Hello\n")
+    spec = {"version": 1, "name": "n", "source": {"type": "text", "path": "a.log"},
+            "parse": {"regex": "(?i)^(?P<word>hello)$"}, "sink": {"path": "out"}}
+    pipeline = Pipeline.from_dict(spec, base_dir=tmp_path)
+    notes = pipeline.plan(GpuBackend()).notes
+    assert len(notes) == 1 and "runs on the CPU (RE2)" in notes[0]
+    assert pipeline.plan("cpu").notes == []
