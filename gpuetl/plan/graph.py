@@ -52,9 +52,23 @@ def band_shuffles(frame, step, backend):
     meta = frame._meta.assign(**{name: backend.series([], t) for name, t in step.extra_types().items()})
     frame = frame.map_partitions(named(step.prepare, f"minhash-{step.name}"), backend, meta=meta)
     for band, column in enumerate(step.band_columns):
-        frame = frame.shuffle(on=column, npartitions=max(1, frame.npartitions))
+        frame = frame.shuffle(on=column, npartitions=max(1, frame.npartitions), shuffle_method=_round_shuffle_method())
         frame = frame.map_partitions(named(step.resolve, f"band{band}-{step.name}"), band, backend, meta=meta)
     return frame
+
+
+def _round_shuffle_method():
+    """dask's choice (p2p on a cluster, or the configured one); in-process, the task shuffle:
+    dask's default there (disk, through partd) is many times slower for repeated small shuffles."""
+    if dask.config.get("dataframe.shuffle.method", None):
+        return None
+    try:
+        from distributed import default_client
+
+        default_client()
+        return None
+    except (ImportError, ValueError):
+        return "tasks"
 
 
 class named:

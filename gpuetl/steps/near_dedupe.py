@@ -10,7 +10,6 @@ from ..types import Schema
 from .base import Params, Step, StepError, register
 from .select import missing
 
-SIG = "__mh"        # __mh0 .. __mh{n-1}: uint32 MinHash signature of the live rows
 VALID = "__mhv"     # bool: the row takes part (live, text not null)
 BAND = "__band"     # __band0 ..: uint64 bucket of each band (live rows), identity hash (others)
 FLAG = "__ndup"     # bool: marked as a near-duplicate in some band
@@ -95,16 +94,11 @@ class NearDedupe(Step):
 
     # -- the extra columns that travel through the band shuffles -------------------------
     @property
-    def signature_columns(self) -> list[str]:
-        return [f"{SIG}{i}" for i in range(self.params.num_hashes)]
-
-    @property
     def band_columns(self) -> list[str]:
         return [f"{BAND}{j}" for j in range(self.params.bands)]
 
     def extra_types(self) -> Schema:
-        return {**{c: "uint32" for c in self.signature_columns}, VALID: "bool",
-                **{c: "uint64" for c in self.band_columns}, FLAG: "bool"}
+        return {VALID: "bool", **{c: "uint64" for c in self.band_columns}, FLAG: "bool"}
 
     def signatures(self, text, backend):
         p = self.params
@@ -112,29 +106,30 @@ class NearDedupe(Step):
         return backend.minhash(text, seed=p.seed, a=a, b=b, width=p.shingle_width, shingle=p.shingle)
 
     def prepare(self, df, backend):
-        """Map side: signatures and band buckets of the live rows."""
+        """Map side: the band buckets of the live rows. The signatures themselves do not travel
+        (a wide shuffle is slow): resolve recomputes them for the few rows that share a bucket."""
         xp = backend.xp
         p = self.params
         n = len(df)
-        live = xp.asarray((df[STATUS] == STATUS_LIVE).values) if n else xp.zeros(0, dtype=bool)
-        live = live.astype(bool)
+        out = df.copy()
+        live = xp.asarray((df[STATUS] == STATUS_LIVE).values).astype(bool) if n else xp.zeros(0, dtype=bool)
         sig = xp.zeros((n, p.num_hashes), dtype=xp.uint32)
         valid = xp.zeros(n, dtype=bool)
         if n and bool(live.any()):
             where = xp.flatnonzero(live)
-            text = df[p.column].iloc[backend.to_host(where)]
-            got, ok = self.signatures(text, backend)
+            got, ok = self.signatures(df[p.column].iloc[backend.to_host(where)], backend)
             sig[where] = got
             valid[where] = xp.asarray(ok, dtype=bool)
-        out = df.copy()
-        for i, name in enumerate(self.signature_columns):
-            out[name] = backend.series(sig[:, i], "uint32", index=df.index)
         out[VALID] = backend.series(valid, "bool", index=df.index)
-        sig_series = [out[c] for c in self.signature_columns]
         for j, name in enumerate(self.band_columns):
-            bucket = backend.hash64(sig_series[j * p.rows:(j + 1) * p.rows], j + 1) if n else xp.zeros(0, dtype=xp.uint64)
-            ident = backend.hash64([df[FILE_INDEX], df[OFFSET]], 1000 + j) if n else xp.zeros(0, dtype=xp.uint64)
-            out[name] = backend.series(xp.where(valid, bucket, ident), "uint64", index=df.index)
+            if n:
+                cols = [backend.series(sig[:, i], "uint32", index=df.index) for i in range(j * p.rows, (j + 1) * p.rows)]
+                bucket = backend.hash64(cols, j + 1)
+                ident = backend.hash64([df[FILE_INDEX], df[OFFSET]], 1000 + j)
+                values = xp.where(valid, bucket, ident)
+            else:
+                values = xp.zeros(0, dtype=xp.uint64)
+            out[name] = backend.series(values, "uint64", index=df.index)
         out[FLAG] = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
         return out
 
@@ -156,9 +151,10 @@ class NearDedupe(Step):
         cand = cand[counts[inverse] > 1]
         if len(cand) == 0:
             return df
-        sig = np.stack([host(c).astype(np.uint32) for c in self.signature_columns], axis=1)[cand]
         order = np.lexsort((off[cand], fi[cand], bucket[cand]))
-        cand, sig = cand[order], sig[order]
+        cand = cand[order]
+        got, _ = self.signatures(df[self.params.column].iloc[cand], backend)
+        sig = backend.to_host(got)
         marked = self._greedy(bucket[cand], sig)
         if not marked.any():
             return df
@@ -196,7 +192,7 @@ class NearDedupe(Step):
 
     # -- the stage itself (after the last band) -------------------------------------------
     def transform(self, df, backend):
-        drop = [c for c in [*self.signature_columns, VALID, *self.band_columns] if c in df.columns]
+        drop = [c for c in [VALID, *self.band_columns] if c in df.columns]
         return df.drop(columns=drop)
 
     def keep(self, df, backend):

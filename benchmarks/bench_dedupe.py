@@ -1,0 +1,206 @@
+#!/usr/bin/env python
+"""Side-by-side benchmark: filter + exact dedupe of Apache access logs -> zstd Parquet.
+
+    python benchmarks/bench_dedupe.py [--size 1GB] [--data benchmarks/data]
+        [--json benchmarks/results/dedupe.json] [--only NAME ...]
+
+The same input as bench_access_logs.py (generated once with gpuetl.samples.write_access_logs,
+cached by size + seed + generator version; ~1 % of the lines are repeats), the same parse
+(Apache combined regex -> 12 columns; status int16, size int64 with '-' -> null, time -> UTC
+timestamp[us]), then: keep rows with status < 400, drop exact duplicate rows (all 12 columns;
+the first copy in file order stays) and write zstd Parquet. Systems: pandas (drop_duplicates),
+polars (unique(keep="first", maintain_order=True)) and gpuetl-cpu (benchmarks/dedupe.yaml), each
+in a fresh subprocess, one after the other, after warming the page cache. Prints a table and
+the ratio gpuetl-cpu / polars (polars seconds / gpuetl seconds: above 1 means gpuetl is faster).
+See benchmarks/README.md.
+
+Not a test; nothing here is imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import bench_access_logs as base  # noqa: E402  (input cache, page-cache warming, runner helpers)
+
+SYSTEMS = ("pandas", "polars", "gpuetl-cpu")
+PEERS = ("pandas", "polars")
+PATTERN, TIME_FORMAT = base.PATTERN, base.TIME_FORMAT
+
+
+def work_pandas(src: str, out: str) -> None:
+    import pandas as pd
+
+    os.makedirs(out, exist_ok=True)
+    parts = []
+    for lines in base._line_blocks(src, base.BLOCK_BYTES):
+        df = pd.Series(lines).str.extract(PATTERN)
+        df = df[df["ip"].notna()]
+        df["status"] = pd.to_numeric(df["status"]).astype("int16")
+        df["size"] = pd.to_numeric(df["size"].where(df["size"] != "-")).astype("Int64")
+        df["time"] = pd.to_datetime(df["time"], format=TIME_FORMAT, utc=True).astype("datetime64[us, UTC]")
+        parts.append(df[df["status"] < 400])
+    df = pd.concat(parts, ignore_index=True).drop_duplicates(keep="first")
+    df.to_parquet(os.path.join(out, "part-00000.parquet"), compression="zstd", index=False)
+
+
+def work_polars(src: str, out: str) -> None:
+    import polars as pl
+
+    os.makedirs(out, exist_ok=True)
+    (
+        pl.scan_lines(src, name="line")
+        .select(pl.col("line").str.extract_groups(PATTERN).alias("m"))
+        .unnest("m")
+        .filter(pl.col("ip").is_not_null())
+        .with_columns(
+            pl.col("status").cast(pl.Int16),
+            pl.when(pl.col("size") == "-").then(None).otherwise(pl.col("size")).cast(pl.Int64).alias("size"),
+            pl.col("time").str.to_datetime(TIME_FORMAT, time_unit="us").dt.convert_time_zone("UTC"),
+        )
+        .filter(pl.col("status") < 400)
+        .unique(keep="first", maintain_order=True)
+        .sink_parquet(os.path.join(out, "part-00000.parquet"), compression="zstd")
+    )
+
+
+WORKERS = {"pandas": work_pandas, "polars": work_polars}
+
+
+def gpuetl_command(src: Path, out: Path) -> list[str]:
+    exe = Path(sys.executable).parent / "gpuetl"
+    start = [str(exe)] if exe.exists() else [sys.executable, "-c", "import sys; from gpuetl.cli import main; sys.exit(main())"]
+    return start + ["run", str(HERE / "dedupe.yaml"), "--backend", "cpu", "--set", f"source.path={src}",
+                    "--set", f"sink.path={out}", "--set", "sink.mode=overwrite"]
+
+
+def _run_peer(name, src, out, log, timeout, script):
+    import shutil
+    import signal
+    import subprocess
+    import threading
+
+    cmd = [sys.executable, str(script), "--worker", name, "--input", str(src), "--output", str(out)]
+    shutil.rmtree(out, ignore_errors=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    res: dict = {"system": name, "command": cmd, "ok": False}
+    timed_out = threading.Event()
+    with open(log, "wb") as logf:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def kill():
+            timed_out.set()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        _, status, ru = os.wait4(p.pid, 0)
+        seconds = time.perf_counter() - t0
+        timer.cancel()
+        code = os.waitstatus_to_exitcode(status)
+    res.update(seconds=seconds, peak_rss_mb=ru.ru_maxrss / 1024, cpu_seconds=ru.ru_utime + ru.ru_stime, returncode=code)
+    if timed_out.is_set():
+        res["error"] = f"timed out after {timeout:.0f} s"
+    elif code != 0:
+        res["error"] = f"exit code {code}: " + "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
+    else:
+        res.update(base.count_output(out))
+        res["ok"] = True
+    return res
+
+
+def report(results: list[dict]) -> dict:
+    ok = [r for r in results if r["ok"]]
+    fastest = min((r["seconds"] for r in ok), default=None)
+    rows_seen = {r["rows"] for r in ok}
+    hdr = f"{'system':<11} {'seconds':>8} {'MB/s':>8} {'rows':>12} {'peak RSS MB':>12} {'vs fastest':>11}  note"
+    print("\n" + hdr + "\n" + "-" * len(hdr))
+    for r in results:
+        if r["ok"]:
+            r["mb_per_s"] = r["input_bytes"] / 1e6 / r["seconds"]
+            r["vs_fastest"] = fastest / r["seconds"]
+            r["warning"] = "ROWS DISAGREE" if len(rows_seen) > 1 else None
+            print(f"{r['system']:<11} {r['seconds']:>8.2f} {r['mb_per_s']:>8.1f} {r['rows']:>12,} "
+                  f"{r['peak_rss_mb']:>12,.0f} {r['vs_fastest']:>10.2f}×  {r['warning'] or ''}")
+        else:
+            last = (r.get("error") or "failed").splitlines()[-1][:100]
+            print(f"{r['system']:<11} {'-':>8} {'-':>8} {'-':>12} {'-':>12} {'-':>11}  FAILED: {last}")
+    by = {r["system"]: r for r in ok}
+    ratio = by["polars"]["seconds"] / by["gpuetl-cpu"]["seconds"] if {"polars", "gpuetl-cpu"} <= set(by) else None
+    text = f"gpuetl-cpu / polars = {ratio:.2f}× (goal ≥ 0.7×)" if ratio is not None else "gpuetl-cpu / polars = n/a"
+    print("\n" + text)
+    return {"rows_agree": len(rows_seen) <= 1, "fastest": fastest, "headline": {"ratio": ratio, "text": text}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=base.parse_size, default=base.parse_size("1GB"), help="input size (default 1GB)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data", type=Path, default=HERE / "data", help="where the generated input is cached")
+    ap.add_argument("--json", type=Path, default=HERE / "results" / "dedupe.json", help="results file")
+    ap.add_argument("--only", nargs="+", choices=SYSTEMS, metavar="NAME", help=f"run only these of {', '.join(SYSTEMS)}")
+    ap.add_argument("--timeout", type=float, default=3600, help="per-system limit in seconds")
+    ap.add_argument("--keep-output", action="store_true", help="keep the Parquet outputs under results/")
+    ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    ap.add_argument("--input", help=argparse.SUPPRESS)
+    ap.add_argument("--output", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        WORKERS[args.worker](args.input, args.output)
+        return 0
+
+    import shutil
+
+    src = base.ensure_input(args.data.resolve(), args.size, args.seed, 0)
+    input_bytes = src.stat().st_size
+    t = time.perf_counter()
+    lines = base.warm_and_count(src)
+    print(f"page cache warmed: {input_bytes / 1e6:,.1f} MB, {lines:,} lines read in {time.perf_counter() - t:.2f} s")
+    results_dir = args.json.resolve().parent
+    results_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in args.only or SYSTEMS:
+        out, log = results_dir / f"dedupe-out-{name}", results_dir / f"dedupe-{name}.log"
+        print(f"running {name} ...", flush=True)
+        if name == "gpuetl-cpu":
+            saved = base.gpuetl_command
+            base.gpuetl_command = gpuetl_command
+            try:
+                r = base._run_system(name, src, out, log, args.timeout)
+            finally:
+                base.gpuetl_command = saved
+        else:
+            r = _run_peer(name, src, out, log, args.timeout, Path(__file__).resolve())
+        r.update(input_bytes=input_bytes, log=str(log))
+        print(f"  {r['seconds']:.2f} s, {r['rows']:,} rows" if r["ok"] else f"  FAILED: {r.get('error', '')[:300]}", flush=True)
+        if not args.keep_output:
+            shutil.rmtree(out, ignore_errors=True)
+        results.append(r)
+    summary = report(results)
+    doc = {"benchmark": "dedupe", "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "input": {"path": str(src), "bytes": input_bytes, "lines": lines, "seed": args.seed,
+                     "generator": base.generator_version()},
+           "task": "parse (apache combined) + type + filter status < 400 + exact dedupe of whole rows (first kept) + zstd Parquet",
+           "machine": base.machine_info(), "results": results, **summary}
+    args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
