@@ -131,6 +131,17 @@ class Backend(ABC):
         """Apply a whole-record regex: ({name: string Series}, matched bool Series). `kernel`
         names a faster equivalent a backend may use for a preset ('clf', 'combined')."""
 
+    def extract_fields(self, text: Any, regex: str, names: tuple[str, ...], *, kernel: str | None = None,
+                       dash_is_null: bool = False) -> tuple[dict, Any]:
+        """extract(), with empty captures (and '-' where the format says so) turned into nulls."""
+        cols, matched = self.extract(text, regex, names, kernel=kernel)
+        for name, col in cols.items():
+            empty = col.str.len() == 0
+            if dash_is_null:
+                empty = empty | (col == "-")
+            cols[name] = col.mask(empty.fillna(False).astype(bool))
+        return cols, matched
+
     @abstractmethod
     def parse_json(self, text: Any, schema: Schema) -> tuple[dict, Any, Any]:
         """Parse JSON objects, one per record: ({name: Series}, ok bool Series, reason Series|None)."""

@@ -111,6 +111,27 @@ class CpuBackend(Backend):
                 bad.append(True)
         return pa.array(values, type=string_type), np.array(bad, dtype=bool)
 
+    def extract_fields(self, text, regex, names, *, kernel=None, dash_is_null=False):
+        """In Arrow: no pandas round trip per column (this is the parser's hot path)."""
+        arr = _arrow(text)
+        if kernel in ("clf", "combined"):
+            from .cpu_clf import extract_clf
+
+            cols, matched = extract_clf(arr, regex, names, combined=kernel == "combined", null_empty=True,
+                                        null_dash=dash_is_null)
+        else:
+            struct = pc.extract_regex(arr, pattern=regex)
+            matched = _bool_mask(struct.is_valid())
+            cols = {}
+            for name in names:
+                field = pc.struct_field(struct, name)
+                empty = pc.equal(pc.binary_length(field), 0)
+                if dash_is_null:
+                    empty = pc.or_(empty, pc.equal(field, "-"))
+                cols[name] = pc.if_else(empty, pa.scalar(None, pa.string()), field)
+        return ({name: self.series(cols[name], "string", index=text.index) for name in names},
+                pd.Series(matched, index=text.index))
+
     def extract(self, text, regex: str, names: tuple[str, ...], kernel: str | None = None):
         arr = _arrow(text)
         if kernel in ("clf", "combined"):

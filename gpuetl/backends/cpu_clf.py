@@ -21,8 +21,10 @@ CLF_FIELDS = ("ip", "ident", "user", "time", "request", "status", "size")
 COMBINED_FIELDS = CLF_FIELDS + ("referer", "user_agent")
 
 
-def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], combined: bool) -> tuple[dict, np.ndarray]:
-    """({name: pa.StringArray}, matched) with the values pc.extract_regex(arr, regex) gives."""
+def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], combined: bool,
+                null_empty: bool = False, null_dash: bool = False) -> tuple[dict, np.ndarray]:
+    """({name: pa.StringArray}, matched) with the values pc.extract_regex(arr, regex) gives; with
+    null_empty, empty values become null, and with null_dash '-' too (the presets' "no value")."""
     n = len(arr)
     matched = np.asarray(pc.fill_null(pc.match_substring_regex(arr, pattern=regex), False), dtype=bool)
     arr = arr.cast(pa.large_string())
@@ -47,15 +49,39 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], combined: boo
         sub = np.frombuffer(subset, dtype=np.uint8)[:int(lengths.sum())]
         local = _field_bounds(sub, local_starts, local_starts + lengths, combined)
         bounds[general] = local - local_starts[:, None] + starts[general][:, None]
-    values = _take_fields(data, bounds, len(fields), matched)
-    out = dict(zip(fields, values))
-    request = out["request"]
-    parts = pc.extract_regex(request, pattern=REQUEST_RE)
-    for name in ("method", "path", "protocol"):
-        field = pc.struct_field(parts, name)
-        # the request alternative that did not split leaves these empty, as RE2 does
-        out[name] = pc.if_else(pc.is_null(field), pc.if_else(pc.is_null(request), None, ""), field)
+    bounds = np.concatenate([bounds, _request_bounds(arr, data, bounds, matched)], axis=1)
+    values = _take_fields(data, bounds, matched, null_empty, null_dash)
+    out = dict(zip(fields + ("method", "path", "protocol"), values))
     return {name: out[name] for name in names}, matched
+
+
+def _request_bounds(arr: pa.Array, data: np.ndarray, bounds: np.ndarray, matched: np.ndarray) -> np.ndarray:
+    """method, path, protocol: when the request is `METHOD PATH PROTOCOL` (REQUEST_RE, decided
+    by RE2's DFA), method ends at its first space and protocol starts after its last (neither
+    can hold a space), path is between; otherwise all three are empty, as RE2 leaves them."""
+    start, end = bounds[:, 8], bounds[:, 9]
+    out = np.repeat(start[:, None], 6, axis=1)
+    if not matched.any():
+        return out
+    request = _take_fields(data, bounds[:, 8:10], matched)[0]
+    rows = np.flatnonzero(np.asarray(pc.fill_null(pc.match_substring_regex(request, pattern=REQUEST_RE), False),
+                                     dtype=bool))
+    if not len(rows):
+        return out
+    width = 32
+    padded = np.concatenate([data, np.zeros(width, np.uint8)])
+    windows = np.lib.stride_tricks.as_strided(padded, shape=(len(data), width), strides=(1, 1))
+    s, e = start[rows], end[rows]
+    head = windows[s] == SPACE
+    first = s + np.argmax(head, axis=1)
+    tail_from = np.maximum(e - width, s)
+    tail = (windows[tail_from] == SPACE) & (np.arange(width)[None, :] < (e - tail_from)[:, None])
+    last = tail_from + (width - 1) - np.argmax(tail[:, ::-1], axis=1)
+    for i in np.flatnonzero(~head.any(axis=1) | ~tail.any(axis=1)):   # a method or protocol over 31 bytes
+        text = data[s[i]:e[i]].tobytes()
+        first[i], last[i] = s[i] + text.index(b" "), s[i] + text.rindex(b" ")
+    out[rows] = np.stack([s, first, first + 1, last, last + 1, e], axis=1)
+    return out
 
 
 def _unescaped_quotes(data: np.ndarray, marks: np.ndarray, kinds: np.ndarray) -> np.ndarray:
@@ -141,20 +167,32 @@ def _field_bounds(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, combin
     return np.stack(cols, axis=1)
 
 
-def _take_fields(data: np.ndarray, bounds: np.ndarray, fields: int, valid: np.ndarray) -> list[pa.Array]:
-    rows = len(bounds)
+def _take_fields(data: np.ndarray, bounds: np.ndarray, valid: np.ndarray, null_empty: bool = False,
+                 null_dash: bool = False) -> list[pa.Array]:
+    """Field f of every row is element 2f of a string array whose elements are the fields and
+    the gaps between them, in order, over `data` itself: one copy per field (the take)."""
+    rows, width = bounds.shape
+    fields = width // 2
     if rows == 0:
         return [pa.array([], pa.string()) for _ in range(fields)]
-    offsets = np.empty(rows * fields * 2 + 1, dtype=np.int64)
+    wide = len(data) >= 2**31
+    offsets = np.empty(rows * width + 1, dtype=np.int64 if wide else np.int32)
     offsets[:-1] = bounds.reshape(-1)
     offsets[-1] = bounds[-1, -1]
-    validity = None
-    if not valid.all():
-        validity = pa.array(np.repeat(valid, 2 * fields)).buffers()[1]
-    tokens = pa.Array.from_buffers(pa.large_string(), len(offsets) - 1,
+    keep = np.repeat(valid[:, None], width, axis=1)
+    if null_empty or null_dash:
+        length = bounds[:, 1::2] - bounds[:, 0::2]
+        drop = length == 0 if null_empty else np.zeros(length.shape, dtype=bool)
+        if null_dash and len(data):
+            first = data[np.minimum(bounds[:, 0::2], len(data) - 1)]
+            drop |= (length == 1) & (first == ord("-"))
+        keep[:, 0::2] &= ~drop
+    validity = None if keep.all() else pa.array(keep.reshape(-1)).buffers()[1]
+    tokens = pa.Array.from_buffers(pa.large_string() if wide else pa.string(), len(offsets) - 1,
                                    [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
-    step = np.arange(rows, dtype=np.int64) * (2 * fields)
-    return [tokens.take(pa.array(step + 2 * f)).cast(pa.string()) for f in range(fields)]
+    step = np.arange(rows, dtype=np.int64) * width
+    out = [tokens.take(pa.array(step + 2 * f)) for f in range(fields)]
+    return [o.cast(pa.string()) for o in out] if wide else out
 
 
 CLF_TIME_FORMAT = "%d/%b/%Y:%H:%M:%S %z"

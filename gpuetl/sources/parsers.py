@@ -42,12 +42,8 @@ class RegexParser:
     def parse(self, text, backend):
         if self.strip:
             text = text.str.strip()
-        cols, matched = backend.extract(text, self.regex, self.names, kernel=self.kernel)
-        for name, col in cols.items():
-            empty = col.str.len() == 0
-            if self.dash_is_null:
-                empty = empty | (col == "-")
-            cols[name] = col.mask(empty.fillna(False).astype(bool))
+        cols, matched = backend.extract_fields(text, self.regex, self.names, kernel=self.kernel,
+                                               dash_is_null=self.dash_is_null)
         return cols, matched, f"line does not match {self.describe}"
 
 

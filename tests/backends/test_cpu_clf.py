@@ -81,3 +81,25 @@ def test_clf_time_fast_path_equals_strptime_on_edge_values():
 def test_clf_time_fast_path_equals_strptime(parts):
     values = [f"{d:02d}/{m}/{y:04d}:{h:02d}:{mi:02d}:{s:02d} {sign}{z:04d}" for d, m, y, h, mi, s, sign, z in parts]
     assert _fast(values) == _strptime(values)
+
+
+def test_extract_fields_nulls_equal_the_shared_definition(tmp_path):
+    """The CPU's Arrow-native extract_fields (tokenizer and regex paths) gives what the shared
+    pandas/cuDF definition in Backend.extract_fields gives."""
+    from gpuetl.backends.base import Backend
+    from gpuetl.backends.cpu import CpuBackend
+
+    backend = CpuBackend()
+    path = tmp_path / "a.log"
+    write_access_logs(path, lines=3000, seed=5, bad_every=50)
+    text = backend.series(path.read_text().splitlines() + EDGE_LINES, "string")
+    rule = preset("apache_combined")
+    for kernel in ("combined", None):
+        for dash in (True, False):
+            fast, matched = backend.extract_fields(text, rule.regex, tuple(rule.columns), kernel=kernel,
+                                                   dash_is_null=dash)
+            slow, matched_slow = Backend.extract_fields(backend, text, rule.regex, tuple(rule.columns),
+                                                        dash_is_null=dash)
+            assert matched.tolist() == matched_slow.tolist()
+            for name in rule.columns:
+                assert pa.array(fast[name]).to_pylist() == pa.array(slow[name]).to_pylist(), (kernel, dash, name)
