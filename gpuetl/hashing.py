@@ -46,6 +46,9 @@ def _hash_fixed(backend, col):
 
 
 def _hash_strings(backend, col):
+    """Eight bytes (little-endian, zero-padded past the end) per step. Rows are visited longest
+    first, so step w touches only the rows longer than w: work follows the total bytes, not
+    rows × the longest string."""
     xp = backend.xp
     offsets, data, valid = backend.string_buffers(col)
     starts = offsets[:-1]
@@ -53,16 +56,20 @@ def _hash_strings(backend, col):
     h = _mix(xp, lengths.astype(xp.uint64) ^ xp.uint64(_M2))
     if len(data) == 0 or len(lengths) == 0:
         return xp.where(valid, h, xp.uint64(_NULL))
-    longest = int(lengths.max())
-    shifts = (xp.arange(8, dtype=xp.uint64) * xp.uint64(8))
-    for word in range(0, longest, 8):
-        active = lengths > word
-        pos = starts[:, None] + word + xp.arange(8)[None, :]
-        inside = pos < (starts + lengths)[:, None]
-        pos = xp.where(inside, pos, 0)
-        chunk = xp.where(inside, data[pos].astype(xp.uint64), xp.uint64(0))
-        value = (chunk << shifts[None, :]).sum(axis=1, dtype=xp.uint64)
-        h = xp.where(active, _mix(xp, (h ^ value) * xp.uint64(_M1) + xp.uint64(word + 1)), h)
+    order = xp.argsort(-lengths, kind="stable")
+    s_starts, s_lengths, s_h = starts[order], lengths[order], h[order]
+    padded = xp.concatenate([data, xp.zeros(8, dtype=xp.uint8)])
+    words = xp.lib.stride_tricks.as_strided(padded, shape=(len(data), 8), strides=(1, 1))
+    active_counts = xp.searchsorted(-s_lengths, -xp.arange(0, int(s_lengths[0]), 8), side="left")
+    for step, word in enumerate(range(0, int(s_lengths[0]), 8)):
+        k = int(active_counts[step])
+        value = xp.ascontiguousarray(words[s_starts[:k] + word]).view(xp.uint64).reshape(k)
+        left = s_lengths[:k] - word
+        keep = xp.where(left >= 8, xp.uint64(0xFFFFFFFFFFFFFFFF),
+                        (xp.uint64(1) << (xp.minimum(left, 7).astype(xp.uint64) * xp.uint64(8))) - xp.uint64(1))
+        s_h[:k] = _mix(xp, (s_h[:k] ^ (value & keep)) * xp.uint64(_M1) + xp.uint64(word + 1))
+    h = xp.empty_like(h)
+    h[order] = s_h
     return xp.where(valid, h, xp.uint64(_NULL))
 
 
