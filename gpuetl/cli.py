@@ -9,7 +9,7 @@ import sys
 import time
 
 from . import __version__
-from .errors import GpuetlError, SpecError
+from .errors import GpuetlError
 from .spec.sizes import format_size
 
 

@@ -511,7 +511,7 @@ def write_syslog(path, *, lines: int, seed: int = 0) -> int:
                 elif k == 7:
                     tag, msg = f"postfix/smtpd[{pid[i]}]", f"connect from unknown[{ip}]"
                 else:
-                    tag, msg = f"sudo", f"{u} : TTY=pts/0 ; PWD=/home/{u} ; USER=root ; COMMAND=/usr/bin/apt update"
+                    tag, msg = "sudo", f"{u} : TTY=pts/0 ; PWD=/home/{u} ; USER=root ; COMMAND=/usr/bin/apt update"
                 prefix = f"<{pri[i]}>" if has_pri[i] else ""
                 parts.append(f"{prefix}{stamp} {_HOSTS[host[i]]} {tag}: {msg}\n")
             w.write("".join(parts))

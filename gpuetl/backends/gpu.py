@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import SpecError
-from ..types import ARROW_TYPES, FLOAT_TYPES, INT_TYPES, UINT_TYPES, Schema
+from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, count_fallback,
                           days_in_month, fallback_counts, timestamp_plan, to_cudf_regex)
@@ -489,7 +489,6 @@ class GpuBackend(GpuTextMixin, Backend):
                 _with_index(R.cudf.Series(R.cupy.asarray(bad.to_numpy(dtype=bool))), col.index))
 
     def _cast_integer(self, col, type_name):
-        cp = R.cupy
         unsigned = type_name in UINT_TYPES
         digits = 19 if unsigned else 18
         sign = r"\+?" if unsigned else r"[+-]?"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import math
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,7 +15,7 @@ import gpuetl
 from gpuetl.errors import DataError
 from gpuetl.samples import write_access_logs
 from gpuetl.sources.files import resolve_inputs
-from gpuetl.sources.ranges import ByteRange, plan_partitions, read_range
+from gpuetl.sources.ranges import ByteRange, read_range
 
 LINES = 300
 
