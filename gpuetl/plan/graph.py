@@ -7,9 +7,10 @@ import dask
 import dask.dataframe as dd
 
 from ..backends.base import FILE_INDEX, OFFSET, STATUS, STATUS_LIVE
+from ..steps.dedupe import KEY_HASH
 from .stages import frame_schema, read_partition, run_steps
 
-SHUFFLE_HASH = "__h"
+SHUFFLE_HASH = KEY_HASH
 
 
 def build_frame(plan, backend):
@@ -29,14 +30,16 @@ def build_frame(plan, backend):
                 before = frame._meta
                 hashed_meta = before.assign(**{SHUFFLE_HASH: backend.series([], "uint64")})
                 frame = frame.map_partitions(named(add_shuffle_hash, f"hash-{step.name}"), keys, backend, meta=hashed_meta)
-                frame = frame.shuffle(on=SHUFFLE_HASH, npartitions=max(1, frame.npartitions))
+                frame = frame.shuffle(on=SHUFFLE_HASH, npartitions=max(1, frame.npartitions),
+                                      shuffle_method=_shuffle_method())
             frame = frame.map_partitions(named(run_steps, segment.label), segment, backend,
                                          meta=backend.empty(frame_schema(segment.schema)))
     return frame
 
 
 def add_shuffle_hash(df, keys, backend):
-    """Live rows go where their key's hash sends them; the rest by their identity (any place will do)."""
+    """Live rows go where their key's hash sends them; the rest by their identity (any place will
+    do). The hash stays in the frame: dedupe compares values only among rows whose hashes meet."""
     live = (df[STATUS] == STATUS_LIVE).values
     key_hash = backend.hash64([df[k] for k in keys], 0)
     ident = backend.hash64([df[FILE_INDEX], df[OFFSET]], 1)
@@ -52,23 +55,25 @@ def band_shuffles(frame, step, backend):
     meta = frame._meta.assign(**{name: backend.series([], t) for name, t in step.extra_types().items()})
     frame = frame.map_partitions(named(step.prepare, f"minhash-{step.name}"), backend, meta=meta)
     for band, column in enumerate(step.band_columns):
-        frame = frame.shuffle(on=column, npartitions=max(1, frame.npartitions), shuffle_method=_round_shuffle_method())
+        frame = frame.shuffle(on=column, npartitions=max(1, frame.npartitions), shuffle_method=_shuffle_method())
         frame = frame.map_partitions(named(step.resolve, f"band{band}-{step.name}"), band, backend, meta=meta)
     return frame
 
 
-def _round_shuffle_method():
-    """dask's choice (p2p on a cluster, or the configured one); in-process, the task shuffle:
-    dask's default there (disk, through partd) is many times slower for repeated small shuffles."""
+def _shuffle_method():
+    """The configured method if any; on a cluster of worker processes dask's own choice (p2p);
+    in this process (no client, or the default in-process local cluster) the task shuffle, which
+    measured fastest there: 200 MB dedupe in 6.5 s, against 8.0 s (p2p) and 7.4 s (disk)."""
     if dask.config.get("dataframe.shuffle.method", None):
         return None
     try:
         from distributed import default_client
 
-        default_client()
-        return None
+        client = default_client()
     except (ImportError, ValueError):
         return "tasks"
+    address = getattr(getattr(client, "scheduler", None), "address", "") or ""
+    return "tasks" if address.startswith("inproc://") else None
 
 
 class named:

@@ -7,6 +7,8 @@ from ..types import Schema
 from .base import Params, Step, register
 from .select import missing
 
+KEY_HASH = "__h"          # set by plan/graph.py's shuffle for global steps: the key's hash
+
 
 class DedupeParams(Params):
     on: list[str] | None = Field(None, description="columns that make two rows duplicates; all columns when absent")
@@ -47,9 +49,21 @@ class Dedupe(Step):
         return dict(schema)
 
     def keep(self, df, backend):
-        """Within one partition after the shuffle: keep the first copy of each key."""
+        """Within one partition after the shuffle: keep the first copy of each key. Only rows
+        whose key hash (the shuffle's) occurs twice can be duplicates; values decide among them."""
         if len(df) == 0:
             return None
+        if KEY_HASH in df.columns:
+            candidates = df[KEY_HASH].duplicated(keep=False)
+            if not bool(candidates.any()):
+                return None
+            if not bool(candidates.all()):
+                keep = candidates == candidates         # all True, same index and kind
+                keep[candidates] = self._first_copies(df[candidates])
+                return keep
+        return self._first_copies(df)
+
+    def _first_copies(self, df):
         ordered = df.sort_values([FILE_INDEX, OFFSET])
         duplicated = ordered.duplicated(subset=self._keys, keep="first")
         return ~duplicated.reindex(df.index)
