@@ -38,7 +38,7 @@ class Pipeline:
         from .plan.compile import compile_plan
 
         if isinstance(backend, str):
-            backend = get_backend(backend)
+            backend = get_backend(backend, for_planning=True)
         return compile_plan(self.loaded, backend)
 
     def run(self, backend: str = "auto", client=None, scheduler: str | None = None, progress: bool = False,

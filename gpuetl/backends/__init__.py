@@ -9,8 +9,9 @@ from .base import Backend
 BACKENDS = ("auto", "cpu", "gpu")
 
 
-def get_backend(name: str = "auto") -> Backend:
-    """Return the backend object; 'auto' picks the GPU when NVML reports one."""
+def get_backend(name: str = "auto", *, for_planning: bool = False) -> Backend:
+    """Return the backend object; 'auto' picks the GPU when NVML reports one. for_planning:
+    planning touches no device, so a plan for the GPU can be checked on any machine."""
     if name not in BACKENDS:
         raise SpecError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}")
     if name == "auto":
@@ -23,4 +24,4 @@ def get_backend(name: str = "auto") -> Backend:
         return CpuBackend()
     from .gpu import GpuBackend
 
-    return GpuBackend.create()
+    return GpuBackend() if for_planning else GpuBackend.create()
