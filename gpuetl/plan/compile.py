@@ -15,7 +15,8 @@ from ..parsing import preset as preset_rule
 from ..parsing import template_to_regex
 from ..sources.files import InputFile, resolve_inputs
 from ..sources.parsers import CsvParser, JsonParser, LineParser, RegexParser
-from ..sources.ranges import Partition, plan_partitions, read_range, ByteRange
+from ..sources.parquet import parquet_columns, plan_row_groups
+from ..sources.ranges import ByteRange, Partition, plan_partitions, read_range
 from ..spec.loader import LoadedSpec
 from ..steps.base import StepError, closest
 from ..types import ColumnSpec, Schema, column_spec, type_name_of
@@ -57,8 +58,12 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     """With a backend, also note what it will hand to the CPU (regexes it cannot run)."""
     spec = loaded.spec
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression)
-    partitions = plan_partitions(files, spec.source.blocksize)
-    source = _source_stage(loaded, files)
+    notes: list[str] = []
+    if spec.source.type == "parquet":
+        partitions = plan_row_groups(files, spec.source.blocksize)
+    else:
+        partitions = plan_partitions(files, spec.source.blocksize)
+    source = _source_stage(loaded, files, notes)
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error)]
     schema = dict(source.schema)
@@ -77,7 +82,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     if not schema:
         raise SpecError(f"{loaded.path}: the steps leave no columns to write")
     out_dir = _resolve(loaded.base_dir, spec.sink.path)
-    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir)
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes)
     _check_shard(plan)
     parser = source.parser
     if backend is not None and isinstance(parser, RegexParser) and not parser.kernel:
@@ -104,7 +109,7 @@ def _check_shard(plan: Plan) -> None:
 
 # -- the source stage --------------------------------------------------------------------------
 
-def _source_stage(loaded: LoadedSpec, files: list[InputFile]) -> SourceStage:
+def _source_stage(loaded: LoadedSpec, files: list[InputFile], notes: list[str]) -> SourceStage:
     spec = loaded.spec
     src = spec.source
     declared = {name: column_spec(v) for name, v in spec.columns.items()}
@@ -134,6 +139,10 @@ def _source_stage(loaded: LoadedSpec, files: list[InputFile]) -> SourceStage:
     elif src.type == "csv":
         parser = CsvParser(_csv_header(loaded, files), src.delimiter)
         skip_header = True
+    elif src.type == "parquet":
+        parser, skipped = parquet_columns(files, f"{loaded.path}: source.path")
+        if skipped:
+            notes.append(f"source: nested Parquet columns are not read yet: {', '.join(skipped)}")
     else:  # pragma: no cover - the loader refuses other types
         raise SpecError(f"{loaded.path}: source.type {src.type!r} is not supported yet")
     for name, col in declared.items():
@@ -149,7 +158,7 @@ def _source_stage(loaded: LoadedSpec, files: list[InputFile]) -> SourceStage:
             if name in schema:
                 raise SpecError(f"{loaded.path}: source.provenance: the data already has a column {name!r}")
         schema.update({"_file": "string", "_offset": "int64"})
-    return SourceStage(files, parser, casts, schema, src.provenance, skip_header)
+    return SourceStage(files, parser, casts, schema, src.provenance, skip_header, parquet=src.type == "parquet")
 
 
 def _user_regex(loaded: LoadedSpec, regex: str) -> tuple[str, tuple[str, ...]]:

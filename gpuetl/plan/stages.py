@@ -32,6 +32,7 @@ class SourceStage:
     provenance: bool = False
     skip_header: bool = False      # csv: the first line of each file names the columns
     index: int = 0
+    parquet: bool = False          # ranges are row groups, records are rows
 
 
 @dataclass
@@ -66,6 +67,8 @@ def frame_schema(schema: Schema) -> Schema:
 def read_partition(partition: Partition, segment: Segment, backend):
     """Read one partition's byte ranges and run the segment's stages on it."""
     source = segment.source
+    if source.parquet:
+        return _read_parquet_partition(partition, segment, backend)
     xp = backend.xp
     header_files = {rng.file_index for rng in partition.ranges if rng.offset == 0}
     block = backend.read_block(source.files, partition.ranges)
@@ -98,6 +101,30 @@ def read_partition(partition: Partition, segment: Segment, backend):
         else:
             reasons = reasons.fillna(reason.where(not_ok))
         bad = bad | not_ok
+    return _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment, backend)
+
+
+def _read_parquet_partition(partition: Partition, segment: Segment, backend):
+    """A Parquet source: row groups are the ranges; a record's offset is its row number in its
+    file. Values arrive typed; `columns` casts them like any other source."""
+    from ..sources.parquet import read_row_groups
+
+    source = segment.source
+    xp = backend.xp
+    table, file_index, offsets = read_row_groups(source.files, partition.ranges, source.parser.schema)
+    df = backend.from_arrow(table)
+    n = len(df)
+    bad = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
+    reasons = backend.nulls(n, "string", index=df.index)
+    return _finish_source(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets), [], segment,
+                          backend)
+
+
+def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment: Segment, backend):
+    """Casts, provenance and the bookkeeping columns, then the segment's steps."""
+    source = segment.source
+    xp = backend.xp
+    as_read = df.copy(deep=False) if text is None else None    # a typed record's raw form: its values
     if source.casts:
         df, cast_bad, cast_reasons = cast_columns(df, source.casts, backend)
         if cast_bad is not None:
@@ -114,7 +141,7 @@ def read_partition(partition: Partition, segment: Segment, backend):
     df[STATUS] = backend.series(xp.zeros(n, dtype=xp.int8), "int8", index=df.index).mask(bad, STATUS_QUARANTINED)
     df[COUNT] = backend.series(xp.ones(n, dtype=xp.int64), "int64", index=df.index)
     df[STAGE] = backend.series(xp.full(n, -1, dtype=xp.int16), "int16", index=df.index).mask(bad, source.index)
-    df[RAW] = text.where(bad)
+    df[RAW] = text.where(bad) if text is not None else _raw_of(as_read, bad, backend)
     df[REASON] = reasons
     df = backend.conform(df, frame_schema(source.schema))
     if extra_bad:
@@ -122,6 +149,14 @@ def read_partition(partition: Partition, segment: Segment, backend):
     if segment.on_error == "fail" and bool(bad.any() or extra_bad):
         _fail(df, source.files)
     return run_steps(df, segment, backend)
+
+
+def _raw_of(df, bad, backend):
+    """Typed sources have no raw line: a bad record's values, as JSON."""
+    raw = backend.nulls(len(df), "string", index=df.index)
+    if bool(bad.any()):
+        raw[bad] = _row_json(df[bad], backend)
+    return raw
 
 
 def _quarantine_rows(rows, schema: Schema, stage: int, backend):

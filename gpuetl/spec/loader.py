@@ -89,7 +89,6 @@ def _canonical(data) -> bytes:
 # Features in the contract whose behaviour lands later: validate, then say so clearly.
 NOT_YET = {
     ("source", "type", "images"): "image sources are not supported yet",
-    ("source", "type", "parquet"): "parquet sources are not supported yet",
 }
 
 
