@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from ..errors import SourceError, SpecError
 from ..types import ARROW_TYPES, Schema, type_name_of
 from .files import InputFile
-from .ranges import Partition
+from .ranges import Partition, pack
 
 
 @dataclass(frozen=True)
@@ -82,18 +82,7 @@ def plan_row_groups(files: list[InputFile], blocksize: int) -> list[Partition]:
             rg = meta.row_group(i)
             groups.append((RowGroups(f.index, i, 1, row), max(rg.total_byte_size, 1)))
             row += rg.num_rows
-    partitions: list[Partition] = []
-    current: list[RowGroups] = []
-    size = 0
-    for group, nbytes in groups:
-        if current and size + nbytes > blocksize:
-            partitions.append(Partition(len(partitions), tuple(current)))
-            current, size = [], 0
-        current.append(group)
-        size += nbytes
-    if current:
-        partitions.append(Partition(len(partitions), tuple(current)))
-    return partitions
+    return pack(groups, blocksize)
 
 
 def read_row_groups(files: list[InputFile], ranges, schema: Schema) -> tuple[pa.Table, np.ndarray, np.ndarray]:

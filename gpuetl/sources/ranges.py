@@ -36,8 +36,14 @@ def plan_partitions(files: list[InputFile], blocksize: int) -> list[Partition]:
         for offset in range(0, f.size, blocksize):
             length = min(blocksize, f.size - offset)
             ranges.append((ByteRange(f.index, offset, length), length))
+    return pack(ranges, blocksize)
+
+
+def pack(ranges: list[tuple[object, int]], blocksize: int) -> list[Partition]:
+    """Consecutive ranges, packed into partitions of up to `blocksize` bytes (a range bigger
+    than that is a partition of its own): a million small files do not make a million tasks."""
     partitions: list[Partition] = []
-    group: list[ByteRange] = []
+    group: list = []
     group_bytes = 0
     for rng, size in ranges:
         if group and group_bytes + size > blocksize:
