@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import json
 from typing import Any
 
@@ -19,7 +20,7 @@ _UINT_RE = r"^\s*\+?\d+\s*$"
 _FLOAT_RE = r"(?i)^\s*[+-]?(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|inf|infinity|nan)\s*$"
 _TRUE = ("true", "t", "yes", "y", "1")
 _FALSE = ("false", "f", "no", "n", "0")
-_HAS_ZONE_RE = r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"
+_HAS_ZONE_RE = r"\d:\d\d.*(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"   # an offset after a time (a date's "-10" is not one)
 
 
 def _arrow(col: pd.Series) -> pa.Array:
@@ -279,13 +280,12 @@ class CpuBackend(Backend):
         pattern = _UINT_RE if type_name in UINT_TYPES else _INT_RE
         ok = pc.match_substring_regex(values, pattern)
         digits = pc.if_else(ok, values, pa.scalar(None, pa.string()))
-        # Longer than 19 digits cannot fit in int64: compare via decimal would be slower; via float
-        # loses precision. Check the digit count, then range in int64 (uint64 via decimal).
+        # Exact range check in decimal (float would lose precision near the 64-bit limits).
         wide = pa.decimal128(38, 0)
         number = pc.cast(digits, wide)
         info = np.iinfo(type_name)
-        in_range = pc.and_(pc.greater_equal(number, pa.scalar(info.min).cast(wide)),
-                           pc.less_equal(number, pa.scalar(info.max).cast(wide)))
+        low, high = (pa.scalar(decimal.Decimal(int(v)), wide) for v in (info.min, info.max))
+        in_range = pc.and_(pc.greater_equal(number, low), pc.less_equal(number, high))
         number = pc.if_else(in_range, number, pa.scalar(None, wide))
         return pc.cast(number, ARROW_TYPES[type_name])
 
@@ -295,12 +295,9 @@ class CpuBackend(Backend):
         target = ARROW_TYPES["timestamp"]
         zone = timezone or "UTC"
         if fmt == CLF_TIME_FORMAT:      # the access-log presets' format: a fixed-width fast path
-            return parse_clf_time(values)
+            return parse_clf_time(values, slow=lambda rest: strict_strptime(rest, CLF_TIME_FORMAT, zone))
         if fmt:
-            parsed = pc.strptime(values, format=fmt, unit="us", error_is_null=True)
-            if parsed.type.tz is None:
-                parsed = pc.assume_timezone(parsed, zone, ambiguous="earliest", nonexistent="earliest")
-            return parsed.cast(target)
+            return strict_strptime(values, fmt, zone)
         series = pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype))
         has_zone = series.str.contains(_HAS_ZONE_RE, regex=True).fillna(False).astype(bool)
         result = pd.Series(pd.NaT, index=series.index, dtype="datetime64[us, UTC]")
@@ -308,8 +305,7 @@ class CpuBackend(Backend):
             result[has_zone] = pd.to_datetime(series[has_zone], format="ISO8601", utc=True, errors="coerce")
         naive = ~has_zone & series.notna()
         if naive.any():
-            local = pd.to_datetime(series[naive], format="ISO8601", errors="coerce")
-            result[naive] = local.dt.tz_localize(zone, ambiguous="NaT", nonexistent="NaT").dt.tz_convert("UTC")
+            result[naive] = _localize(pd.to_datetime(series[naive], format="ISO8601", errors="coerce"), zone)
         return pa.array(result, type=target)
 
     # -- hashing primitives ----------------------------------------------------------------
@@ -354,6 +350,26 @@ class CpuBackend(Backend):
 
 
 _BAD = object()
+
+
+def strict_strptime(values: pa.Array, fmt: str, zone: str) -> pa.Array:
+    """strptime that refuses impossible dates (Arrow's reads 30 February as 2 March): pandas'
+    parser, which is strict. Values with %z are converted to UTC; naive ones are read in `zone`."""
+    series = pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype))
+    if "%z" in fmt or "%Z" in fmt:
+        parsed = pd.to_datetime(series, format=fmt, utc=True, errors="coerce")
+    else:
+        parsed = _localize(pd.to_datetime(series, format=fmt, errors="coerce"), zone)
+    return pa.array(parsed, type=ARROW_TYPES["timestamp"])
+
+
+def _localize(naive: pd.Series, zone: str) -> pd.Series:
+    """Local wall times to UTC: an ambiguous time (the hour repeated when clocks go back) takes
+    its first occurrence, a time skipped when clocks go forward moves forward past the gap."""
+    if naive.dt.tz is not None:
+        return naive.dt.tz_convert("UTC")
+    first = np.ones(len(naive), dtype=bool)
+    return naive.dt.tz_localize(zone, ambiguous=first, nonexistent="shift_forward").dt.tz_convert("UTC")
 
 
 def _joined_lines(arr: pa.Array) -> bytes:

@@ -1,0 +1,96 @@
+"""Every contract type and timestamp rule on the CPU backend: values, nulls and bad values."""
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from gpuetl import Pipeline
+from gpuetl.backends.cpu import CpuBackend
+
+B = CpuBackend()
+UTC = dt.timezone.utc
+
+
+def cast(values, type_name, **kw):
+    out, bad = B.cast(B.series(values, "string"), type_name, **kw)
+    return pa.array(out).to_pylist(), bad.tolist()
+
+
+@pytest.mark.parametrize("type_name, low, high", [
+    ("int8", -128, 127), ("int16", -32768, 32767), ("int32", -2**31, 2**31 - 1), ("int64", -2**63, 2**63 - 1),
+    ("uint8", 0, 255), ("uint16", 0, 65535), ("uint32", 0, 2**32 - 1), ("uint64", 0, 2**64 - 1),
+])
+def test_integers_keep_their_range(type_name, low, high):
+    values = [str(low), str(high), str(low - 1), str(high + 1), " 7 ", "+7", "7.0", "x", "", None]
+    got, bad = cast(values, type_name)
+    assert got[:2] == [low, high] and got[4:6] == [7, 7]
+    assert bad == [False, False, True, True, False, False, True, True, True, False]
+    assert got[-1] is None
+
+
+def test_floats_bools_strings():
+    got, bad = cast(["1.5", "-2e3", ".5", "nan", "inf", "1,5", None], "float64")
+    assert got[:3] == [1.5, -2000.0, 0.5] and got[3] != got[3] and got[4] == float("inf")
+    assert bad == [False] * 5 + [True, False]
+    got, bad = cast(["true", "F", "yes", "0", "maybe", None], "bool")
+    assert got == [True, False, True, False, None, None] and bad == [False] * 4 + [True, False]
+    got, bad = cast(["a", "", None], "string")
+    assert got == ["a", "", None] and bad == [False, False, False]
+
+
+def test_timestamps_with_format_and_offset_are_utc():
+    got, bad = cast(["10/Oct/2026:13:55:36 -0700", "10/Oct/2026:13:55:36 +0530", "32/Oct/2026:00:00:00 +0000"],
+                    "timestamp", fmt="%d/%b/%Y:%H:%M:%S %z")
+    assert got[:2] == [dt.datetime(2026, 10, 10, 20, 55, 36, tzinfo=UTC), dt.datetime(2026, 10, 10, 8, 25, 36, tzinfo=UTC)]
+    assert bad == [False, False, True]
+
+
+def test_naive_timestamps_are_read_in_the_given_zone():
+    # Berlin is UTC+2 in summer (CEST) and UTC+1 in winter (CET)
+    got, _ = cast(["2026-07-01 12:00:00", "2026-01-15 12:00:00"], "timestamp", fmt="%Y-%m-%d %H:%M:%S",
+                  timezone="Europe/Berlin")
+    assert got == [dt.datetime(2026, 7, 1, 10, tzinfo=UTC), dt.datetime(2026, 1, 15, 11, tzinfo=UTC)]
+    got, _ = cast(["2026-07-01 12:00:00"], "timestamp", fmt="%Y-%m-%d %H:%M:%S")
+    assert got == [dt.datetime(2026, 7, 1, 12, tzinfo=UTC)]           # default: UTC
+
+
+def test_iso_timestamps_with_and_without_offsets():
+    got, bad = cast(["2026-10-10T13:55:36Z", "2026-10-10T13:55:36+02:00", "2026-10-10 13:55:36",
+                     "2026-10-10", "not a date", None], "timestamp", timezone="America/New_York")
+    assert got[:4] == [dt.datetime(2026, 10, 10, 13, 55, 36, tzinfo=UTC),
+                       dt.datetime(2026, 10, 10, 11, 55, 36, tzinfo=UTC),
+                       dt.datetime(2026, 10, 10, 17, 55, 36, tzinfo=UTC),      # EDT is UTC-4
+                       dt.datetime(2026, 10, 10, 4, 0, tzinfo=UTC)]
+    assert bad == [False, False, False, False, True, False]
+
+
+def test_the_cast_step_quarantines_with_the_column_named(tmp_path):
+    (tmp_path / "a.log").write_text("1 2026-01-01\n3 2026-02-30\nx 2026-03-01\n")
+    spec = {"version": 1, "name": "c", "source": {"type": "text", "path": "a.log"},
+            "parse": {"regex": r"^(?P<n>\S+) (?P<day>\S+)$"},
+            "steps": [{"cast": {"n": "uint8", "day": {"type": "timestamp", "format": "%Y-%m-%d"}}}],
+            "sink": {"path": "out"}}
+    result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts["rows_out"] == 1 and result.counts["quarantined"] == 2
+    assert result.stages[1]["quarantined"] == 2
+    assert set(result.bad_records) == {"column 'n': value is not a valid uint8",
+                                       "column 'day': value is not a valid timestamp with format '%Y-%m-%d'"}
+
+
+def test_impossible_dates_are_bad_not_rolled_over():
+    """Arrow's strptime reads 30 February as 2 March; gpuetl does not."""
+    got, bad = cast(["29/Feb/2023:00:00:00 +0000", "29/Feb/2024:00:00:00 +0000"], "timestamp",
+                    fmt="%d/%b/%Y:%H:%M:%S %z")
+    assert bad == [True, False] and got[1] == dt.datetime(2024, 2, 29, tzinfo=UTC)
+    _, bad = cast(["2026-02-30", "2026-04-31", "2026-04-30"], "timestamp", fmt="%Y-%m-%d")
+    assert bad == [True, True, False]
+
+
+def test_daylight_saving_edges_are_resolved_not_dropped():
+    # 2026-10-25 02:30 happens twice in Berlin (first at UTC+2); 2026-03-29 02:30 never happens
+    got, bad = cast(["2026-10-25 02:30:00", "2026-03-29 02:30:00"], "timestamp", fmt="%Y-%m-%d %H:%M:%S",
+                    timezone="Europe/Berlin")
+    assert bad == [False, False]
+    assert got[0] == dt.datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    assert got[1] == dt.datetime(2026, 3, 29, 1, 0, tzinfo=UTC)          # moved to 03:00 local
