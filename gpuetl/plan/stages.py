@@ -211,7 +211,11 @@ def run_steps(df, segment: Segment, backend):
                 _fail(rows, segment.source.files if segment.source else [])
             side.append(rows)
             live = live[~bad]
+        bookkeeping = live[[c for c in live.columns if c.startswith("__")]]
         live = step.transform(live, backend)
+        lost = [c for c in bookkeeping.columns if c not in live.columns]
+        if lost:                       # a step that selects columns keeps the bookkeeping anyway
+            live = live.assign(**{c: bookkeeping[c] for c in lost})
         keep = step.keep(live, backend)
         if keep is not None:
             dropped = int((~keep).sum())

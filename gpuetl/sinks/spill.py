@@ -43,6 +43,9 @@ def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_d
 def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, stage_names, backend) -> MapResult:
     result = MapResult(partition)
     status = df[STATUS]
+    if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown
+        raise RuntimeError(f"internal error: {int(status.isna().sum())} rows of partition {partition} lost "
+                           "their bookkeeping columns; please report this with the pipeline file")
     live_mask = status == STATUS_LIVE
     others = df[~live_mask]
     if len(others):

@@ -18,7 +18,7 @@ class Select(Step):
         return {name: schema[name] for name in self.params.root}
 
     def transform(self, df, backend):
-        return df[list(self.params.root)]
+        return df[list(self.params.root) + [c for c in df.columns if c.startswith("__")]]
 
 
 def missing(schema: Schema, names) -> None:
