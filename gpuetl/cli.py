@@ -160,7 +160,7 @@ def print_summary(result, seconds: float) -> None:
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for s in result.stages:
         dropped = ", ".join(f"{k} {s[k]:,}" for k in ("filtered", "deduplicated", "quarantined") if s[k])
-        print(f"  stage {s['stage']} {s['name']:<12} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
+        print(f"  stage {s['stage']} {s['name']:<16} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
     splits: dict[str, list] = {}
     for shard in result.shards:
         splits.setdefault(shard["split"] or "-", []).append(shard)

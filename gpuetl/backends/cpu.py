@@ -412,7 +412,11 @@ def _json_value_problem(value: Any, type_name: str) -> str | None:
         return None
     if type_name == "string" or type_name == "timestamp":
         return None if isinstance(value, str) or type_name == "string" else f"expected a string, got {value!r}"
-    if _exact(value, type_name) is _BAD:
+    # JSON types must fit as they are, as in pyarrow's reader: "4" is not an int64, true is not 1
+    fits = (isinstance(value, bool) if type_name == "bool"
+            else isinstance(value, (int, float)) and not isinstance(value, bool) if type_name.startswith("float")
+            else isinstance(value, int) and not isinstance(value, bool))
+    if not fits or _exact(value, type_name) is _BAD:
         return f"expected {type_name}, got {json.dumps(value)[:80]}"
     return None
 

@@ -16,7 +16,7 @@ Literal_ = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 def check_literal(column: str, type_name: str, value):
     """The value as the column's type would hold it; StepError (at plan time) when it does not fit."""
     def bad(why: str):
-        return StepError(f"fill: column {column!r} is {type_name}: {why} ({value!r})")
+        return StepError(f"column {column!r} is {type_name}: {why} ({value!r})")
 
     if type_name == "string":
         if not isinstance(value, str):
@@ -65,7 +65,7 @@ class Fill(Step):
     def output_schema(self, schema: Schema) -> Schema:
         missing(schema, self.params.root)
         if not self.params.root:
-            raise StepError("fill: name at least one column and the value for its nulls")
+            raise StepError("name at least one column and the value for its nulls")
         self._values = {name: check_literal(name, schema[name], value) for name, value in self.params.root.items()}
         self._types = {name: schema[name] for name in self.params.root}
         return dict(schema)

@@ -217,3 +217,17 @@ def test_csv_unterminated_quote_is_quarantined(tmp_path):
     result = run(tmp_path, {"type": "csv", "path": "a.csv", "provenance": True})
     assert [(r["a"], r["b"], r["c"]) for r in table(result).to_pylist()] == [("1", "2", "3"), ("6", "", "")]
     assert [r["_raw"] for r in quarantine(result)] == ["4,u,v,extra", '5,"open,w', "  "]
+
+
+def test_jsonl_values_must_have_their_json_type(tmp_path):
+    """As pyarrow's reader decides on the fast path: "4" is not an int64 and true is not 1."""
+    (tmp_path / "e.jsonl").write_text('{"n": 1, "b": true}\n{"n": "4", "b": true}\n{"n": 2, "b": 1}\n'
+                                      '{"n": 2.5, "b": false}\n{"n": null, "b": null}\n')
+    spec = {"version": 1, "name": "j", "source": {"type": "jsonl", "path": "e.jsonl"},
+            "columns": {"n": "int64", "b": "bool"}, "sink": {"path": "out"}}
+    from gpuetl import Pipeline
+
+    result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts["rows_out"] == 2 and result.counts["quarantined"] == 3
+    assert sorted(result.bad_records) == ["field 'b': expected bool, got 1", "field 'n': expected int64, got \"4\"",
+                                          "field 'n': expected int64, got 2.5"]
