@@ -77,10 +77,15 @@ def is_running(run_tmp: Path) -> bool:
     if owner.get("host") != socket.gethostname():
         return False
     try:
-        os.kill(int(owner["pid"]), 0)
+        pid = int(owner["pid"])
+        os.kill(pid, 0)
     except (OSError, ValueError, KeyError):
         return False
-    return True
+    try:                               # a killed process can linger as a zombie until reaped
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def commit(out: Path, run_tmp: Path, manifest: dict) -> None:
