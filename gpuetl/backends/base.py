@@ -159,6 +159,14 @@ class Backend(ABC):
     def string_buffers(self, col: Any) -> tuple[Any, Any, Any]:
         """(xp int64 offsets of n+1, xp uint8 UTF-8 bytes, xp bool valid mask) of a string column."""
 
+    def hash_columns(self, columns: list, seed: int = 0) -> Any:
+        """The row hash as a uint64 Series (expressions' hash()); literals are broadcast."""
+        series = [c for c in columns if hasattr(c, "index")]
+        index = series[0].index if series else None
+        n = len(series[0]) if series else 1
+        full = [c if hasattr(c, "index") else self.series([c] * n, _literal_type(c), index=index) for c in columns]
+        return self.series(self.hash64(full, seed), "uint64", index=index)
+
     def hash64(self, columns: list, seed: int = 0) -> Any:
         """A uint64 hash per row of the given columns, identical on every backend."""
         from ..hashing import hash_columns
@@ -185,3 +193,13 @@ class Backend(ABC):
         minhash scheme (see backends/cpu_text.py). shingle: 'char' (width characters) or
         'word' (width words)."""
         raise NotImplementedError(f"{self.name} backend: minhash")
+
+
+def _literal_type(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    return "string"

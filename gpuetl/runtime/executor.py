@@ -122,6 +122,10 @@ def backend_cluster(backend, quiet: bool):
     # GPU backends bring their own cluster (one process per GPU).
     threads = max(1, min(os.cpu_count() or 1, 64))
     logging.getLogger("distributed").setLevel(logging.ERROR if quiet else logging.WARNING)
+    # A task's error reaches the user once, from the client, as gpuetl's own message (the
+    # worker would also log it with a traceback; GPUETL_DEBUG=1 shows that one).
+    if not os.environ.get("GPUETL_DEBUG"):
+        logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
     with LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=":8787",
                       silence_logs=logging.ERROR) as cluster:
         yield cluster

@@ -48,3 +48,21 @@ def test_steps_check_columns_at_plan_time(tmp_path):
         run(tmp_path, [{"select": ["nme"]}])
     with pytest.raises(SpecError, match=r"steps\[1\]\.rename: no column 'amount'"):
         run(tmp_path, [{"drop": ["amount"]}, {"rename": {"amount": "x"}}])
+
+
+def test_expression_functions_run_on_the_real_backend(tmp_path):
+    """The expression tests use a stub backend; here every function family runs on the CPU one."""
+    steps = [{"derive": {"h": "hash(name, id)", "h2": "hash(name, id)", "hs": "hash(name, seed=1)",
+                         "c": "coalesce(amount, 0.0)", "size": "if_else(amount > 5, 'big', 'small')",
+                         "r": "round(amount / 3, 1)", "f": "floor(amount)", "s": "substr(upper(name), 0, 2)",
+                         "m": "matches(name, '^a')", "n": "len(strip(name)) + abs(id - 10)"}}]
+    result, table = run(tmp_path, steps)
+    rows = table.to_pylist()
+    assert all(r["h"] == r["h2"] and r["h"] != r["hs"] for r in rows)
+    assert rows[0]["h"] == rows[1]["h"]                      # the two identical alice rows
+    assert [r["size"] for r in rows] == ["big", "big", "big", "small"]
+    assert [r["s"] for r in rows] == ["AL", "AL", "CA", "DA"]
+    assert [r["m"] for r in rows] == [True, True, False, False]
+    assert [r["n"] for r in rows] == [14, 14, 12, 10]
+    assert rows[2]["r"] == 2.3 and rows[3]["f"] == 0.0
+    assert str(table.schema.field("h").type) == "uint64"
