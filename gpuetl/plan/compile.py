@@ -65,7 +65,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         partitions = plan_partitions(files, spec.source.blocksize)
     source = _source_stage(loaded, files, notes)
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
-    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error)]
+    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
     schema = dict(source.schema)
     for i, step in enumerate(loaded.steps, start=1):
         try:
@@ -74,7 +74,8 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
             raise SpecError(f"{loaded.path}: steps[{i - 1}].{step.name}: {err}") from None
         stage = StepStage(i, f"{step.name}", step, dict(schema))
         if step.is_global:
-            segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error))
+            segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error,
+                                    files=files))
         else:
             segments[-1].steps.append(stage)
             segments[-1].schema = dict(schema)

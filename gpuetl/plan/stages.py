@@ -51,6 +51,7 @@ class Segment:
     steps: list[StepStage] = field(default_factory=list)
     schema: Schema = field(default_factory=dict)   # data columns at the end
     on_error: str = "quarantine"
+    files: list = field(default_factory=list)      # the inputs, to name them in errors
 
     @property
     def label(self) -> str:
@@ -198,19 +199,20 @@ def run_steps(df, segment: Segment, backend):
     side = [] if all_live else [df[~is_live]]
     for stage in segment.steps:
         step = stage.step
-        live, bad, reasons = step.quarantine(live, backend)
+        checked, bad, reasons = step.quarantine(live, backend)
         if bad is not None and bool(bad.any()):
-            rows = live[bad].copy()
-            rows[RAW] = _row_json(rows, backend)
+            rows = checked[bad].copy()
+            rows[RAW] = _row_json(live[bad], backend)        # the values as they reached the step
             rows[REASON] = reasons[bad]
             rows[STATUS] = backend.series(backend.xp.full(len(rows), STATUS_QUARANTINED, dtype=backend.xp.int8),
                                           "int8", index=rows.index)
             rows[STAGE] = backend.series(backend.xp.full(len(rows), stage.index, dtype=backend.xp.int16),
                                          "int16", index=rows.index)
             if segment.on_error == "fail":
-                _fail(rows, segment.source.files if segment.source else [])
+                _fail(rows, segment.files)
             side.append(rows)
-            live = live[~bad]
+            checked = checked[~bad]
+        live = checked
         bookkeeping = live[[c for c in live.columns if c.startswith("__")]]
         live = step.transform(live, backend)
         lost = [c for c in bookkeeping.columns if c not in live.columns]

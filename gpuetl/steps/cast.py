@@ -10,6 +10,7 @@ from .select import missing
 def cast_columns(df, specs: dict[str, ColumnSpec], backend):
     """Cast columns in place of the old ones. Returns (df, bad mask or None, reason Series or None):
     a row is bad when a present value cannot be read as its type; the first bad column is named."""
+    df = df.copy(deep=False)          # the caller keeps the values as they came
     bad_any = None
     reasons = None
     for name, spec in specs.items():

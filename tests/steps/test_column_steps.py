@@ -66,3 +66,19 @@ def test_expression_functions_run_on_the_real_backend(tmp_path):
     assert [r["n"] for r in rows] == [14, 14, 12, 10]
     assert rows[2]["r"] == 2.3 and rows[3]["f"] == 0.0
     assert str(table.schema.field("h").type) == "uint64"
+
+
+@pytest.mark.parametrize("before", [[], [{"dedupe": {}}]])
+def test_a_step_rejecting_a_row_keeps_its_values_and_names_its_place(tmp_path, before):
+    from gpuetl.errors import DataError
+
+    (tmp_path / "a.csv").write_text(CSV)
+    spec = {"version": 1, "name": "s", "source": {"type": "csv", "path": "a.csv"},
+            "steps": before + [{"cast": {"amount": "float64"}}], "sink": {"path": "out", "mode": "overwrite"}}
+    result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    bad = pq.read_table(tmp_path / "out" / "_quarantine").to_pylist()
+    assert [(b["_file"], b["_offset"]) for b in bad] == [("a.csv", 28)]
+    assert '"amount": "x"' in bad[0]["_raw"] and bad[0]["_stage"].endswith(":cast")
+    assert result.stages[-1]["quarantined"] == 1
+    with pytest.raises(DataError, match=r"a\.csv, byte offset 28: column 'amount'"):
+        Pipeline.from_dict({**spec, "on_error": "fail"}, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
