@@ -159,6 +159,14 @@ class Backend(ABC):
     def string_buffers(self, col: Any) -> tuple[Any, Any, Any]:
         """(xp int64 offsets of n+1, xp uint8 UTF-8 bytes, xp bool valid mask) of a string column."""
 
+    def pack_rows(self, matrix: Any, index: Any = None) -> Any:
+        """A (n, k) uint32 matrix as one column (a row's signature travels as one value), or None
+        where the backend cannot carry one: callers then recompute."""
+        return None
+
+    def unpack_rows(self, col: Any, width: int) -> Any:
+        raise NotImplementedError
+
     def hash_columns(self, columns: list, seed: int = 0) -> Any:
         """The row hash as a uint64 Series (expressions' hash()); literals are broadcast."""
         series = [c for c in columns if hasattr(c, "index")]

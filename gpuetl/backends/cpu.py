@@ -308,6 +308,17 @@ class CpuBackend(Backend):
             result[naive] = _localize(pd.to_datetime(series[naive], format="ISO8601", errors="coerce"), zone)
         return pa.array(result, type=target)
 
+    def pack_rows(self, matrix, index=None):
+        matrix = np.ascontiguousarray(matrix, dtype=np.uint32)
+        n, k = matrix.shape
+        arr = pa.Array.from_buffers(pa.binary(4 * k), n, [None, pa.py_buffer(matrix)])
+        return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index)
+
+    def unpack_rows(self, col, width):
+        arr = _arrow(col)
+        data = np.frombuffer(arr.buffers()[1], dtype=np.uint32)
+        return data[arr.offset * width: (arr.offset + len(arr)) * width].reshape(len(arr), width)
+
     # -- hashing primitives ----------------------------------------------------------------
     def fixed_width(self, col):
         arr = _arrow(col)

@@ -52,7 +52,7 @@ def add_shuffle_hash(df, keys, backend):
 def band_shuffles(frame, step, backend):
     """A step that needs rows to meet under several keys (near_dedupe: one per LSH band): add the
     keys once (step.prepare), then shuffle by each in turn and let step.resolve mark rows."""
-    meta = frame._meta.assign(**{name: backend.series([], t) for name, t in step.extra_types().items()})
+    meta = step.prepare(frame._meta, backend)          # the empty frame through prepare: exact dtypes
     frame = frame.map_partitions(named(step.prepare, f"minhash-{step.name}"), backend, meta=meta)
     for band, column in enumerate(step.band_columns):
         frame = frame.shuffle(on=column, npartitions=max(1, frame.npartitions), shuffle_method=_shuffle_method())
