@@ -125,7 +125,7 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
     """Casts, provenance and the bookkeeping columns, then the segment's steps."""
     source = segment.source
     xp = backend.xp
-    as_read = df.copy(deep=False) if text is None else None    # a typed record's raw form: its values
+    as_read = df                 # cast_columns returns a new frame: a typed record's raw form is this
     if source.casts:
         df, cast_bad, cast_reasons = cast_columns(df, source.casts, backend)
         if cast_bad is not None:
@@ -148,7 +148,7 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
     if extra_bad:
         df = backend.concat([df, _quarantine_rows(extra_bad, source.schema, source.index, backend)])
     if segment.on_error == "fail" and bool(bad.any() or extra_bad):
-        _fail(df, source.files)
+        _fail(df, segment.files)
     return run_steps(df, segment, backend)
 
 
