@@ -224,11 +224,33 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
         quarantine_pieces, str(run_tmp), options, dask_key_name="write-quarantine")])[0] if quarantine_pieces else []
     shards = [vars(s) for s in shards]
     quarantine = [vars(q) for q in quarantine]
+    for warning in _balance_warnings(layout, shards, counts["rows_out"]):
+        log(f"warning: {warning}")
+        plan.notes.append(warning)
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
     manifest["fallbacks"] = backend.fallbacks(getattr(executor, "client", None))
     manifest["notes"] = list(plan.notes)
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
+
+
+def _balance_warnings(layout: Layout, shards: list[dict], rows_out: int) -> list[str]:
+    """Keys place rows, so a key with few distinct values cannot fill shards or splits evenly:
+    say so rather than leave a user to find empty shards."""
+    if not rows_out:
+        return []
+    out = []
+    empty = [s["path"] for s in shards if s["rows"] == 0]
+    if empty and len(empty) < len(shards):
+        out.append(f"{len(empty)} of {len(shards)} shards are empty ({', '.join(empty[:3])}"
+                   f"{'…' if len(empty) > 3 else ''})" + (f": shard.key {list(layout.key)} has too few distinct "
+                                                          "values, or one value holds most rows" if layout.key else ""))
+    for name, share in layout.splits:
+        got = sum(s["rows"] for s in shards if s["split"] == name) / rows_out
+        if abs(got - share) > max(0.05, share / 2):
+            out.append(f"split {name!r} holds {got:.1%} of the rows, not {share:.0%}"
+                       + (f" (shard.key {list(layout.key)} has few distinct values)" if layout.key else ""))
+    return out
 
 
 def _load_json(path: Path):

@@ -138,3 +138,15 @@ def test_worker_count_does_not_change_the_bytes(tmp_path, access_logs, shard):
             result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", client=client)
             outputs.append((result.shards, result.counts))
     assert all(o == outputs[0] for o in outputs)
+
+
+def test_a_key_too_coarse_to_balance_is_reported(tmp_path, access_logs):
+    logs = []
+    spec = access_spec(shard={"count": 6, "key": ["method"], "splits": {"a": 0.5, "b": 0.5}})
+    result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync", log=logs.append)
+    notes = result.manifest["notes"]
+    assert any("shards are empty" in n and "'method'" in n for n in notes), notes
+    assert any(line.startswith("warning: ") for line in logs)
+    fine = Pipeline.from_dict(access_spec(shard={"count": 2, "key": ["ip"]}), base_dir=tmp_path).run(
+        backend="cpu", scheduler="sync")
+    assert fine.manifest["notes"] == []
