@@ -22,7 +22,8 @@ def load_with_locations(text: str, filename: str) -> tuple[Any, dict[tuple, Loca
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
-        raise SpecError(f"{where}: not valid YAML: {err.problem}") from None
+        hint = "YAML indents with spaces, not tabs" if "\\t" in str(err.problem) or "\t" in str(err.problem) else None
+        raise SpecError(f"{where}: not valid YAML: {err.problem}", hint=hint) from None
     except yaml.YAMLError as err:
         raise SpecError(f"{filename}: not valid YAML: {err}") from None
     if node is None:
