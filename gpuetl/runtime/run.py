@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,7 +188,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     presorted = not ranged and not layout.shuffle and len(plan.segments) == 1
     streamed = None
     if presorted and executor.shares_files:
-        results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options)
+        results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options, progress)
     else:
         computed = executor.compute(list(maps.values()), progress=progress)
         results = sorted([*finished.values(), *computed], key=lambda r: r.partition)
@@ -270,7 +271,7 @@ def _write_and_record(task: ShardTask, pieces: list[str], state_dir: str, **kwar
     return result
 
 
-def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp: Path, options):
+def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp: Path, options, progress=False):
     """Run the map tasks; feed each one's pieces, in partition order, to its split's writer."""
     from ..sinks.parquet import ShardWriter
     from ..sinks.spill import read_ipc
@@ -285,6 +286,11 @@ def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp:
             results.append(result)
             for split, path in sorted(result.pieces.items()):
                 writers[split].write(read_ipc(path))
+            if progress:
+                print(f"\r  {i + 1}/{len(plan.partitions)} partitions parsed and written", end="",
+                      file=sys.stderr, flush=True)
+        if progress:
+            print(file=sys.stderr)
         return results, [writers[t.split].close() for t in tasks]
     finally:
         for w in writers.values():
