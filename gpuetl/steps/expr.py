@@ -332,7 +332,7 @@ class Literal(Node):
         self.value = value
 
 
-class Neg(Node):
+class _Unary(Node):
     __slots__ = ("operand",)
 
     def __init__(self, operand: Node, col=0, src=""):
@@ -343,15 +343,12 @@ class Neg(Node):
         return (self.operand,)
 
 
-class Not(Node):
-    __slots__ = ("operand",)
+class Neg(_Unary):
+    __slots__ = ()
 
-    def __init__(self, operand: Node, col=0, src=""):
-        super().__init__(col, src)
-        self.operand = operand
 
-    def children(self):
-        return (self.operand,)
+class Not(_Unary):
+    __slots__ = ()
 
 
 class BoolOp(Node):
