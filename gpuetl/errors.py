@@ -32,6 +32,10 @@ class SpecError(GpuetlError):
     exit_code = 2
 
 
+class InputsNotFound(SpecError):
+    """source.path matches no file: the file is wrong, or the data is not here (yet)."""
+
+
 class SourceError(GpuetlError):
     """An input file cannot be found, read or decoded as a whole (exit 1)."""
 

@@ -329,3 +329,18 @@ def test_console_script_is_installed():
     proc = subprocess.run([str(script), "schema"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 0 and json.loads(proc.stdout)["title"].startswith("gpuetl pipeline file")
+
+
+def test_validate_checks_steps_against_the_data_when_it_is_there(tmp_path, capsys):
+    from gpuetl.cli import main
+
+    (tmp_path / "a.log").write_text("1 x\n")
+    (tmp_path / "p.yaml").write_text(
+        "version: 1\nname: v\nsource: {type: text, path: a.log}\n"
+        "parse: {regex: '^(?P<n>\\\\d+) (?P<w>\\\\w+)$'}\nsteps: [{rename: {n: w}}]\nsink: {path: out}\n")
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 2
+    assert "steps[0].rename" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "p.yaml"), "--set", "steps=[]"]) == 0
+    assert "2 output columns" in capsys.readouterr().out
+    assert main(["validate", str(tmp_path / "p.yaml"), "--set", "source.path=missing/*.log"]) == 0
+    assert "not checked" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import InputsNotFound, SpecError
 
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
 
@@ -38,9 +38,9 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str) -> lis
                 raise SpecError(f"source.path: {full} is a folder, not a file",
                                 hint=f"name the files in it, e.g. {os.path.join(pattern, '*')!r}")
             if glob.has_magic(pattern):
-                raise SpecError(f"source.path: the pattern {pattern!r} matches no file (looked in {base_dir})",
+                raise InputsNotFound(f"source.path: the pattern {pattern!r} matches no file (looked in {base_dir})",
                                 hint="check the pattern; relative paths are relative to the pipeline file's folder")
-            raise SpecError(f"source.path: no such file: {full}",
+            raise InputsNotFound(f"source.path: no such file: {full}",
                             hint="relative paths are relative to the pipeline file's folder")
         for m in matches:
             found[os.path.abspath(m)] = None
