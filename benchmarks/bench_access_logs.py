@@ -182,20 +182,32 @@ def warm_and_count(path: Path) -> int:
     return lines
 
 
-def gpuetl_command(src: Path, out: Path) -> list[str]:
+def gpuetl_command(src: Path, out: Path, pipeline: Path = HERE / "access_logs.yaml", sets=()) -> list[str]:
+    """`gpuetl run PIPELINE` on `src` into `out`, plus --set overrides (a fresh process)."""
     exe = Path(sys.executable).parent / "gpuetl"
     base = [str(exe)] if exe.exists() else [sys.executable, "-c", "import sys; from gpuetl.cli import main; sys.exit(main())"]
-    return base + [
-        "run", str(HERE / "access_logs.yaml"), "--backend", "cpu",
+    cmd = base + [
+        "run", str(pipeline), "--backend", "cpu",
         "--set", f"source.path={src}", "--set", f"sink.path={out}", "--set", "sink.mode=overwrite",
     ]
+    for item in sets:
+        cmd += ["--set", item]
+    return cmd
+
+
+def peer_command(script: Path, name: str, src: Path, out: Path) -> list[str]:
+    """A peer's work function from `script`'s WORKERS, in a fresh interpreter."""
+    return [sys.executable, str(script), "--worker", name, "--input", str(src), "--output", str(out)]
 
 
 def _run_system(name: str, src: Path, out: Path, log: Path, timeout: float) -> dict:
-    if name == "gpuetl-cpu":
-        cmd = gpuetl_command(src, out)
-    else:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--input", str(src), "--output", str(out)]
+    cmd = (gpuetl_command(src, out) if name == "gpuetl-cpu"
+           else peer_command(Path(__file__).resolve(), name, src, out))
+    return run_command(name, cmd, out, log, timeout)
+
+
+def run_command(name: str, cmd: list[str], out: Path, log: Path, timeout: float) -> dict:
+    """Run one system's command: wall time, peak RSS and CPU of that process tree, output rows."""
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -77,53 +77,6 @@ def work_polars(src: str, out: str) -> None:
 WORKERS = {"pandas": work_pandas, "polars": work_polars}
 
 
-def gpuetl_command(src: Path, out: Path) -> list[str]:
-    exe = Path(sys.executable).parent / "gpuetl"
-    start = [str(exe)] if exe.exists() else [sys.executable, "-c", "import sys; from gpuetl.cli import main; sys.exit(main())"]
-    return start + ["run", str(HERE / "dedupe.yaml"), "--backend", "cpu", "--set", f"source.path={src}",
-                    "--set", f"sink.path={out}", "--set", "sink.mode=overwrite"]
-
-
-def _run_peer(name, src, out, log, timeout, script):
-    import shutil
-    import signal
-    import subprocess
-    import threading
-
-    cmd = [sys.executable, str(script), "--worker", name, "--input", str(src), "--output", str(out)]
-    shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res: dict = {"system": name, "command": cmd, "ok": False}
-    timed_out = threading.Event()
-    with open(log, "wb") as logf:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-
-        def kill():
-            timed_out.set()
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-        timer = threading.Timer(timeout, kill)
-        timer.start()
-        _, status, ru = os.wait4(p.pid, 0)
-        seconds = time.perf_counter() - t0
-        timer.cancel()
-        code = os.waitstatus_to_exitcode(status)
-    res.update(seconds=seconds, peak_rss_mb=ru.ru_maxrss / 1024, cpu_seconds=ru.ru_utime + ru.ru_stime, returncode=code)
-    if timed_out.is_set():
-        res["error"] = f"timed out after {timeout:.0f} s"
-    elif code != 0:
-        res["error"] = f"exit code {code}: " + "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
-    else:
-        res.update(base.count_output(out))
-        res["ok"] = True
-    return res
-
-
 def report(results: list[dict]) -> dict:
     ok = [r for r in results if r["ok"]]
     fastest = min((r["seconds"] for r in ok), default=None)
@@ -177,15 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.only or SYSTEMS:
         out, log = results_dir / f"dedupe-out-{name}", results_dir / f"dedupe-{name}.log"
         print(f"running {name} ...", flush=True)
-        if name == "gpuetl-cpu":
-            saved = base.gpuetl_command
-            base.gpuetl_command = gpuetl_command
-            try:
-                r = base._run_system(name, src, out, log, args.timeout)
-            finally:
-                base.gpuetl_command = saved
-        else:
-            r = _run_peer(name, src, out, log, args.timeout, Path(__file__).resolve())
+        cmd = (base.gpuetl_command(src, out, HERE / "dedupe.yaml") if name == "gpuetl-cpu"
+               else base.peer_command(Path(__file__).resolve(), name, src, out))
+        r = base.run_command(name, cmd, out, log, args.timeout)
         r.update(input_bytes=input_bytes, log=str(log))
         print(f"  {r['seconds']:.2f} s, {r['rows']:,} rows" if r["ok"] else f"  FAILED: {r.get('error', '')[:300]}", flush=True)
         if not args.keep_output:

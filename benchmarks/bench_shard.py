@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_access_logs import (_run_system, ensure_input, machine_info, parse_size,  # noqa: E402
+from bench_access_logs import (ensure_input, gpuetl_command, machine_info, parse_size, run_command,  # noqa: E402
                                warm_and_count)
 
 VARIANTS = {
@@ -42,24 +42,14 @@ def main(argv=None) -> int:
     results_dir = Path(args.json).parent
     results_dir.mkdir(parents=True, exist_ok=True)
     results = []
-    import bench_access_logs as bal
-
-    plain_command = bal.gpuetl_command
     for name, sets in VARIANTS.items():
-        def command(s, o, sets=sets):
-            cmd = plain_command(s, o)
-            for item in sets:
-                cmd += ["--set", item]
-            return cmd
-        bal.gpuetl_command = command
         print(f"running {name} ...", flush=True)
-        res = _run_system("gpuetl-cpu", src, results_dir / f"out-shard-{name}", results_dir / f"shard-{name}.log",
+        out = results_dir / f"out-shard-{name}"
+        res = run_command(name, gpuetl_command(src, out, sets=sets), out, results_dir / f"shard-{name}.log",
                           args.timeout)
-        res["system"] = name
         results.append(res)
         print(f"  {res.get('seconds', float('nan')):.2f} s, {res.get('rows', 0):,} rows, "
               f"{res.get('output_files', 0)} files" + (f"  ERROR {res['error']}" if res.get("error") else ""))
-    bal.gpuetl_command = plain_command
     base = results[0].get("seconds")
     print(f"\n{'variant':<18} {'seconds':>8} {'MB/s':>8} {'files':>6} {'rows':>12} {'vs plain':>9}")
     size_mb = src.stat().st_size / 1e6
