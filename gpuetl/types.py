@@ -44,10 +44,6 @@ def type_name_of(arrow_type: pa.DataType) -> str:
     return "string"
 
 
-def is_numeric(t: str) -> bool:
-    return t in INT_TYPES or t in UINT_TYPES or t in FLOAT_TYPES
-
-
 from typing import Literal, Union  # noqa: E402
 
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402

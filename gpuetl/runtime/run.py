@@ -225,12 +225,12 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
         quarantine_pieces, str(run_tmp), options, dask_key_name="write-quarantine")])[0] if quarantine_pieces else []
     shards = [vars(s) for s in shards]
     quarantine = [vars(q) for q in quarantine]
-    for warning in _balance_warnings(layout, shards, counts["rows_out"]):
+    warnings = _balance_warnings(layout, shards, counts["rows_out"])
+    for warning in warnings:
         log(f"warning: {warning}")
-        plan.notes.append(warning)
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
     manifest["fallbacks"] = backend.fallbacks(getattr(executor, "client", None))
-    manifest["notes"] = list(plan.notes)
+    manifest["notes"] = [*plan.notes, *warnings]
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
 

@@ -59,12 +59,12 @@ def prepare(out: Path, mode: str) -> None:
 def tmp_dir(out: Path, run_id: str) -> Path:
     path = out / TMP / run_id
     path.mkdir(parents=True, exist_ok=False)
-    (path / OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    claim(path)
     return path
 
 
 def claim(run_tmp: Path) -> None:
-    """Take over an interrupted run's folder (resume)."""
+    """Mark a run's folder as this process's (a new run, or resume taking over an interrupted one)."""
     (run_tmp / OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
 
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..backends.base import STATUS_DEDUPLICATED, STATUS_FILTERED
+from ..backends.base import STATUS_FILTERED
 from ..types import Schema
 
 STEPS: dict[str, type["Step"]] = {}
@@ -81,4 +81,4 @@ def step_class(name: str) -> type[Step]:
                        + f". Known steps: {', '.join(sorted(STEPS))}") from None
 
 
-__all__ = ["STEPS", "Step", "StepError", "Params", "register", "step_class", "closest", "STATUS_DEDUPLICATED"]
+__all__ = ["STEPS", "Step", "StepError", "Params", "register", "step_class", "closest"]
