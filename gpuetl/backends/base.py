@@ -120,6 +120,11 @@ class Backend(ABC):
 
         return read_block(files, ranges)
 
+    def batches(self, data: Any) -> list[tuple[int, Any]]:
+        """A block's whole lines as (position, buffer) batches, parsed one after another. One
+        batch here: a device wants the largest batch it can hold."""
+        return [(0, data)]
+
     # -- records -------------------------------------------------------------------------
     @abstractmethod
     def split_lines(self, data: bytes, base_offset: int) -> Lines:

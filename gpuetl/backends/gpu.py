@@ -14,7 +14,6 @@ counted in `fallbacks()`. docs/gpu.md explains each case.
 from __future__ import annotations
 
 import importlib.util
-import os
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,7 +27,6 @@ from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micr
                           days_in_month, fallback_counts, timestamp_plan, to_cudf_regex)
 from .gpu_text import GpuTextMixin
 
-_PEEK = 1 << 16
 
 
 # -- detection (NVML only: no CUDA context in the client) ---------------------------------------
@@ -306,7 +304,7 @@ class GpuBackend(GpuTextMixin, Backend):
         compat mode); compressed files are decompressed on the host (sources.ranges) and copied
         over. Record boundaries are found with small host peeks around each range's ends, so
         the semantics are exactly those of sources.ranges.read_range."""
-        from ..sources.ranges import Block, read_range, truncated_piece
+        from ..sources.ranges import Block, read_range, record_span, truncated_piece
 
         cp = R.cupy
         pieces = []            # (kind, file, a, b, host bytes or None, needs newline)
@@ -320,7 +318,7 @@ class GpuBackend(GpuTextMixin, Backend):
                 pieces.append(("host", f, 0, len(data), data, False))
                 start, size = got.start, len(data)
             else:
-                start, end, newline = _record_span(f, rng.offset, rng.length)
+                start, end, newline = record_span(f.path, rng.offset, rng.length)
                 pieces.append(("file", f, start, end, None, newline))
                 size = end - start + newline
             seg_pos.append(position)
@@ -723,40 +721,6 @@ def _matched_groups(col, matched):
     col = col.reset_index(drop=True)
     m = cudf.Series(matched)
     return col.where(~(m & col.isna()), "").where(m)
-
-
-def _record_span(f, offset: int, length: int) -> tuple[int, int, int]:
-    """(start, end, needs newline) of the records that start in [offset, offset+length): the same
-    bytes sources.ranges._read_plain returns, found with small host peeks."""
-    fd = os.open(f.path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        if offset > 0:
-            p = _find_newline(fd, offset - 1, size)
-            if p is None or p + 1 >= offset + length:
-                return offset, offset, 0
-            start = p + 1
-        else:
-            start = 0
-        if start >= size:
-            return start, start, 0
-        q = _find_newline(fd, max(start, offset + length - 1), size)
-        end = size if q is None else q + 1
-        return start, end, int(q is None and end > start)
-    finally:
-        os.close(fd)
-
-
-def _find_newline(fd, pos: int, size: int):
-    while pos < size:
-        chunk = os.pread(fd, min(_PEEK, size - pos), pos)
-        if not chunk:
-            return None
-        k = chunk.find(b"\n")
-        if k >= 0:
-            return pos + k
-        pos += len(chunk)
-    return None
 
 
 def _pread(path: str, dest, file_offset: int) -> None:

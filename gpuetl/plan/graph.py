@@ -37,6 +37,17 @@ def build_frame(plan, backend):
     return frame
 
 
+def partition_tasks(plan, backend) -> list:
+    """One task per partition for a plan of one segment (no shuffle): build_frame's tasks, each
+    with its own small graph, so that they can be submitted in input order (the streaming sink
+    writes partition i before i + 1; one submission of them all runs them in dask.order's order,
+    which for independent chains is reverse key order, partition 0 last)."""
+    first = plan.segments[0]
+    token = dask.base.tokenize(plan.loaded.sha256, [f.display for f in plan.files], len(plan.partitions))
+    read = dask.delayed(named(read_partition, first.label), pure=False)
+    return [read(p, first, backend, dask_key_name=(f"{first.label}-{token}", p.index)) for p in plan.partitions]
+
+
 def add_shuffle_hash(df, keys, backend):
     """Live rows go where their key's hash sends them; the rest by their identity (any place will
     do). The hash stays in the frame: dedupe compares values only among rows whose hashes meet."""

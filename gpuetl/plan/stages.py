@@ -66,25 +66,36 @@ def frame_schema(schema: Schema) -> Schema:
 # -- the source stage ---------------------------------------------------------------------------
 
 def read_partition(partition: Partition, segment: Segment, backend):
-    """Read one partition's byte ranges and run the segment's stages on it."""
+    """Read one partition's byte ranges and run the segment's stages on it, batch by batch (the
+    backend's batch size: cache-sized on the CPU, the whole block on a GPU)."""
     source = segment.source
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
-    xp = backend.xp
-    header_files = {rng.file_index for rng in partition.ranges if rng.offset == 0}
     block = backend.read_block(source.files, partition.ranges)
-    seg_pos, seg_start, seg_file, extra_bad = block.seg_pos, block.seg_start, block.seg_file, block.extra_bad
-    lines = backend.split_lines(block.data, 0)
-    pos = xp.asarray(seg_pos, dtype=xp.int64)
+    headers = {rng.file_index for rng in partition.ranges if rng.offset == 0} if source.skip_header else set()
+    batches = backend.batches(block.data)
+    frames = [_read_batch(block, position, data, headers, segment, backend, last=i == len(batches) - 1)
+              for i, (position, data) in enumerate(batches)]
+    return frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
+
+
+def _read_batch(block, position: int, data, headers: set, segment: Segment, backend, last: bool):
+    """Split, parse and type one batch of whole lines that starts at `position` in the block.
+    `headers`: files whose first record (a csv header) is still to be skipped; emptied as found."""
+    source = segment.source
+    xp = backend.xp
+    lines = backend.split_lines(data, position)
+    pos = xp.asarray(block.seg_pos, dtype=xp.int64)
     which = xp.searchsorted(pos, lines.offsets, side="right") - 1
-    file_index = xp.asarray(seg_file, dtype=xp.int32)[which]
-    offsets = lines.offsets - pos[which] + xp.asarray(seg_start, dtype=xp.int64)[which]
+    file_index = xp.asarray(block.seg_file, dtype=xp.int32)[which]
+    offsets = lines.offsets - pos[which] + xp.asarray(block.seg_start, dtype=xp.int64)[which]
     text, bad_utf8 = lines.text, lines.bad_utf8
-    if source.skip_header and header_files:
+    if headers and len(text):
         # a file's header is its first record, wherever it starts (after blank lines, say)
         host_fi = backend.to_host(file_index)
         _, first = np.unique(host_fi, return_index=True)
-        first = first[np.isin(host_fi[first], list(header_files))]
+        first = first[np.isin(host_fi[first], list(headers))]
+        headers.difference_update(int(f) for f in host_fi[first])
         body = np.ones(len(host_fi), dtype=bool)
         body[first] = False
         text = text[body].reset_index(drop=True)
@@ -102,7 +113,8 @@ def read_partition(partition: Partition, segment: Segment, backend):
         else:
             reasons = reasons.fillna(reason.where(not_ok))
         bad = bad | not_ok
-    return _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment, backend)
+    return _finish_source(df, bad, reasons, text, file_index, offsets, block.extra_bad if last else [],
+                          segment, backend)
 
 
 def _read_parquet_partition(partition: Partition, segment: Segment, backend):

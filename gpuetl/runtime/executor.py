@@ -43,12 +43,19 @@ class Executor:
 
 
     def ordered(self, tasks: list):
-        """Yield results in task order as they finish; later tasks keep running meanwhile."""
+        """Yield results in task order as they finish; later tasks keep running meanwhile. Tasks
+        go to the cluster a few at a time, in order: the scheduler runs earlier submissions
+        first, so the caller's consumer (the streaming writer) is never left waiting for task 0
+        while the rest of the job runs (one submission of all runs them in dask.order's order)."""
         if self.client is None:
             for task in tasks:
                 yield self.compute([task])[0]
             return
-        futures = self.client.compute(tasks)
+        batch = max(1, sum(self.client.nthreads().values()))
+        futures = []
+        for start in range(0, len(tasks), batch):
+            # fifo_timeout 0: each submission is a new generation, run after the earlier ones
+            futures += self.client.compute(tasks[start:start + batch], fifo_timeout=0)
         try:
             for future in futures:
                 try:
@@ -62,6 +69,14 @@ class Executor:
                     raise
         finally:
             self.client.cancel(futures)
+
+    @property
+    def in_process(self) -> bool:
+        """Whether tasks run in this process (results are handed over, never copied)."""
+        if self.client is None:
+            return True
+        address = getattr(getattr(self.client, "scheduler", None), "address", "") or ""
+        return address.startswith("inproc://")
 
     @property
     def shares_files(self) -> bool:

@@ -15,7 +15,7 @@ from .. import __version__
 from ..backends.base import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
 from ..errors import DataError, OutputError
 from ..plan.compile import Plan
-from ..plan.graph import build_frame
+from ..plan.graph import build_frame, partition_tasks
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import Layout, cut_points
 from ..sinks.parquet import ShardResult, ShardTask, WriteOptions, write_quarantine, write_shard
@@ -175,19 +175,20 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
 
     finished = {i: r for i in range(len(plan.partitions)) if (r := load_result(str(run_tmp), i)) is not None}
-    frame = build_frame(plan, backend)
-    parts = frame.to_delayed()
+    # Rows still in input order (no shuffle, no global step) and one shard per split: stream
+    # each piece into its shard as soon as it exists, while the other partitions are parsed.
+    presorted = not ranged and not layout.shuffle and len(plan.segments) == 1
+    stream = presorted and executor.shares_files
+    parts = partition_tasks(plan, backend) if stream else build_frame(plan, backend).to_delayed()
     if finished:
         log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)
     maps = {i: spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp), ranged=ranged,
-                     file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}")
+                     file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}",
+                     in_memory=stream and spec.sink.mode != "resume" and executor.in_process)
             for i, part in enumerate(parts) if i not in finished}
-    # Rows still in input order (no shuffle, no global step) and one shard per split: stream
-    # each piece into its shard as soon as it exists, while the other partitions are parsed.
-    presorted = not ranged and not layout.shuffle and len(plan.segments) == 1
     streamed = None
-    if presorted and executor.shares_files:
+    if stream:
         results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options, progress)
     else:
         computed = executor.compute(list(maps.values()), progress=progress)
@@ -286,6 +287,9 @@ def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp:
             results.append(result)
             for split, path in sorted(result.pieces.items()):
                 writers[split].write(read_ipc(path))
+            for split, table in sorted(result.tables.items()):
+                writers[split].write(table)
+            result.tables = {}           # written: let the memory go
             if progress:
                 print(f"\r  {i + 1}/{len(plan.partitions)} partitions parsed and written", end="",
                       file=sys.stderr, flush=True)

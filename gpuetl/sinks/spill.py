@@ -30,17 +30,23 @@ class MapResult:
     rows: dict[int, int] = field(default_factory=dict)                  # split -> live rows
     histograms: dict[int, np.ndarray] = field(default_factory=dict)     # split -> bytes per bucket
     quarantine: str | None = None
+    tables: dict[int, pa.Table] = field(default_factory=dict, repr=False)  # split -> rows kept in memory
 
 
 def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str, ranged: bool,
-                    file_names: list[str], stage_names: list[str], backend) -> MapResult:
+                    file_names: list[str], stage_names: list[str], backend, in_memory: bool = False) -> MapResult:
+    """in_memory: hand the rows to the caller in the result instead of an IPC file (the streaming
+    writer in the same process; a run that cannot be resumed anyway), saving a write and a read
+    of every byte. Such a result is not recorded for resume."""
     result = _spill(df, partition, layout=layout, schema=schema, tmp_dir=tmp_dir, ranged=ranged,
-                    file_names=file_names, stage_names=stage_names, backend=backend)
-    save_result(result, tmp_dir)
+                    file_names=file_names, stage_names=stage_names, backend=backend, in_memory=in_memory)
+    if not in_memory:
+        save_result(result, tmp_dir)
     return result
 
 
-def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, stage_names, backend) -> MapResult:
+def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, stage_names, backend,
+           in_memory=False) -> MapResult:
     result = MapResult(partition)
     status = df[STATUS]
     if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown
@@ -78,13 +84,17 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
         if order is not None:
             extra[ORDER] = "uint64"
         table = backend.to_arrow(part, {**table_cols, **extra})
-        path = os.path.join(tmp_dir, "spill", f"s{int(s)}", f"p{partition:06d}.arrow")
-        _write_ipc(table, path)
-        result.pieces[int(s)] = path
         result.rows[int(s)] = table.num_rows
-        buckets = bucket_of(table.column(PLACE).to_numpy())
-        result.histograms[int(s)] = np.bincount(buckets.astype(np.int64), weights=_row_bytes(table, schema),
-                                                minlength=BUCKETS)
+        if in_memory:
+            result.tables[int(s)] = table
+        else:
+            path = os.path.join(tmp_dir, "spill", f"s{int(s)}", f"p{partition:06d}.arrow")
+            _write_ipc(table, path)
+            result.pieces[int(s)] = path
+        if ranged:                 # shards are cut by placement hash: where the bytes lie
+            buckets = bucket_of(table.column(PLACE).to_numpy())
+            result.histograms[int(s)] = np.bincount(buckets.astype(np.int64), weights=_row_bytes(table, schema),
+                                                    minlength=BUCKETS)
     return result
 
 
@@ -100,7 +110,8 @@ def save_result(result: MapResult, tmp_dir: str) -> None:
         os.replace(path + ".partial.npy", path)
     state = {"partition": result.partition, "tallies": [[s, st, n] for (s, st), n in result.tallies.items()],
              "reasons": result.reasons, "pieces": {str(k): v for k, v in result.pieces.items()},
-             "rows": {str(k): v for k, v in result.rows.items()}, "quarantine": result.quarantine}
+             "rows": {str(k): v for k, v in result.rows.items()}, "quarantine": result.quarantine,
+             "histograms": sorted(result.histograms)}
     path = os.path.join(folder, f"p{result.partition:06d}.json")
     with open(path + ".partial", "w") as fh:
         json.dump(state, fh)
@@ -120,7 +131,7 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
     if not all(os.path.exists(p) for p in pieces.values()):
         return None
     hists = {}
-    for split in pieces:
+    for split in state.get("histograms", []):
         try:
             hists[split] = np.load(os.path.join(tmp_dir, "maps", f"p{partition:06d}-s{split}.npy"), allow_pickle=False)
         except (OSError, ValueError):

@@ -5,13 +5,12 @@ range each. Small files are packed together so a million files do not make a mil
 from __future__ import annotations
 
 import bz2
+import os
 import zlib
 from dataclasses import dataclass
 
 from ..errors import SourceError
 from .files import InputFile
-
-_READ_AHEAD = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -120,31 +119,52 @@ def read_range(f: InputFile, rng: ByteRange) -> RangeData:
 
 
 def _read_plain(path: str, offset: int, length: int) -> RangeData:
+    """The records that start in the range, read with one read of exactly their bytes (the
+    boundaries come from small peeks), so a 64 MiB block is never copied or joined."""
+    start, end, _ = record_span(path, offset, length)
     with open(path, "rb") as fh:
-        head = 1 if offset > 0 else 0
-        fh.seek(offset - head)
-        buf = fh.read(length + head)
-        if head:
-            first = buf.find(b"\n")
-            if first < 0:                       # no record starts in this range
-                return RangeData(b"", offset)
-            start = offset - 1 + first + 1
-            buf = buf[first + 1:]
+        fh.seek(start)
+        buf = fh.read(end - start)
+    if len(buf) != end - start:
+        raise OSError(f"short read ({len(buf)} of {end - start} bytes at {start}): the file changed while read")
+    return RangeData(buf, start)
+
+
+_PEEK = 1 << 16
+
+
+def record_span(path: str, offset: int, length: int) -> tuple[int, int, int]:
+    """(start, end, needs newline) of the records that start in [offset, offset+length): a record
+    belongs to the range its first byte is in. Found with small peeks around the range's ends."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if offset > 0:
+            p = _find_newline(fd, offset - 1, size)
+            if p is None or p + 1 >= offset + length:
+                return offset, offset, 0
+            start = p + 1
         else:
             start = 0
-        if buf and not buf.endswith(b"\n"):
-            tail = [buf]
-            while True:                         # finish the last record, which starts in range
-                more = fh.read(_READ_AHEAD)
-                if not more:
-                    break
-                cut = more.find(b"\n")
-                if cut >= 0:
-                    tail.append(more[:cut + 1])
-                    break
-                tail.append(more)
-            buf = b"".join(tail)
-        return RangeData(buf, start)
+        if start >= size:
+            return start, start, 0
+        q = _find_newline(fd, max(start, offset + length - 1), size)
+        end = size if q is None else q + 1
+        return start, end, int(q is None and end > start)
+    finally:
+        os.close(fd)
+
+
+def _find_newline(fd, pos: int, size: int):
+    while pos < size:
+        chunk = os.pread(fd, min(_PEEK, size - pos), pos)
+        if not chunk:
+            return None
+        k = chunk.find(b"\n")
+        if k >= 0:
+            return pos + k
+        pos += len(chunk)
+    return None
 
 
 _COMPRESSED_CHUNK = 1 << 20

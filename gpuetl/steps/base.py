@@ -59,6 +59,12 @@ class Step:
     def describe(self) -> str:
         return f"{self.name}"
 
+    def __dask_tokenize__(self):
+        """A step is its class and parameters. (dask names tasks by tokenizing their arguments;
+        left to pickle, a pydantic model of a generic type is pickled by value, which dask
+        cannot always tell to be deterministic, and the run fails.)"""
+        return type(self).__module__, type(self).__qualname__, self.params.model_dump_json()
+
 
 def register(cls: type[Step]) -> type[Step]:
     STEPS[cls.name] = cls

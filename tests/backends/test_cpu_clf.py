@@ -18,6 +18,9 @@ EDGE_LINES = [
     '1.2.3.4 a b [t] "\\x16\\x03\\x01" 400 0 "-" "-"',
     'a b c [x]] "y" 1 2 "" "" ',
     "garbage",
+    '1.2.3.4\u00a0x - - [t] "GET / HTTP/1.1" 200 5 "r" "u"',       # RE2's \\S is ASCII: NBSP is not a space
+    '1.2.3.4 - - [t] "GET / HTTP/1.1" \u0662\u0660\u0660 5 "r" "u"',  # nor are Arabic-Indic digits \\d
+    '1.2.3.4 - - [t] "GET /\u2003x HTTP/1.1" 200 5 "r" "u"',
     "",
     '1.2.3.4 - - [10/Oct/2026:13:55:36 -0700] "GET / HTTP/1.1" 200 2326',
 ]
@@ -45,7 +48,7 @@ def test_generated_logs_equal_regex(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.text(alphabet='ab\\" []-1/\tÄ', max_size=40).map(
+@given(st.lists(st.text(alphabet='ab\\" []-1/\tÄ\u00a0\u0663', max_size=40).map(
     lambda s: '1.2.3.4 - - [t] "' + s + '" 200 3 "' + s[::-1] + '" "' + s + '"'), max_size=20))
 def test_random_quoted_fields_equal_regex(lines):
     _check(lines, "apache_combined")
@@ -103,3 +106,22 @@ def test_extract_fields_nulls_equal_the_shared_definition(tmp_path):
             assert matched.tolist() == matched_slow.tolist()
             for name in rule.columns:
                 assert pa.array(fast[name]).to_pylist() == pa.array(slow[name]).to_pylist(), (kernel, dash, name)
+
+
+def test_without_polars_the_backend_runs_the_preset_regex_itself(tmp_path, monkeypatch):
+    """A bare image without polars (the GPU machine's host side) gets the same columns from RE2."""
+    from gpuetl.backends import cpu
+    from gpuetl.backends.cpu import CpuBackend
+
+    write_access_logs(tmp_path / "a.log", lines=800, seed=5, bad_every=50)
+    rule = preset("apache_combined")
+    backend = CpuBackend()
+    lines = pa.array(tmp_path.joinpath("a.log").read_text().splitlines() + EDGE_LINES)
+    text = backend.series(lines, "string")
+    fast, fast_ok = backend.extract_fields(text, rule.regex, tuple(rule.columns), kernel="combined", dash_is_null=True)
+    monkeypatch.setattr(cpu, "clf_kernel_available", lambda: False)
+    slow, slow_ok = backend.extract_fields(text, rule.regex, tuple(rule.columns), kernel="combined", dash_is_null=True)
+    assert fast_ok.tolist() == slow_ok.tolist()
+    assert 700 < sum(fast_ok) == pc.sum(pc.match_substring_regex(lines, rule.regex)).as_py() < len(lines)
+    for name in rule.columns:
+        assert fast[name].tolist() == slow[name].tolist(), name

@@ -1,0 +1,90 @@
+"""The source stage parses a partition batch by batch: the result never depends on the batch size."""
+
+from __future__ import annotations
+
+import gzip
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gpuetl
+from gpuetl.backends.cpu import CpuBackend
+from gpuetl.samples import write_access_logs
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=60),
+       batch_bytes=st.integers(1, 64), final_newline=st.booleans())
+def test_batches_cover_the_block_and_cut_after_newlines(lines, batch_bytes, final_newline):
+    data = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+    backend = CpuBackend()
+    backend.batch_bytes = batch_bytes
+    batches = backend.batches(data)
+    assert b"".join(bytes(view) for _, view in batches) == data
+    position = 0
+    for start, view in batches:
+        assert start == position
+        position += len(view)
+    for _, view in batches[:-1]:
+        assert bytes(view).endswith(b"\n") and len(view) >= batch_bytes
+    assert len(batches) == 1 or len(batches[-1][1]) > 0
+
+
+def _inputs(folder):
+    folder.mkdir()
+    write_access_logs(folder / "a.log", lines=700, seed=1, bad_every=50)
+    write_access_logs(folder / "b.log", lines=300, seed=2, bad_every=30)
+    whole = gzip.compress((folder / "a.log").read_bytes())
+    (folder / "c.log.gz").write_bytes(whole[: len(whole) * 2 // 3])          # truncated: one record lost
+    (folder / "d.csv").write_bytes(b"x,y\n" + b"".join(b"%d,v%d\n" % (i, i) for i in range(400)) + b"1,2,3\n")
+    (folder / "e.csv").write_bytes(b"\nx,y\n" + b"".join(b"%d,w%d\n" % (i, i) for i in range(50)))
+
+
+SPECS = {
+    "logs": {"source": {"type": "text", "path": "in/*.log*", "blocksize": "32KiB", "provenance": True},
+             "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"},
+             "steps": [{"filter": "status < 500"}]},
+    "csv": {"source": {"type": "csv", "path": "in/*.csv", "provenance": True}, "columns": {"x": "int32"}},
+}
+
+
+def _run(tmp_path, name, out):
+    spec = {"version": 1, "name": "t", **SPECS[name], "sink": {"path": out, "mode": "overwrite"}}
+    result = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    data = pq.read_table(result.out_dir / "part-00000.parquet")
+    quarantine = [pq.read_table(f) for f in sorted((result.out_dir / "_quarantine").glob("*.parquet"))]
+    return result.counts, result.stages, data, [q.to_pylist() for q in quarantine]
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_result_does_not_depend_on_the_batch_size(tmp_path, monkeypatch, name):
+    _inputs(tmp_path / "in")
+    whole = _run(tmp_path, name, "whole")
+    monkeypatch.setattr(CpuBackend, "batch_bytes", 100)
+    batched = _run(tmp_path, name, "batched")
+    counts, stages, data, quarantine = batched
+    assert counts == whole[0] and stages == whole[1]
+    assert data.equals(whole[2])
+    assert quarantine == whole[3]
+    assert counts["rows_in"] == counts["rows_out"] + counts["filtered"] + counts["quarantined"]
+    if name == "csv":       # each file's header is skipped once, not once per batch
+        assert data.num_rows == 450 and counts["quarantined"] == 1
+        assert data.column("x").to_pylist() == list(range(400)) + list(range(50))
+    else:
+        assert counts["quarantined"] >= 20 and counts["filtered"] > 0
+        assert any("truncated" in r["_reason"] for q in quarantine for r in q)
+
+
+def test_on_error_fail_names_the_first_bad_record_across_batches(tmp_path, monkeypatch):
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "a.log", lines=500, seed=1)
+    lines = (tmp_path / "in" / "a.log").read_bytes().splitlines(keepends=True)
+    lines[300:300] = [b"garbage one\n"]
+    lines[420:420] = [b"garbage two\n"]
+    (tmp_path / "in" / "a.log").write_bytes(b"".join(lines))
+    monkeypatch.setattr(CpuBackend, "batch_bytes", 1000)
+    spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "in/a.log"},
+            "parse": {"preset": "apache_combined"}, "on_error": "fail", "sink": {"path": "out"}}
+    with pytest.raises(gpuetl.DataError, match=f"byte offset {sum(map(len, lines[:300]))}: (?s:.*)record: garbage one"):
+        gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
