@@ -88,6 +88,10 @@ class Backend(ABC):
     def concat(self, frames: list) -> Any:
         ...
 
+    def filter(self, df: Any, mask: Any) -> Any:
+        """The rows of df where mask (a bool Series on df's index) is true."""
+        return df[mask]
+
     @abstractmethod
     def to_arrow(self, df: Any, schema: Schema) -> pa.Table:
         """Host Arrow table with the output's exact Arrow types."""
@@ -179,6 +183,11 @@ class Backend(ABC):
         n = len(series[0]) if series else 1
         full = [c if hasattr(c, "index") else self.series([c] * n, _literal_type(c), index=index) for c in columns]
         return self.series(self.hash64(full, seed), "uint64", index=index)
+
+    def row_hash(self, columns: list) -> Any:
+        """A uint64 per row for finding equal keys within one run (exact dedupe's candidates):
+        equal values hash equal; unlike hash64 it need not match other backends or versions."""
+        return self.hash64(columns, 0)
 
     def hash64(self, columns: list, seed: int = 0) -> Any:
         """A uint64 hash per row of the given columns, identical on every backend."""

@@ -3,14 +3,12 @@ Each stage has its own label, so the dashboard shows read-parse-…, hash-dedupe
 
 from __future__ import annotations
 
+import functools
+
 import dask
 import dask.dataframe as dd
 
-from ..backends.base import FILE_INDEX, OFFSET, STATUS, STATUS_LIVE
-from ..steps.dedupe import KEY_HASH
 from .stages import frame_schema, read_partition, run_steps
-
-SHUFFLE_HASH = KEY_HASH
 
 
 def build_frame(plan, backend):
@@ -26,12 +24,7 @@ def build_frame(plan, backend):
             if getattr(step, "shuffle_rounds", False):
                 frame = band_shuffles(frame, step, backend)
             else:
-                keys = step.key_columns(segment.steps[0].schema) if hasattr(step, "key_columns") else list(segment.schema)
-                before = frame._meta
-                hashed_meta = before.assign(**{SHUFFLE_HASH: backend.series([], "uint64")})
-                frame = frame.map_partitions(named(add_shuffle_hash, f"hash-{step.name}"), keys, backend, meta=hashed_meta)
-                frame = frame.shuffle(on=SHUFFLE_HASH, npartitions=max(1, frame.npartitions),
-                                      shuffle_method=_shuffle_method())
+                frame = dedupe_in_place(frame, segment, backend)
             frame = frame.map_partitions(named(run_steps, segment.label), segment, backend,
                                          meta=backend.empty(frame_schema(segment.schema)))
     return frame
@@ -48,16 +41,25 @@ def partition_tasks(plan, backend) -> list:
     return [read(p, first, backend, dask_key_name=(f"{first.label}-{token}", p.index)) for p in plan.partitions]
 
 
-def add_shuffle_hash(df, keys, backend):
-    """Live rows go where their key's hash sends them; the rest by their identity (any place will
-    do). The hash stays in the frame: dedupe compares values only among rows whose hashes meet."""
-    live = (df[STATUS] == STATUS_LIVE).values
-    key_hash = backend.hash64([df[k] for k in keys], 0)
-    ident = backend.hash64([df[FILE_INDEX], df[OFFSET]], 1)
-    df = df.copy()
-    df[SHUFFLE_HASH] = backend.series(backend.xp.where(backend.xp.asarray(live), key_hash, ident), "uint64",
-                                      index=df.index)
-    return df
+def dedupe_in_place(frame, segment, backend):
+    """Mark the rows that repeat an earlier row (steps/dedupe.py): a hash per live row from each
+    partition, one task for the hashes that repeat, the candidates' values, one task to compare
+    them; no row moves, so partitions keep their rows and their order."""
+    from ..steps import dedupe
+
+    step = segment.steps[0].step
+    keys = step.key_columns(segment.steps[0].schema)
+    parts = frame.to_delayed()
+    task = functools.partial(dask.delayed, pure=False)
+    hashes = [task(named(dedupe.key_hashes, f"hash-{step.name}"))(p, keys, backend) for p in parts]
+    repeated = task(named(dedupe.repeated_hashes, f"repeats-{step.name}"))(hashes, backend)
+    candidates = [task(named(dedupe.candidate_rows, f"candidates-{step.name}"))(p, h, repeated, keys, i, backend)
+                  for i, (p, h) in enumerate(zip(parts, hashes))]
+    repeats = task(named(dedupe.resolve, f"resolve-{step.name}"))(candidates, keys, backend)
+    marked = [task(named(dedupe.mark_duplicates, f"mark-{step.name}"))(p, i, repeats, backend)
+              for i, p in enumerate(parts)]
+    meta = frame._meta.assign(**{dedupe.DUPLICATE: backend.series([], "bool")})
+    return dd.from_delayed(marked, meta=meta, verify_meta=False)
 
 
 def band_shuffles(frame, step, backend):

@@ -207,8 +207,8 @@ def run_steps(df, segment: Segment, backend):
     status = df[STATUS]
     is_live = status == STATUS_LIVE
     all_live = bool(is_live.all())
-    live = (df if all_live else df[is_live]).reset_index(drop=True)
-    side = [] if all_live else [df[~is_live]]
+    live = (df if all_live else backend.filter(df, is_live)).reset_index(drop=True)
+    side = [] if all_live else [backend.filter(df, ~is_live)]
     for stage in segment.steps:
         step = stage.step
         checked, bad, reasons = step.quarantine(live, backend)
@@ -223,7 +223,7 @@ def run_steps(df, segment: Segment, backend):
             if segment.on_error == "fail":
                 _fail(rows, segment.files)
             side.append(rows)
-            checked = checked[~bad]
+            checked = backend.filter(checked, ~bad)
         live = checked
         bookkeeping = live[[c for c in live.columns if c.startswith("__")]]
         live = step.transform(live, backend)
@@ -235,7 +235,7 @@ def run_steps(df, segment: Segment, backend):
             dropped = int((~keep).sum())
             if dropped:
                 side.append(tally_row(dropped, step.drops_as, stage.index, backend))
-                live = live[keep]
+                live = backend.filter(live, keep)
     out = [backend.conform(part, frame_schema(segment.schema)) for part in [live, *side] if len(part)]
     if not out:
         return backend.empty(frame_schema(segment.schema))

@@ -47,9 +47,8 @@ class Executor:
         go to the cluster a few at a time, in order: the scheduler runs earlier submissions
         first, so the caller's consumer (the streaming writer) is never left waiting for task 0
         while the rest of the job runs (one submission of all runs them in dask.order's order)."""
-        if self.client is None:
-            for task in tasks:
-                yield self.compute([task])[0]
+        if self.client is None:        # dask's local schedulers: one call, shared work done once
+            yield from self.compute(tasks)
             return
         batch = max(1, sum(self.client.nthreads().values()))
         futures = []

@@ -53,7 +53,7 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
         raise RuntimeError(f"internal error: {int(status.isna().sum())} rows of partition {partition} lost "
                            "their bookkeeping columns; please report this with the pipeline file")
     live_mask = status == STATUS_LIVE
-    others = df[~live_mask]
+    others = backend.filter(df, ~live_mask)
     if len(others):
         counts = others.groupby([STAGE, STATUS])[COUNT].sum()
         counts = counts.to_pandas() if hasattr(counts, "to_pandas") else counts
@@ -66,7 +66,7 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
             kept = bad[bad[RAW].notna()]
             if len(kept):
                 result.quarantine = _write_quarantine(kept, partition, tmp_dir, file_names, stage_names, backend)
-    live = df[live_mask] if len(others) else df
+    live = backend.filter(df, live_mask) if len(others) else df
     if not len(live):
         return result
     split, place, order = layout.placement(live, backend, ranged)

@@ -1,12 +1,15 @@
 """Exact dedupe removes every duplicate and nothing else, even when unequal rows share hashes."""
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gpuetl.hashing
+from gpuetl.backends.cpu import CpuBackend
 from textdata import run_jsonl, write_jsonl
 
 real_hash = gpuetl.hashing.hash_columns
+real_row_hash = CpuBackend.row_hash
 
 ROW = st.fixed_dictionaries({
     "k": st.sampled_from(["a", "b", "", "ab", None]),
@@ -20,6 +23,7 @@ def colliding_hashes(monkeypatch):
     """Every row hash keeps 2 bits: unequal rows share shuffle buckets all the time."""
     monkeypatch.setattr(gpuetl.hashing, "hash_columns",
                         lambda backend, columns, seed=0: real_hash(backend, columns, seed) & backend.xp.uint64(3))
+    monkeypatch.setattr(CpuBackend, "row_hash", lambda self, columns: real_row_hash(self, columns) & np.uint64(3))
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -41,3 +45,15 @@ def test_dedupe_removes_exactly_the_duplicates(tmp_path_factory, colliding_hashe
     assert result.counts["deduplicated"] == sum(map(len, files)) - len(first)
     kept = {tuple(r[c] for c in keys): (r["_file"], {c: r[c] for c in ("k", "n", "v")}) for r in out}
     assert kept == first   # each key once, and the copy kept is the first by file and offset
+
+
+def test_row_hash_is_equal_for_equal_values():
+    """Candidates are found by row_hash: values pandas holds equal must hash equal."""
+    import pyarrow as pa
+
+    backend = CpuBackend()
+    floats = backend.series(pa.array([0.0, -0.0, float("nan"), float("nan"), 1.5, None]), "float64")
+    texts = backend.series(pa.array(["a", "a", "b", "b", None, None]), "string")
+    h = backend.row_hash([floats, texts])
+    assert h[0] == h[1] and h[2] == h[3] and len(set(h.tolist())) == 4
+    assert h.dtype == np.uint64
