@@ -320,6 +320,10 @@ class CpuBackend(Backend):
         pattern = _UINT_RE if type_name in UINT_TYPES else _INT_RE
         ok = pc.match_substring_regex(values, pattern)
         digits = pc.if_else(ok, values, pa.scalar(None, pa.string()))
+        try:                 # every value in range (the usual case): Arrow's checked cast is exact
+            return pc.cast(digits, ARROW_TYPES[type_name])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
         # Exact range check in decimal (float would lose precision near the 64-bit limits).
         wide = pa.decimal128(38, 0)
         number = pc.cast(digits, wide)
