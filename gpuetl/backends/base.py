@@ -92,6 +92,14 @@ class Backend(ABC):
         """The rows of df where mask (a bool Series on df's index) is true."""
         return df[mask]
 
+    def split(self, df: Any, mask: Any) -> tuple[Any, Any]:
+        """(rows where mask is true, the others). Frames that hold live rows first and the rows
+        that left after them (what run_steps returns) are cut with two slices, not two copies."""
+        k = int(mask.sum())
+        if k == 0 or k == len(df) or bool(mask.iloc[:k].all()):
+            return df.iloc[:k], df.iloc[k:]
+        return self.filter(df, mask), self.filter(df, ~mask)
+
     @abstractmethod
     def to_arrow(self, df: Any, schema: Schema) -> pa.Table:
         """Host Arrow table with the output's exact Arrow types."""

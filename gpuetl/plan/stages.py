@@ -207,8 +207,11 @@ def run_steps(df, segment: Segment, backend):
     status = df[STATUS]
     is_live = status == STATUS_LIVE
     all_live = bool(is_live.all())
-    live = (df if all_live else backend.filter(df, is_live)).reset_index(drop=True)
-    side = [] if all_live else [backend.filter(df, ~is_live)]
+    if all_live:
+        live, side = df.reset_index(drop=True), []
+    else:
+        live, rest = backend.split(df, is_live)
+        live, side = live.reset_index(drop=True), [rest]
     for stage in segment.steps:
         step = stage.step
         checked, bad, reasons = step.quarantine(live, backend)

@@ -52,8 +52,7 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
     if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown
         raise RuntimeError(f"internal error: {int(status.isna().sum())} rows of partition {partition} lost "
                            "their bookkeeping columns; please report this with the pipeline file")
-    live_mask = status == STATUS_LIVE
-    others = backend.filter(df, ~live_mask)
+    live, others = backend.split(df, status == STATUS_LIVE)
     if len(others):
         counts = others.groupby([STAGE, STATUS])[COUNT].sum()
         counts = counts.to_pandas() if hasattr(counts, "to_pandas") else counts
@@ -66,7 +65,6 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
             kept = bad[bad[RAW].notna()]
             if len(kept):
                 result.quarantine = _write_quarantine(kept, partition, tmp_dir, file_names, stage_names, backend)
-    live = backend.filter(df, live_mask) if len(others) else df
     if not len(live):
         return result
     split, place, order = layout.placement(live, backend, ranged)

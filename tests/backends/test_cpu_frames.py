@@ -23,3 +23,16 @@ def test_filter_equals_boolean_indexing(values, data):
     for m in (mask, pd.Series(mask, index=df.index), backend.series(pa.array(mask), "bool", index=df.index)):
         got = backend.filter(df, m)
         pd.testing.assert_frame_equal(got, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(flags=st.lists(st.booleans(), max_size=20), sort=st.booleans())
+def test_split_gives_both_sides_in_order(flags, sort):
+    backend = CpuBackend()
+    if sort:                                      # live rows first: the slicing path
+        flags = sorted(flags, reverse=True)
+    mask = np.array(flags, dtype=bool)
+    df = pd.DataFrame({"i": backend.series(pa.array(range(len(flags)), pa.int64()), "int64")})
+    yes, no = backend.split(df, pd.Series(mask, index=df.index))
+    assert yes["i"].tolist() == [i for i, f in enumerate(flags) if f]
+    assert no["i"].tolist() == [i for i, f in enumerate(flags) if not f]
