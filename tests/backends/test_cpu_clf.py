@@ -125,3 +125,18 @@ def test_without_polars_the_backend_runs_the_preset_regex_itself(tmp_path, monke
     assert 700 < sum(fast_ok) == pc.sum(pc.match_substring_regex(lines, rule.regex)).as_py() < len(lines)
     for name in rule.columns:
         assert fast[name].tolist() == slow[name].tolist(), name
+
+
+@pytest.mark.parametrize("env, expected", [({}, 1), ({"POLARS_MAX_THREADS": "2"}, 2)])
+def test_polars_runs_one_thread_per_task_unless_told(env, expected):
+    """gpuetl runs a task per core; a polars pool inside each task would oversubscribe them."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from gpuetl.backends.cpu_clf import polars; import pyarrow as pa; "
+            "from gpuetl.backends.cpu import CpuBackend; b = CpuBackend(); "
+            "b.row_hash([b.series(pa.array(['a']), 'string')]); print(polars().thread_pool_size())")
+    clean = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(expected)
