@@ -3,7 +3,9 @@ schedulers for small jobs and tests. The rest of gpuetl only calls compute()."""
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections import deque
 from contextlib import contextmanager
 
 import dask
@@ -42,23 +44,29 @@ class Executor:
             raise
 
 
-    def ordered(self, tasks: list):
-        """Yield results in task order as they finish; later tasks keep running meanwhile. Tasks
-        go to the cluster a few at a time, in order: the scheduler runs earlier submissions
-        first, so the caller's consumer (the streaming writer) is never left waiting for task 0
-        while the rest of the job runs (one submission of all runs them in dask.order's order)."""
+    def ordered(self, tasks: list, ahead: int | None = None):
+        """Yield results in task order. Tasks go to the cluster in order, one scheduler
+        generation each (fifo_timeout=0), so earlier ones run first (one submission of all would
+        run them in dask.order's order: for independent chains, partition 0 last), and at most
+        `ahead` (default: twice the worker threads) run or wait beyond the one being consumed,
+        so results held for a slower consumer (the streaming writer) stay bounded in memory."""
         if self.client is None:        # dask's local schedulers: one call, shared work done once
             yield from self.compute(tasks)
             return
-        batch = max(1, sum(self.client.nthreads().values()))
-        futures = []
-        for start in range(0, len(tasks), batch):
-            # fifo_timeout 0: each submission is a new generation, run after the earlier ones
-            futures += self.client.compute(tasks[start:start + batch], fifo_timeout=0)
+        ahead = ahead or 2 * max(1, sum(self.client.nthreads().values()))
+        pending: deque = deque()
+        queue = iter(tasks)
+
+        def submit(k: int) -> None:
+            for task in itertools.islice(queue, k):
+                pending.append(self.client.compute(task, fifo_timeout=0))
+
         try:
-            for future in futures:
+            submit(ahead + 1)
+            while pending:
+                future = pending.popleft()
                 try:
-                    yield future.result()
+                    result = future.result()
                 except GpuetlError:
                     raise
                 except Exception as err:
@@ -66,8 +74,10 @@ class Executor:
                     if cause is not None:
                         raise cause from None
                     raise
+                submit(1)
+                yield result
         finally:
-            self.client.cancel(futures)
+            self.client.cancel(list(pending))
 
     @property
     def in_process(self) -> bool:

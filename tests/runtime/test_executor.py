@@ -1,0 +1,46 @@
+"""Executor.ordered: results in task order, tasks started in order, a bounded number ahead."""
+
+import threading
+import time
+
+import dask
+import pytest
+
+from gpuetl.runtime.executor import Executor
+
+started: list[int] = []
+lock = threading.Lock()
+
+
+def work(i):
+    with lock:
+        started.append(i)
+    time.sleep(0.05 if i else 0.3)      # task 0 is the slowest: it must still come first
+    return i
+
+
+@pytest.fixture
+def client():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+def test_results_come_in_order_and_tasks_start_in_order(client):
+    started.clear()
+    tasks = [dask.delayed(work, pure=False)(i) for i in range(12)]
+    results = Executor(client).ordered(tasks, ahead=3)
+    assert next(results) == 0
+    assert sorted(started[:2]) == [0, 1]                   # the first submitted run first
+    assert len(started) <= 1 + 3 + 1                       # nothing beyond the window was sent
+    assert list(results) == list(range(1, 12))
+    assert sorted(started) == list(range(12))             # each task ran once
+
+
+def test_local_schedulers_compute_everything_once():
+    started.clear()
+    tasks = [dask.delayed(work, pure=False)(i) for i in range(4)]
+    assert list(Executor(None, "sync").ordered(tasks)) == [0, 1, 2, 3]
+    assert sorted(started) == [0, 1, 2, 3]                 # once each, in one call
