@@ -44,16 +44,20 @@ class Executor:
             raise
 
 
-    def ordered(self, tasks: list, ahead: int | None = None):
+    def ordered(self, tasks: list, independent: bool = True, ahead: int | None = None):
         """Yield results in task order. Tasks go to the cluster in order, one scheduler
-        generation each (fifo_timeout=0), so earlier ones run first (one submission of all would
-        run them in dask.order's order: for independent chains, partition 0 last), and at most
-        `ahead` (default: twice the worker threads) run or wait beyond the one being consumed,
-        so results held for a slower consumer (the streaming writer) stay bounded in memory."""
+        generation per submission (fifo_timeout=0), so earlier ones run first (one submission of
+        all would run them in dask.order's order: for independent chains, partition 0 last).
+        Independent tasks go one at a time, at most `ahead` (default: twice the worker threads)
+        beyond the one being consumed, so results held for a slower consumer (the streaming
+        writer) stay bounded in memory. Tasks that share work (a global step before them) all go
+        at once, a thread's worth per generation: submitted later, they would redo the shared
+        work whose first users had already been released."""
         if self.client is None:        # dask's local schedulers: one call, shared work done once
             yield from self.compute(tasks)
             return
-        ahead = ahead or 2 * max(1, sum(self.client.nthreads().values()))
+        threads = max(1, sum(self.client.nthreads().values()))
+        ahead = ahead or 2 * threads
         pending: deque = deque()
         queue = iter(tasks)
 
@@ -61,6 +65,9 @@ class Executor:
             for task in itertools.islice(queue, k):
                 pending.append(self.client.compute(task, fifo_timeout=0))
 
+        if not independent:
+            while batch := list(itertools.islice(queue, threads)):
+                pending.extend(self.client.compute(batch, fifo_timeout=0))
         try:
             submit(ahead + 1)
             while pending:

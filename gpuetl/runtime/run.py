@@ -284,7 +284,7 @@ def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp:
 
     tasks = _shard_tasks(layout, [], False, plan.output_schema, options)
     writers = {t.split: ShardWriter(str(run_tmp / "data" / t.relpath), plan.output_schema, options, t) for t in tasks}
-    computed = executor.ordered(list(maps.values()))
+    computed = executor.ordered(list(maps.values()), independent=len(plan.segments) == 1)
     results = []
     try:
         for i in range(len(plan.partitions)):

@@ -44,3 +44,24 @@ def test_local_schedulers_compute_everything_once():
     tasks = [dask.delayed(work, pure=False)(i) for i in range(4)]
     assert list(Executor(None, "sync").ordered(tasks)) == [0, 1, 2, 3]
     assert sorted(started) == [0, 1, 2, 3]                 # once each, in one call
+
+
+calls: list[str] = []
+
+
+def shared():
+    calls.append("shared")
+    return 10
+
+
+def use(base, i):
+    time.sleep(0.02)
+    return base + i
+
+
+def test_tasks_sharing_work_run_it_once(client):
+    calls.clear()
+    base = dask.delayed(shared, pure=False)()
+    tasks = [dask.delayed(use, pure=False)(base, i) for i in range(8)]
+    assert list(Executor(client).ordered(tasks, independent=False, ahead=1)) == [10 + i for i in range(8)]
+    assert calls == ["shared"]
