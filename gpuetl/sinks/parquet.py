@@ -60,12 +60,12 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
     tables = []
     for path in pieces:
         table = read_ipc(path)
-        if ranged and table.num_rows:
+        if ranged and table.num_rows:      # pieces are in input order: select the shard's hash range
             place = table.column(PLACE).to_numpy()
-            lo = np.searchsorted(place, np.uint64(task.lo_bucket) << np.uint64(64 - BUCKET_BITS), side="left")
-            hi = (len(place) if task.hi_bucket >= BUCKETS else
-                  np.searchsorted(place, np.uint64(task.hi_bucket) << np.uint64(64 - BUCKET_BITS), side="left"))
-            table = table.slice(lo, hi - lo)
+            mine = place >= np.uint64(task.lo_bucket) << np.uint64(64 - BUCKET_BITS)
+            if task.hi_bucket < BUCKETS:
+                mine &= place < np.uint64(task.hi_bucket) << np.uint64(64 - BUCKET_BITS)
+            table = table.filter(pa.array(mine))
         if table.num_rows:
             tables.append(table)
     if tables:
@@ -153,6 +153,7 @@ class ShardWriter:
 
 _SIZING_ROWS = 65_536
 DICTIONARY_MAX_SHARE = 0.3
+_DICTIONARY_SAMPLE_ROWS = 8_192      # enough to tell repeating from unique; cheap for many shards
 
 
 def dictionary_columns(table: pa.Table) -> list[str]:
@@ -160,7 +161,7 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     (the writer passes its first row group: a choice that depends only on the rows). Timestamps, sizes and URLs are mostly distinct:
     their dictionary is as large as the data and slower to build; plain encoding measured 2.7x
     smaller for access-log timestamps and ~25% faster to write for paths."""
-    sample = table.slice(0, _SIZING_ROWS)
+    sample = table.slice(0, _DICTIONARY_SAMPLE_ROWS)
     limit = DICTIONARY_MAX_SHARE * max(sample.num_rows, 1)
     return [name for name in sample.column_names
             if pc.count_distinct(sample.column(name), mode="all").as_py() <= limit]
@@ -223,8 +224,7 @@ def compression_ratio(pieces: list[str], histogram: np.ndarray, schema: Schema, 
         table = read_ipc(path)
         if table.num_rows:
             place = table.column(PLACE).to_numpy()
-            hi = len(place) if upper is None else int(np.searchsorted(place, upper, side="left"))
-            parts.append(table.slice(0, hi))
+            parts.append(table if upper is None else table.filter(pa.array(place < upper)))
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return 1.0

@@ -75,9 +75,9 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
         live[ORDER] = backend.series(order, "uint64", index=live.index)
     split_host = backend.to_host(split)
     for s in np.unique(split_host):
-        part = live[split == s] if len(layout.splits) > 1 else live
-        if ranged:
-            part = part.sort_values(PLACE, kind="stable") if hasattr(part, "sort_values") else part
+        # rows stay in input order: each shard selects its hash range from every piece (a
+        # sort here would gather every row in random order once more, for nothing)
+        part = backend.filter(live, split == s) if len(layout.splits) > 1 else live
         extra = {FILE_INDEX: "int32", OFFSET: "int64", PLACE: "uint64"}
         if order is not None:
             extra[ORDER] = "uint64"
