@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from ..backends.base import FILE_INDEX, OFFSET
 from ..types import Schema, arrow_schema
-from .layout import BUCKET_BITS, BUCKETS
+from .layout import BUCKETS, hash_range
 from .spill import ORDER, PLACE, QUARANTINE_SCHEMA, read_ipc
 
 DEFAULT_ROW_GROUP_ROWS = 131_072
@@ -60,12 +60,11 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
     tables = []
     for path in pieces:
         table = read_ipc(path)
-        if ranged and table.num_rows:      # pieces are in input order: select the shard's hash range
-            place = table.column(PLACE).to_numpy()
-            mine = place >= np.uint64(task.lo_bucket) << np.uint64(64 - BUCKET_BITS)
-            if task.hi_bucket < BUCKETS:
-                mine &= place < np.uint64(task.hi_bucket) << np.uint64(64 - BUCKET_BITS)
-            table = table.filter(pa.array(mine))
+        if ranged and table.num_rows:
+            start, stop, mine = hash_range(table.column(PLACE).to_numpy(), task.lo_bucket, task.hi_bucket)
+            table = table.slice(start, stop - start)
+            if mine is not None:
+                table = table.filter(pa.array(mine))
         if table.num_rows:
             tables.append(table)
     if tables:
@@ -218,13 +217,13 @@ def compression_ratio(pieces: list[str], histogram: np.ndarray, schema: Schema, 
 
     cum = np.cumsum(histogram)
     last = min(int(np.searchsorted(cum, SAMPLE_ROW_BYTES)) + 1, BUCKETS)
-    upper = np.uint64(last) << np.uint64(64 - BUCKET_BITS) if last < BUCKETS else None
     parts = []
     for path in pieces:
         table = read_ipc(path)
         if table.num_rows:
-            place = table.column(PLACE).to_numpy()
-            parts.append(table if upper is None else table.filter(pa.array(place < upper)))
+            start, stop, mine = hash_range(table.column(PLACE).to_numpy(), 0, last)
+            table = table.slice(start, stop - start)
+            parts.append(table if mine is None else table.filter(pa.array(mine)))
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return 1.0

@@ -1,4 +1,5 @@
 import numpy as np
+from hypothesis import given, settings, strategies as st
 
 from gpuetl.sinks.layout import BUCKETS, Layout, cut_points, cut_points_by_size
 
@@ -31,3 +32,18 @@ def test_cut_points_by_size_leave_the_remainder_last():
     assert all(abs(s - BUCKETS / 3.5) <= 1 for s in sizes[:-1])
     assert sizes[-1] < BUCKETS / 3.5
     assert cut_points_by_size(hist, BUCKETS * 2) == [0, BUCKETS]
+
+
+@settings(max_examples=100, deadline=None)
+@given(hashes=st.lists(st.integers(0, 2**64 - 1), max_size=200), lo=st.integers(0, BUCKETS), width=st.integers(0, 3000))
+def test_hash_range_selects_exactly_the_buckets(hashes, lo, width):
+    """Pieces are grouped by the top 8 bits (stable); a shard's rows are found by hash_range."""
+    from gpuetl.sinks.layout import coarse_of, hash_range
+
+    place = np.array(hashes, dtype=np.uint64)
+    place = place[np.argsort(coarse_of(place), kind="stable")]
+    hi = min(lo + width, BUCKETS)
+    start, stop, mine = hash_range(place, lo, hi)
+    got = place[start:stop] if mine is None else place[start:stop][mine]
+    buckets = place >> np.uint64(64 - 16)
+    assert got.tolist() == place[(buckets >= lo) & (buckets < hi)].tolist()
