@@ -55,17 +55,19 @@ def test_output_is_byte_identical_across_blocksizes_and_schedulers(tmp_path, acc
 
 @pytest.mark.slow
 def test_a_local_cluster_gives_the_same_bytes(tmp_path, access_logs):
-    """Two worker processes, the streamed writer for in-order output, the shuffle for dedupe."""
+    """A local cluster, the streamed writer for in-order output, dedupe's tasks across it."""
     for steps in ([], STEPS):
         alone = run(tmp_path, steps=steps, source__blocksize="4MiB").shards
         assert run(tmp_path, scheduler="local", steps=steps, source__blocksize="160KiB").shards == alone
 
 
-def test_rows_keep_input_order_without_shuffle(tmp_path, access_logs):
-    run(tmp_path, source__provenance=True)
+@pytest.mark.parametrize("steps", [[], STEPS])
+def test_rows_keep_input_order_without_shuffle(tmp_path, access_logs, steps):
+    """Dedupe drops rows where they are: the output stays in (file, offset) order."""
+    run(tmp_path, source__provenance=True, source__blocksize="64KiB", steps=steps)
     table = pq.read_table(tmp_path / "out" / "part-00000.parquet", columns=["_file", "_offset"]).to_pylist()
     keys = [(r["_file"], r["_offset"]) for r in table]
-    assert keys == sorted(keys)
+    assert keys == sorted(keys) and len(keys) > 4000
 
 
 def test_splits_shards_and_keys(tmp_path, access_logs):
