@@ -350,20 +350,25 @@ def report(results: list[dict], expected_rows: int) -> dict:
     return {"rows_agree": len(rows_seen) <= 1, "fastest": fastest, "headline": headline}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_common_args(ap: argparse.ArgumentParser, systems, workers, results_file: str) -> None:
+    """The options every side-by-side benchmark shares (bench_dedupe.py uses them too)."""
     ap.add_argument("--size", type=parse_size, default=parse_size("1GB"), help="input size (default 1GB; e.g. 50MB, 2GiB)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--bad-every", type=int, default=0, help="plant a garbage line every N lines (default 0: none)")
     ap.add_argument("--data", type=Path, default=HERE / "data", help="where the generated input is cached")
-    ap.add_argument("--json", type=Path, default=HERE / "results" / "access_logs.json", help="results file")
-    ap.add_argument("--only", nargs="+", choices=SYSTEMS, metavar="NAME", help=f"run only these of {', '.join(SYSTEMS)}")
+    ap.add_argument("--json", type=Path, default=HERE / "results" / results_file, help="results file")
+    ap.add_argument("--only", nargs="+", choices=systems, metavar="NAME", help=f"run only these of {', '.join(systems)}")
     ap.add_argument("--timeout", type=float, default=3600, help="per-system limit in seconds (default 3600)")
     ap.add_argument("--keep-output", action="store_true", help="keep the Parquet outputs under results/")
     # internal: run one peer inside a fresh interpreter
-    ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=sorted(workers), help=argparse.SUPPRESS)
     ap.add_argument("--input", help=argparse.SUPPRESS)
     ap.add_argument("--output", help=argparse.SUPPRESS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap, SYSTEMS, WORKERS, "access_logs.json")
+    ap.add_argument("--bad-every", type=int, default=0, help="plant a garbage line every N lines (default 0: none)")
     args = ap.parse_args(argv)
 
     if args.worker:

@@ -102,16 +102,7 @@ def report(results: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", type=base.parse_size, default=base.parse_size("1GB"), help="input size (default 1GB)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--data", type=Path, default=HERE / "data", help="where the generated input is cached")
-    ap.add_argument("--json", type=Path, default=HERE / "results" / "dedupe.json", help="results file")
-    ap.add_argument("--only", nargs="+", choices=SYSTEMS, metavar="NAME", help=f"run only these of {', '.join(SYSTEMS)}")
-    ap.add_argument("--timeout", type=float, default=3600, help="per-system limit in seconds")
-    ap.add_argument("--keep-output", action="store_true", help="keep the Parquet outputs under results/")
-    ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
-    ap.add_argument("--input", help=argparse.SUPPRESS)
-    ap.add_argument("--output", help=argparse.SUPPRESS)
+    base.add_common_args(ap, SYSTEMS, WORKERS, "dedupe.json")
     args = ap.parse_args(argv)
     if args.worker:
         WORKERS[args.worker](args.input, args.output)
