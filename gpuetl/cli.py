@@ -107,16 +107,32 @@ def cmd_plan(args) -> int:
     layout = layout_of(plan)
     shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
-    shuffles = len(plan.segments) - 1
-    tasks = len(plan.partitions) * (len(plan.segments) + 1) + shuffles * len(plan.partitions) + sum(
-        s if isinstance(s, int) else 1 for s in shards)
+    n = len(plan.partitions)
+    global_steps = [seg.steps[0].step for seg in plan.segments[1:]]
+    shuffles = sum(step.params.bands for step in global_steps if getattr(step, "shuffle_rounds", False))
+    in_place = sum(1 for step in global_steps if getattr(step, "resolves_in_place", False))
+    tasks = _graph_tasks(plan) + n + sum(s if isinstance(s, int) else 1 for s in shards)   # + spill, shards
     print(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
           f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
     for note in plan.notes:
         print(f"note: {note}")
-    print(f"tasks: about {tasks} ({len(plan.partitions)} per stage group × {len(plan.segments)}, "
-          f"{shuffles} shuffle{'s' if shuffles != 1 else ''}, spill and shard writes)")
+    moves = f"{shuffles} shuffle{'s' if shuffles != 1 else ''}"
+    if in_place:
+        moves += f", {in_place} dedupe in place (no row moves)"
+    print(f"tasks: about {tasks} (the graph's {len(plan.segments)} stage group{'s' if len(plan.segments) != 1 else ''}"
+          f" over {n} partitions, {moves}, then spill and shard writes)")
     return 0
+
+
+def _graph_tasks(plan) -> int:
+    """Tasks in the graph run would build (its shape does not depend on the backend; the CPU
+    backend supplies the empty frames dask needs, so this works for a GPU plan on any machine)."""
+    from .backends.cpu import CpuBackend
+    from .plan.graph import build_frame, partition_tasks
+
+    if len(plan.segments) == 1:
+        return len(partition_tasks(plan, CpuBackend()))
+    return len(dict(build_frame(plan, CpuBackend()).__dask_graph__()))
 
 
 def _schema_change(before: dict, after: dict) -> list[str]:
