@@ -17,7 +17,8 @@ _H = r"[0-9A-Fa-f]{1,4}"
 # Built-in patterns: the RE2 subset cuDF's regex engine also runs (no lookarounds, no \b, no
 # backreferences). They are deliberately greedy: masking a little too much is the safe error.
 PATTERNS: dict[str, str] = {
-    "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+",
+    # ':' is not valid in a local part, but an address written right before an '@' must go whole
+    "email": r"[A-Za-z0-9._%+:-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+",
     "uuid": r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}",
     "ipv4": _OCTET + r"(?:\." + _OCTET + r"){3}",
     "ipv6": "|".join([
@@ -82,8 +83,10 @@ class Mask(Step):
     so an IPv4-mapped address such as `::ffff:10.0.0.1` leaves nothing behind). `hex` is any run of
     16 or more hexadecimal characters, so it also masks long digit runs (card numbers, nanosecond
     times, ...). Matches are not anchored to word edges: `x10.0.0.1` becomes `x<IPV4>`. Masking is
-    meant to err on the side of masking: `std::vector` contains an IPv6-shaped `d::ec`, and
-    non-ASCII e-mail addresses are not recognised. Nulls stay null; no row is dropped."""
+    meant to err on the side of masking: `std::vector` contains an IPv6-shaped `d::ec`, an
+    e-mail's local part may hold ':' (so `from:bob@x.com` and an IPv6 address written right
+    before an '@' go whole, instead of leaving most of the address behind), and non-ASCII e-mail
+    addresses are not recognised. Nulls stay null; no row is dropped."""
 
     name = "mask"
     summary = "Replace personal data in string columns (e-mail, UUID, IPv4, IPv6, long hex tokens, your regexes) with placeholders."

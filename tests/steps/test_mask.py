@@ -125,3 +125,10 @@ def test_gpu_matches_cpu():
              "deadbeefcafebabe0123", "2001:db8::1", None, "plain text 12:34:56"]
     texts += [str(ipaddress.IPv6Address(rnd.getrandbits(128))) for _ in range(50)]
     assert mask(texts, gpu) == mask(texts)
+
+
+def test_an_address_right_before_an_at_sign_goes_whole():
+    """Found by the property test above: the e-mail pattern took `7cd@-.-` and left seven of the
+    IPv6 address's eight groups behind."""
+    texts = ["e3e7:682:c209:4cac:629f:6fbe:d82c:7cd@-.-", "from:bob@corp.example ok", "::ffff:10.0.0.1@x.io"]
+    assert mask(texts) == ["<EMAIL>", "<EMAIL> ok", "<EMAIL>"]
