@@ -108,17 +108,14 @@ def cmd_plan(args) -> int:
     shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
     n = len(plan.partitions)
-    global_steps = [seg.steps[0].step for seg in plan.segments[1:]]
-    shuffles = sum(step.params.bands for step in global_steps if getattr(step, "shuffle_rounds", False))
-    in_place = sum(1 for step in global_steps if getattr(step, "resolves_in_place", False))
+    global_steps = [seg.steps[0].step.name for seg in plan.segments[1:]]
     tasks = _graph_tasks(plan) + n + sum(s if isinstance(s, int) else 1 for s in shards)   # + spill, shards
     print(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
           f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
     for note in plan.notes:
         print(f"note: {note}")
-    moves = f"{shuffles} shuffle{'s' if shuffles != 1 else ''}"
-    if in_place:
-        moves += f", {in_place} dedupe in place (no row moves)"
+    moves = f"global steps decided in place, no row moves: {', '.join(global_steps)}" if global_steps else \
+        "no global step"
     print(f"tasks: about {tasks} (the graph's {len(plan.segments)} stage group{'s' if len(plan.segments) != 1 else ''}"
           f" over {n} partitions, {moves}, then spill and shard writes)")
     return 0

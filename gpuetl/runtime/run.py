@@ -175,11 +175,10 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
 
     finished = {i: r for i in range(len(plan.partitions)) if (r := load_result(str(run_tmp), i)) is not None}
-    # Rows still in input order (no shuffle; global steps, if any, drop rows in place) and one
-    # shard per split: stream each piece into its shard as soon as it exists, while the other
+    # Rows still in input order (no shuffle; global steps drop rows in place) and one shard per
+    # split: stream each piece into its shard as soon as it exists, while the other
     # partitions are still running.
-    presorted = (not ranged and not layout.shuffle
-                 and all(getattr(seg.steps[0].step, "resolves_in_place", False) for seg in plan.segments[1:]))
+    presorted = not ranged and not layout.shuffle
     stream = presorted and executor.shares_files
     if stream and len(plan.segments) == 1:
         parts = partition_tasks(plan, backend)

@@ -59,6 +59,29 @@ class Step:
     def describe(self) -> str:
         return f"{self.name}"
 
+    # -- global steps (is_global): decided across partitions without moving rows ------------
+    # plan/graph.py's resolve_in_place runs, per partition i: prepare -> row_keys; once:
+    # repeated_keys(all keys); per partition: candidates(df, keys, repeated, i); once:
+    # decide(all candidates) -> {partition: positions}; per partition: mark, then the segment's
+    # steps, where keep() drops what mark marked. Only keys and candidates leave a partition.
+    def prepare(self, df, backend):
+        return df
+
+    def row_keys(self, df, backend):
+        raise NotImplementedError
+
+    def repeated_keys(self, keys: list, backend):
+        raise NotImplementedError
+
+    def candidates(self, df, keys, repeated, partition: int, backend):
+        raise NotImplementedError
+
+    def decide(self, candidates: list, backend) -> dict:
+        raise NotImplementedError
+
+    def mark(self, df, partition: int, decided: dict, backend):
+        raise NotImplementedError
+
     def __dask_tokenize__(self):
         """A step is its class and parameters. (dask names tasks by tokenizing their arguments;
         left to pickle, a pydantic model of a generic type is pickled by value, which dask

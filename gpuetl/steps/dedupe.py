@@ -9,7 +9,7 @@ from ..types import Schema
 from .base import Params, Step, register
 from .select import missing
 
-DUPLICATE = "__dup"       # set by mark_duplicates: this live row repeats an earlier one
+DUPLICATE = "__dup"       # set by Dedupe.mark: this live row repeats an earlier one
 _POSITION, _PARTITION = "__pos", "__part"
 
 
@@ -32,7 +32,7 @@ class Dedupe(Step):
     hashes its keys; one task finds the hashes that occur more than once; only those rows'
     values are gathered and compared (a hash collision never drops a row); each partition then
     drops its own repeats. Rows stay in input order, so the output streams straight to Parquet.
-    (plan/graph.py wires the tasks: dedupe_in_place.)"""
+    (plan/graph.py runs the steps of steps/base.py's global protocol: resolve_in_place.)"""
 
     name = "dedupe"
     summary = "Remove exact duplicates across all partitions, keeping the first by file and offset."
@@ -40,7 +40,6 @@ class Dedupe(Step):
     Params = DedupeParams
     drops_as = STATUS_DEDUPLICATED
     is_global = True
-    resolves_in_place = True
 
     @classmethod
     def from_raw(cls, raw):
@@ -56,7 +55,7 @@ class Dedupe(Step):
         return dict(schema)
 
     def keep(self, df, backend):
-        """The rows mark_duplicates did not mark; a frame it never saw is deduplicated by itself."""
+        """The rows `mark` did not mark; a frame it never saw is deduplicated by itself."""
         if len(df) == 0:
             return None
         if DUPLICATE in df.columns:
@@ -65,62 +64,57 @@ class Dedupe(Step):
         duplicated = ordered.duplicated(subset=self._keys, keep="first")
         return ~duplicated.reindex(df.index)
 
+    # -- resolved in place (plan/graph.py: resolve_in_place) -------------------------------
+    def row_keys(self, df, backend):
+        """(positions of the live rows, the hash of each one's key): 8 bytes a row leave the task."""
+        xp = backend.xp
+        if not len(df):
+            return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.uint64)
+        live = xp.asarray((df[STATUS] == STATUS_LIVE).values).astype(bool)
+        hashes = xp.asarray(backend.row_hash([df[k] for k in self._keys]))
+        return xp.flatnonzero(live), hashes[live]
+
+    def repeated_keys(self, parts: list, backend):
+        """The key hashes that occur more than once in the whole dataset, sorted."""
+        xp = backend.xp
+        hashes = [h for _, h in parts if len(h)]
+        if not hashes:
+            return xp.zeros(0, dtype=xp.uint64)
+        ordered = xp.sort(xp.concatenate(hashes))
+        return xp.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+
+    def candidates(self, df, part_keys, repeated, partition: int, backend):
+        """The live rows whose key hash repeats somewhere: key values, file, offset, position."""
+        xp = backend.xp
+        positions, hashes = part_keys
+        if not len(repeated) or not len(positions):
+            return None
+        at = xp.minimum(xp.searchsorted(repeated, hashes), len(repeated) - 1)
+        rows = positions[repeated[at] == hashes]
+        if not len(rows):
+            return None
+        columns = list(dict.fromkeys([*self._keys, FILE_INDEX, OFFSET]))
+        out = df.iloc[backend.to_host(rows)][columns].reset_index(drop=True)
+        out[_POSITION] = backend.series(rows, "int64", index=out.index)
+        out[_PARTITION] = backend.series(xp.full(len(out), partition, dtype=xp.int32), "int32", index=out.index)
+        return out
+
+    def decide(self, candidates: list, backend) -> dict[int, np.ndarray]:
+        """{partition: positions of its rows that repeat an earlier row (by file and offset)}:
+        values are compared exactly, so rows that merely share a hash are both kept."""
+        frames = [c for c in candidates if c is not None and len(c)]
+        if not frames:
+            return {}
+        rows = backend.concat(frames).sort_values([FILE_INDEX, OFFSET])
+        repeats = rows[rows.duplicated(subset=self._keys, keep="first")][[_PARTITION, _POSITION]]
+        repeats = repeats.to_pandas() if hasattr(repeats, "to_pandas") else repeats
+        return {int(p): group[_POSITION].to_numpy(dtype=np.int64) for p, group in repeats.groupby(_PARTITION)}
+
+    def mark(self, df, partition: int, decided: dict, backend):
+        """The partition with DUPLICATE set on the rows `decide` found (keep drops them)."""
+        mark = np.zeros(len(df), dtype=bool)
+        mark[decided.get(partition, np.zeros(0, dtype=np.int64))] = True
+        return df.assign(**{DUPLICATE: backend.series(backend.xp.asarray(mark), "bool", index=df.index)})
+
     def __getstate__(self):
         return {"params": self.params, "_keys": getattr(self, "_keys", None)}
-
-
-# -- the tasks of an in-place dedupe (one per partition, except repeated_hashes and resolve) ------
-
-def key_hashes(df, keys: list[str], backend):
-    """(positions of the live rows, the hash of each one's key): 8 bytes a row leave the task."""
-    xp = backend.xp
-    if not len(df):
-        return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.uint64)
-    live = xp.asarray((df[STATUS] == STATUS_LIVE).values).astype(bool)
-    hashes = xp.asarray(backend.row_hash([df[k] for k in keys]))
-    return xp.flatnonzero(live), hashes[live]
-
-
-def repeated_hashes(parts: list, backend):
-    """The key hashes that occur more than once in the whole dataset, sorted."""
-    xp = backend.xp
-    hashes = [h for _, h in parts if len(h)]
-    if not hashes:
-        return xp.zeros(0, dtype=xp.uint64)
-    ordered = xp.sort(xp.concatenate(hashes))
-    return xp.unique(ordered[1:][ordered[1:] == ordered[:-1]])
-
-
-def candidate_rows(df, part_hashes, repeated, keys: list[str], partition: int, backend):
-    """The live rows whose key hash repeats somewhere: key values, file, offset, position."""
-    xp = backend.xp
-    positions, hashes = part_hashes
-    if not len(repeated) or not len(positions):
-        return None
-    at = xp.minimum(xp.searchsorted(repeated, hashes), len(repeated) - 1)
-    rows = positions[repeated[at] == hashes]
-    if not len(rows):
-        return None
-    out = df.iloc[backend.to_host(rows)][list(dict.fromkeys([*keys, FILE_INDEX, OFFSET]))].reset_index(drop=True)
-    out[_POSITION] = backend.series(rows, "int64", index=out.index)
-    out[_PARTITION] = backend.series(xp.full(len(out), partition, dtype=xp.int32), "int32", index=out.index)
-    return out
-
-
-def resolve(candidates: list, keys: list[str], backend) -> dict[int, np.ndarray]:
-    """{partition: positions of its rows that repeat an earlier row (by file and offset)}: values
-    are compared exactly, so rows that merely share a hash are both kept."""
-    frames = [c for c in candidates if c is not None and len(c)]
-    if not frames:
-        return {}
-    rows = backend.concat(frames).sort_values([FILE_INDEX, OFFSET])
-    repeats = rows[rows.duplicated(subset=keys, keep="first")][[_PARTITION, _POSITION]]
-    repeats = repeats.to_pandas() if hasattr(repeats, "to_pandas") else repeats
-    return {int(p): group[_POSITION].to_numpy(dtype=np.int64) for p, group in repeats.groupby(_PARTITION)}
-
-
-def mark_duplicates(df, partition: int, repeats: dict, backend):
-    """The partition with DUPLICATE set on the rows resolve found (Dedupe.keep drops them)."""
-    mark = np.zeros(len(df), dtype=bool)
-    mark[repeats.get(partition, np.zeros(0, dtype=np.int64))] = True
-    return df.assign(**{DUPLICATE: backend.series(backend.xp.asarray(mark), "bool", index=df.index)})

@@ -21,7 +21,7 @@ class NearDedupeParams(Params):
     threshold: float = Field(0.8, gt=0.0, le=1.0, description="estimated Jaccard similarity at or above which a row is a near-duplicate")
     shingle: Literal["char", "word"] = Field("char", description="char: substrings of `width` characters; word: runs of `width` words")
     width: int | None = Field(None, ge=1, le=64, description="shingle width (default 5 characters or 3 words; characters need >= 2)")
-    bands: int = Field(16, ge=1, le=64, description="LSH bands (one shuffle each)")
+    bands: int = Field(16, ge=1, le=64, description="LSH bands: more find less similar pairs, at more cost")
     rows: int = Field(8, ge=1, le=64, description="MinHash values per band; the signature has bands x rows values")
     seed: int = Field(0, ge=0, lt=2**32, description="seed of the shingle hash and of the permutations")
 
@@ -63,8 +63,9 @@ class NearDedupe(Step):
     minhash scheme on both backends: MurmurHash3_x86_32 of each shingle with `seed`, permuted as
     hv * a + b mod 2**32, the minimum per permutation; see backends/cpu_text.py). The signature is
     cut into `bands` bands of `rows` values; two rows whose values agree on a whole band share that
-    band's bucket. For each band in turn the rows are shuffled by their bucket, so every pair that
-    shares a bucket meets in one partition. Inside a bucket the rows are taken in input order (file,
+    band's bucket. No row moves: each partition sends its rows' buckets, one task finds the buckets
+    two rows share, each partition sends those rows' signatures, and one task compares them, band by
+    band. Inside a bucket the rows are taken in input order (file,
     then byte offset); a row is marked when the fraction of equal signature values between it and
     one of the bucket's rows kept so far (the estimated Jaccard similarity) is at least
     `threshold`, else it is kept for that bucket. A row marked in any band is removed and counted
@@ -74,8 +75,9 @@ class NearDedupe(Step):
     pairs near the threshold may go either way; pairs that share no bucket are never compared (a
     pair of similarity J shares one with probability 1-(1-J^rows)^bands: 0.95 at J=0.8 with the
     default 16x8, 0.35 at J=0.6); near-copies are not chained: A~B and B~C remove B and C only if
-    each meets its kept neighbour in a bucket. Cost: one shuffle of the rows per band, so keep
-    `bands` small on large data; rows whose text is null are never duplicates, empty texts are
+    each meets its kept neighbour in a bucket. Cost: 8 bytes per row and band go to one task, and
+    the signatures of rows that share a bucket (4 bytes per value) to another; rows whose text is
+    null are never duplicates, empty texts are
     duplicates of each other. Character shingles are Unicode characters of the text as it is: put
     normalize_text before this step to ignore case and spacing."""
 
@@ -85,7 +87,6 @@ class NearDedupe(Step):
     Params = NearDedupeParams
     drops_as = STATUS_DEDUPLICATED
     is_global = True
-    shuffle_rounds = True    # plan/graph.py: one shuffle per band, see band_columns / prepare / resolve
 
     def output_schema(self, schema: Schema) -> Schema:
         missing(schema, [self.params.column])
@@ -93,7 +94,7 @@ class NearDedupe(Step):
             raise StepError(f"near_dedupe: column {self.params.column!r} is {schema[self.params.column]}, not string")
         return dict(schema)
 
-    # -- the extra columns that travel through the band shuffles -------------------------
+    # -- the extra columns: validity, band buckets, the flag, the packed signature ----------
     @property
     def band_columns(self) -> list[str]:
         return [f"{BAND}{j}" for j in range(self.params.bands)]
@@ -104,8 +105,8 @@ class NearDedupe(Step):
         return backend.minhash(text, seed=p.seed, a=a, b=b, width=p.shingle_width, shingle=p.shingle)
 
     def prepare(self, df, backend):
-        """Map side: the band buckets of the live rows. The signatures themselves do not travel
-        (a wide shuffle is slow): resolve recomputes them for the few rows that share a bucket."""
+        """Map side: signatures and band buckets of the live rows, kept in the partition (only
+        the buckets, and the signatures of rows that share one, leave it)."""
         xp = backend.xp
         p = self.params
         n = len(df)
@@ -130,43 +131,72 @@ class NearDedupe(Step):
             out[name] = backend.series(values, "uint64", index=df.index)
         out[FLAG] = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
         packed = backend.pack_rows(sig, index=df.index)
-        if packed is not None:          # computed once here, not again after every band's shuffle
+        if packed is not None:          # computed once here; candidates takes the few it needs
             out[SIG] = packed
         return out
 
-    def resolve(self, df, band: int, backend):
-        """After the shuffle by band `band`: mark the near-duplicates inside each bucket."""
-        n = len(df)
-        if n < 2:
-            return df
-        host = lambda col: backend.to_host(backend.fixed_width(df[col])[0])  # noqa: E731
-        valid = host(VALID).astype(bool)
-        if valid.sum() < 2:
-            return df
-        bucket = host(self.band_columns[band])
-        fi = host(FILE_INDEX).view(np.int64)
-        off = host(OFFSET).view(np.int64)
-        cand = np.flatnonzero(valid)
-        # buckets with two rows or more
-        _, inverse, counts = np.unique(bucket[cand], return_inverse=True, return_counts=True)
-        cand = cand[counts[inverse] > 1]
-        if len(cand) == 0:
-            return df
-        order = np.lexsort((off[cand], fi[cand], bucket[cand]))
-        cand = cand[order]
-        if SIG in df.columns:
-            sig = backend.to_host(backend.unpack_rows(df[SIG], self.params.num_hashes))[cand]
-        else:
-            got, _ = self.signatures(df[self.params.column].iloc[cand], backend)
-            sig = backend.to_host(got)
-        marked = self._greedy(bucket[cand], sig)
-        if not marked.any():
-            return df
-        flag = host(FLAG).astype(bool)
-        flag[cand[marked]] = True
-        out = df.copy()
-        out[FLAG] = backend.series(backend.xp.asarray(flag), "bool", index=df.index)
+    # -- resolved in place (plan/graph.py: resolve_in_place) -------------------------------
+    def row_keys(self, df, backend):
+        """(positions of the rows that take part, their band buckets: rows x bands, uint64)."""
+        if not len(df):
+            return np.zeros(0, dtype=np.int64), np.zeros((0, self.params.bands), dtype=np.uint64)
+        positions = np.flatnonzero(_host(df, VALID, backend).astype(bool))
+        buckets = np.stack([_host(df, c, backend)[positions] for c in self.band_columns], axis=1)
+        return positions, buckets.astype(np.uint64)
+
+    def repeated_keys(self, keys: list, backend) -> list[np.ndarray]:
+        """Per band, the buckets two or more rows of the whole dataset share, sorted."""
+        out = []
+        for j in range(self.params.bands):
+            column = np.sort(np.concatenate([b[:, j] for _, b in keys] or [np.zeros(0, np.uint64)]))
+            out.append(np.unique(column[1:][column[1:] == column[:-1]]))
         return out
+
+    def candidates(self, df, keys, repeated: list, partition: int, backend):
+        """The rows that share a bucket with another row in some band: position, file, offset,
+        buckets and signature."""
+        positions, buckets = keys
+        hit = np.zeros(len(positions), dtype=bool)
+        for j, shared in enumerate(repeated):
+            if len(shared) and len(positions):
+                at = np.minimum(np.searchsorted(shared, buckets[:, j]), len(shared) - 1)
+                hit |= shared[at] == buckets[:, j]
+        rows = positions[hit]
+        if not len(rows):
+            return None
+        if SIG in df.columns:
+            sig = backend.to_host(backend.unpack_rows(df[SIG], self.params.num_hashes))[rows]
+        else:
+            got, _ = self.signatures(df[self.params.column].iloc[rows], backend)
+            sig = backend.to_host(got)
+        return {"partition": np.full(len(rows), partition, dtype=np.int64), "position": rows,
+                "fi": _host(df, FILE_INDEX, backend).view(np.int64)[rows],
+                "off": _host(df, OFFSET, backend).view(np.int64)[rows], "buckets": buckets[hit], "sig": sig}
+
+    def decide(self, candidates: list, backend) -> dict[int, np.ndarray]:
+        """{partition: positions of its near-duplicates}: band by band, the rows of each shared
+        bucket in (file, offset) order, greedily against the ones kept before them."""
+        parts = [c for c in candidates if c is not None]
+        if not parts:
+            return {}
+        got = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
+        marked = np.zeros(len(got["position"]), dtype=bool)
+        for j in range(self.params.bands):
+            bucket = got["buckets"][:, j]
+            _, inverse, counts = np.unique(bucket, return_inverse=True, return_counts=True)
+            rows = np.flatnonzero(counts[inverse] > 1)
+            if not len(rows):
+                continue
+            rows = rows[np.lexsort((got["off"][rows], got["fi"][rows], bucket[rows]))]
+            marked[rows[self._greedy(bucket[rows], got["sig"][rows])]] = True
+        return {int(p): got["position"][marked & (got["partition"] == p)]
+                for p in np.unique(got["partition"][marked])}
+
+    def mark(self, df, partition: int, decided: dict, backend):
+        """The partition with FLAG set on its near-duplicates (keep drops them)."""
+        flag = np.zeros(len(df), dtype=bool)
+        flag[decided.get(partition, np.zeros(0, dtype=np.int64))] = True
+        return df.assign(**{FLAG: backend.series(backend.xp.asarray(flag), "bool", index=df.index)})
 
     def _greedy(self, buckets: np.ndarray, sig: np.ndarray) -> np.ndarray:
         """Rows sorted by (bucket, file, offset): True for each row that is a near-duplicate of a
@@ -208,3 +238,8 @@ class NearDedupe(Step):
 
     def __getstate__(self):
         return {"params": self.params}
+
+
+def _host(df, column: str, backend) -> np.ndarray:
+    """A fixed-width column's values on the host (uint64 bits; int columns view back as int64)."""
+    return backend.to_host(backend.fixed_width(df[column])[0])

@@ -89,8 +89,9 @@ def run_step(texts, **params):
     df = CPU.xd.DataFrame({"m": CPU.series(texts, "string"), FILE_INDEX: CPU.series([0] * n, "int32"),
                            OFFSET: CPU.series(list(range(n)), "int64"), STATUS: CPU.series([0] * n, "int8")})
     df = step.prepare(df, CPU)
-    for band in range(step.params.bands):
-        df = step.resolve(df, band, CPU)
+    keys = step.row_keys(df, CPU)
+    candidates = step.candidates(df, keys, step.repeated_keys([keys], CPU), 0, CPU)
+    df = step.mark(df, 0, step.decide([candidates], CPU), CPU)
     keep = step.keep(step.transform(df, CPU), CPU)
     return [True] * n if keep is None else keep.tolist()
 
