@@ -55,14 +55,10 @@ class Dedupe(Step):
         return dict(schema)
 
     def keep(self, df, backend):
-        """The rows `mark` did not mark; a frame it never saw is deduplicated by itself."""
+        """The rows `mark` did not mark (a global step always starts a segment: marked first)."""
         if len(df) == 0:
             return None
-        if DUPLICATE in df.columns:
-            return ~df[DUPLICATE].astype(bool)
-        ordered = df.sort_values([FILE_INDEX, OFFSET])
-        duplicated = ordered.duplicated(subset=self._keys, keep="first")
-        return ~duplicated.reindex(df.index)
+        return ~df[DUPLICATE].astype(bool)
 
     # -- resolved in place (plan/graph.py: resolve_in_place) -------------------------------
     def row_keys(self, df, backend):

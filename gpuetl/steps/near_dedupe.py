@@ -120,16 +120,13 @@ class NearDedupe(Step):
             sig[where] = got
             valid[where] = xp.asarray(ok, dtype=bool)
         out[VALID] = backend.series(valid, "bool", index=df.index)
-        for j, name in enumerate(self.band_columns):
+        for j, name in enumerate(self.band_columns):       # (rows that do not take part: unused)
             if n:
                 cols = [backend.series(sig[:, i], "uint32", index=df.index) for i in range(j * p.rows, (j + 1) * p.rows)]
-                bucket = backend.hash64(cols, j + 1)
-                ident = backend.hash64([df[FILE_INDEX], df[OFFSET]], 1000 + j)
-                values = xp.where(valid, bucket, ident)
+                values = backend.hash64(cols, j + 1)
             else:
                 values = xp.zeros(0, dtype=xp.uint64)
             out[name] = backend.series(values, "uint64", index=df.index)
-        out[FLAG] = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
         packed = backend.pack_rows(sig, index=df.index)
         if packed is not None:          # computed once here; candidates takes the few it needs
             out[SIG] = packed
