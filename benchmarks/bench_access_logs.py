@@ -83,11 +83,11 @@ def work_pandas(src: str, out: str) -> None:
         df.to_parquet(os.path.join(out, f"part-{i:05d}.parquet"), compression="zstd", index=False)
 
 
-def work_polars(src: str, out: str) -> None:
+def polars_parsed(src: str):
+    """The polars peer's lazy parse (bench_dedupe.py builds on it)."""
     import polars as pl
 
-    os.makedirs(out, exist_ok=True)
-    (
+    return (
         pl.scan_lines(src, name="line")
         .select(pl.col("line").str.extract_groups(PATTERN).alias("m"))
         .unnest("m")
@@ -97,6 +97,13 @@ def work_polars(src: str, out: str) -> None:
             pl.when(pl.col("size") == "-").then(None).otherwise(pl.col("size")).cast(pl.Int64).alias("size"),
             pl.col("time").str.to_datetime(TIME_FORMAT, time_unit="us").dt.convert_time_zone("UTC"),
         )
+    )
+
+
+def work_polars(src: str, out: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    (
+        polars_parsed(src)
         .sink_parquet(os.path.join(out, "part-00000.parquet"), compression="zstd")
     )
 

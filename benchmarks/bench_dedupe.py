@@ -59,15 +59,7 @@ def work_polars(src: str, out: str) -> None:
 
     os.makedirs(out, exist_ok=True)
     (
-        pl.scan_lines(src, name="line")
-        .select(pl.col("line").str.extract_groups(PATTERN).alias("m"))
-        .unnest("m")
-        .filter(pl.col("ip").is_not_null())
-        .with_columns(
-            pl.col("status").cast(pl.Int16),
-            pl.when(pl.col("size") == "-").then(None).otherwise(pl.col("size")).cast(pl.Int64).alias("size"),
-            pl.col("time").str.to_datetime(TIME_FORMAT, time_unit="us").dt.convert_time_zone("UTC"),
-        )
+        base.polars_parsed(src)
         .filter(pl.col("status") < 400)
         .unique(keep="first", maintain_order=True)
         .sink_parquet(os.path.join(out, "part-00000.parquet"), compression="zstd")
