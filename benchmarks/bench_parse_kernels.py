@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     kernels = {
         "pyarrow extract_regex (RE2)": lambda: pc.extract_regex(lines, pattern=rule.regex),
         "polars extract_groups": lambda: series.str.extract_groups(rule.regex),
-        "gpuetl CLF kernel (polars, split)": lambda: extract_clf(lines, rule.regex, tuple(rule.columns), combined=True),
+        "gpuetl CLF kernel (polars, split)": lambda: extract_clf(lines, rule.regex, tuple(rule.columns)),
         "pyarrow strptime (time column)": lambda: pc.strptime(times_str, format=CLF_TIME_FORMAT, unit="us",
                                                               error_is_null=True),
         "gpuetl CLF time fast path": lambda: parse_clf_time(times_str),

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
-from .cpu_clf import CLF_TIME_FORMAT, clf_kernel_available, extract_clf, parse_clf_time, polars
+from .cpu_clf import CLF_TIME_FORMAT, polars_available, extract_clf, parse_clf_time, polars
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
 _UINT_RE = r"^\s*\+?\d+\s*$"
@@ -159,9 +159,8 @@ class CpuBackend(Backend):
     def extract_fields(self, text, regex, names, *, kernel=None, dash_is_null=False):
         """In Arrow: no pandas round trip per column (this is the parser's hot path)."""
         arr = _arrow(text)
-        if kernel in ("clf", "combined") and clf_kernel_available():
-            cols, matched = extract_clf(arr, regex, names, combined=kernel == "combined", null_empty=True,
-                                        null_dash=dash_is_null)
+        if kernel in ("clf", "combined") and polars_available():
+            cols, matched = extract_clf(arr, regex, names, null_empty=True, null_dash=dash_is_null)
         else:
             struct = pc.extract_regex(arr, pattern=regex)
             matched = _bool_mask(struct.is_valid())
@@ -177,8 +176,8 @@ class CpuBackend(Backend):
 
     def extract(self, text, regex: str, names: tuple[str, ...], kernel: str | None = None):
         arr = _arrow(text)
-        if kernel in ("clf", "combined") and clf_kernel_available():
-            cols, matched = extract_clf(arr, regex, names, combined=kernel == "combined")
+        if kernel in ("clf", "combined") and polars_available():
+            cols, matched = extract_clf(arr, regex, names)
             return ({name: self.series(cols[name], "string", index=text.index) for name in names},
                     pd.Series(matched, index=text.index))
         struct = pc.extract_regex(arr, pattern=regex)
@@ -355,7 +354,7 @@ class CpuBackend(Backend):
     def row_hash(self, columns: list):
         """polars' row hash (~10x the numpy hash64 here): -0.0 and NaN are made canonical first,
         so values pandas holds equal hash equal."""
-        if not clf_kernel_available():
+        if not polars_available():
             return self.hash64(columns, 0)
         pl = polars()
 

@@ -25,9 +25,9 @@ REQUEST_PARTS = ("method", "path", "protocol")
 
 
 @functools.cache
-def clf_kernel_available() -> bool:
+def polars_available() -> bool:
     """polars is a dependency; where it is missing (a bare GPU image), RE2's extract_regex runs
-    the preset regex itself and gives the very same values."""
+    the preset regex itself and gives the very same values, and row_hash falls back to hash64."""
     return importlib.util.find_spec("polars") is not None
 
 
@@ -54,8 +54,8 @@ def _ascii_classes(regex: str) -> str:
     return regex.replace(r"\S", r"[^\t\n\f\r ]").replace(r"\d", "[0-9]")
 
 
-def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], combined: bool = True,
-                null_empty: bool = False, null_dash: bool = False) -> tuple[dict, np.ndarray]:
+def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], null_empty: bool = False,
+                null_dash: bool = False) -> tuple[dict, np.ndarray]:
     """({name: pa.StringArray}, matched) with the values pc.extract_regex(arr, regex) gives; with
     null_empty, empty values become null, and with null_dash '-' too (the presets' "no value")."""
     pl = polars()

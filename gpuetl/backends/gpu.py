@@ -393,15 +393,13 @@ class GpuBackend(GpuTextMixin, Backend):
         """The access-log presets: the request field's two alternatives are split by a second,
         small regex on the request alone, as backends/cpu_clf.py does (equal to RE2's captures:
         tests/backends/test_cpu_clf.py). One regex with fewer groups is also faster on libcudf."""
-        from ..parsing import presets
-        from .cpu_clf import REQUEST_RE
+        from .cpu_clf import REQUEST_PARTS, REQUEST_RE, outer_regex
 
-        simple = regex.replace(presets._REQUEST, '"(?P<request>' + presets._QUOTED_BODY + ')"')
-        outer = tuple(n for n in names if n not in ("method", "path", "protocol"))
-        cols, matched = self.extract(text, simple, outer)
-        parts, _ = self.extract(cols["request"], REQUEST_RE, ("method", "path", "protocol"))
+        outer = tuple(n for n in names if n not in REQUEST_PARTS)
+        cols, matched = self.extract(text, outer_regex(regex), outer)
+        parts, _ = self.extract(cols["request"], REQUEST_RE, REQUEST_PARTS)
         request = cols["request"]
-        for name in ("method", "path", "protocol"):
+        for name in REQUEST_PARTS:
             part = parts[name]
             cols[name] = part.where(part.notna() | request.isna(), "")
         return {name: cols[name] for name in names}, matched

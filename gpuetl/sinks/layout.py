@@ -42,6 +42,8 @@ def hash_range(place, lo_bucket: int, hi_bucket: int) -> tuple[int, int, object]
     if hi is not None:
         mine &= window < hi
     return start, stop, None if mine.all() else mine
+
+
 _SPLIT_SALT = 0x51A7
 _ORDER_SALT = 0x0DE5
 

@@ -29,7 +29,7 @@ EDGE_LINES = [
 def _check(lines, name):
     rule = preset(name)
     arr = pa.array(lines, pa.string())
-    cols, matched = extract_clf(arr, rule.regex, tuple(rule.columns), combined=name != "apache_common")
+    cols, matched = extract_clf(arr, rule.regex, tuple(rule.columns))
     expected = pc.extract_regex(arr, pattern=rule.regex)
     assert list(matched) == expected.is_valid().to_pylist()
     for column in rule.columns:
@@ -119,7 +119,7 @@ def test_without_polars_the_backend_runs_the_preset_regex_itself(tmp_path, monke
     lines = pa.array(tmp_path.joinpath("a.log").read_text().splitlines() + EDGE_LINES)
     text = backend.series(lines, "string")
     fast, fast_ok = backend.extract_fields(text, rule.regex, tuple(rule.columns), kernel="combined", dash_is_null=True)
-    monkeypatch.setattr(cpu, "clf_kernel_available", lambda: False)
+    monkeypatch.setattr(cpu, "polars_available", lambda: False)
     slow, slow_ok = backend.extract_fields(text, rule.regex, tuple(rule.columns), kernel="combined", dash_is_null=True)
     assert fast_ok.tolist() == slow_ok.tolist()
     assert 700 < sum(fast_ok) == pc.sum(pc.match_substring_regex(lines, rule.regex)).as_py() < len(lines)
