@@ -98,7 +98,7 @@ class CpuBackend(Backend):
         return table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
 
     # -- records -------------------------------------------------------------------------
-    batch_bytes = 8 * 2**20
+    batch_bytes = 16 * 2**20
 
     def batches(self, data: bytes) -> list[tuple[int, memoryview]]:
         """Cache-sized batches cut after a newline (views, no copies). A whole 64 MiB partition
@@ -106,13 +106,13 @@ class CpuBackend(Backend):
         threads faulting contend: on 1 GB of logs this cut system time from 7.3 s to ~2 s."""
         view = memoryview(data)
         out, start = [], 0
-        while len(data) - start > self.batch_bytes * 3 // 2:
-            cut = data.find(b"\n", start + self.batch_bytes)
+        while len(view) - start > self.batch_bytes * 3 // 2:
+            cut = _next_newline(view, start + self.batch_bytes)
             if cut < 0:
                 break
             out.append((start, view[start:cut + 1]))
             start = cut + 1
-        if start < len(data) or not out:
+        if start < len(view) or not out:
             out.append((start, view[start:]))
         return out
 
@@ -134,14 +134,12 @@ class CpuBackend(Backend):
             text, bad = self._decode_slowly(raw, string_type)
         text = pc.utf8_rtrim(text, characters="\r\n")
         keep = _bool_mask(pc.greater(pc.binary_length(text), 0))
-        text = text.filter(pa.array(keep))
+        if not keep.all():           # blank lines are not records (a filter copies every byte)
+            text = text.filter(pa.array(keep))
+            starts, bad = starts[keep], bad[keep]
         if string_type != pa.string():
             text = text.cast(pa.string())
-        return Lines(
-            text=self.series(text, "string"),
-            offsets=starts[keep] + base_offset,
-            bad_utf8=bad[keep],
-        )
+        return Lines(text=self.series(text, "string"), offsets=starts + base_offset, bad_utf8=bad)
 
     @staticmethod
     def _decode_slowly(raw: pa.Array, string_type) -> tuple[pa.Array, np.ndarray]:
@@ -440,6 +438,16 @@ def _localize(naive: pd.Series, zone: str) -> pd.Series:
         return naive.dt.tz_convert("UTC")
     first = np.ones(len(naive), dtype=bool)
     return naive.dt.tz_localize(zone, ambiguous=first, nonexistent="shift_forward").dt.tz_convert("UTC")
+
+
+def _next_newline(view: memoryview, pos: int) -> int:
+    """The position of the first newline at or after pos, or -1 (a memoryview has no find)."""
+    while pos < len(view):
+        k = bytes(view[pos:pos + 65536]).find(b"\n")
+        if k >= 0:
+            return pos + k
+        pos += 65536
+    return -1
 
 
 def _joined_lines(arr: pa.Array) -> bytes:

@@ -184,7 +184,7 @@ def _first_lines(files: list[InputFile], limit: int) -> list[str]:
     lines: list[str] = []
     for f in files:
         got = read_range(f, ByteRange(f.index, 0, -1 if f.compression else min(f.size, 1 << 20)))
-        for raw in got.data.splitlines():
+        for raw in bytes(got.data).splitlines():
             raw = raw.strip()
             if raw:
                 lines.append(raw.decode("utf-8", "replace"))

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 import gpuetl
 from gpuetl.backends.cpu import CpuBackend
 from gpuetl.samples import write_access_logs
+from gpuetl.sources import ranges
 
 
 @settings(max_examples=200, deadline=None)
@@ -59,9 +60,11 @@ def _run(tmp_path, name, out):
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_result_does_not_depend_on_the_batch_size(tmp_path, monkeypatch, name):
+    """Nor on whether ranges are read or memory-mapped (the batched run maps every plain range)."""
     _inputs(tmp_path / "in")
     whole = _run(tmp_path, name, "whole")
     monkeypatch.setattr(CpuBackend, "batch_bytes", 100)
+    monkeypatch.setattr(ranges, "MAP_MIN_BYTES", 1)
     batched = _run(tmp_path, name, "batched")
     counts, stages, data, quarantine = batched
     assert counts == whole[0] and stages == whole[1]

@@ -65,3 +65,19 @@ def test_tasks_sharing_work_run_it_once(client):
     tasks = [dask.delayed(use, pure=False)(base, i) for i in range(8)]
     assert list(Executor(client).ordered(tasks, independent=False, ahead=1)) == [10 + i for i in range(8)]
     assert calls == ["shared"]
+
+
+def test_local_cluster_samples_profiles_every_100ms_unless_configured():
+    """The dashboard profiler's 10 ms default cost ~10% of a run on two cores (docs/design.md)."""
+    from gpuetl.backends.cpu import CpuBackend
+    from gpuetl.runtime.executor import backend_cluster
+
+    def interval_ms(cluster):
+        worker = next(iter(cluster.workers.values()))
+        return worker.periodic_callbacks["profile"].callback_time
+
+    with backend_cluster(CpuBackend(), quiet=True) as cluster:
+        assert interval_ms(cluster) == 100
+    with dask.config.set({"distributed.worker.profile.interval": "20ms"}), \
+            backend_cluster(CpuBackend(), quiet=True) as cluster:
+        assert interval_ms(cluster) == 20

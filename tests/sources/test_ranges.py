@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import gpuetl
 from gpuetl.backends.cpu import CpuBackend
 from gpuetl.sources.files import resolve_inputs
+from gpuetl.sources import ranges as ranges_module
 from gpuetl.sources.ranges import ByteRange, plan_partitions, read_range
 
 BACKEND = CpuBackend()
@@ -119,6 +120,36 @@ def test_tiny_blocksizes(body, blocksize):
         (Path(tmp) / "x.log").write_bytes(body)
         files = resolve_inputs(["x.log"], Path(tmp), "infer")
         assert read_all(files, blocksize) == [(0, o, t) for o, t in expected_records(body)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(contents=st.lists(log_files(), min_size=1, max_size=3), data=st.data())
+def test_mapped_ranges_give_the_same_records(contents, data):
+    """Large ranges are memory-mapped instead of read: force that for every range."""
+    saved = ranges_module.MAP_MIN_BYTES
+    ranges_module.MAP_MIN_BYTES = 1
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, body in enumerate(contents):
+                (Path(tmp) / f"f{i:02d}.log").write_bytes(body)
+            files = resolve_inputs(["*.log"], Path(tmp), "infer")
+            blocksize = data.draw(st.integers(1, max(len(b) for b in contents) + 10), label="blocksize")
+            expected = [(i, off, text) for i, body in enumerate(contents) for off, text in expected_records(body)]
+            assert read_all(files, blocksize) == expected
+    finally:
+        ranges_module.MAP_MIN_BYTES = saved
+
+
+def test_mapped_range_of_a_file_that_shrank_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ranges_module, "MAP_MIN_BYTES", 1)
+    path = tmp_path / "a.log"
+    path.write_bytes(b"line one\n" * 1000)
+    f = resolve_inputs(["a.log"], tmp_path, "infer")[0]
+    got = read_range(f, ByteRange(0, 0, 9000))
+    assert isinstance(got.data, memoryview) and bytes(got.data) == b"line one\n" * 1000
+    monkeypatch.setattr(ranges_module, "record_span", lambda *a: (0, 20_000, 0))   # planned when longer
+    with pytest.raises(gpuetl.errors.SourceError, match="a.log: cannot read: the file changed while read"):
+        read_range(f, ByteRange(0, 0, 9000))
 
 
 # -- concrete cases --------------------------------------------------------------------------------
