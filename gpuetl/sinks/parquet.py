@@ -152,12 +152,14 @@ class ShardWriter:
 
 _SIZING_ROWS = 65_536
 DICTIONARY_MAX_SHARE = 0.3
-_DICTIONARY_SAMPLE_ROWS = 8_192      # enough to tell repeating from unique; cheap for many shards
+_DICTIONARY_SAMPLE_ROWS = DEFAULT_ROW_GROUP_ROWS    # at most one default row group (~50 ms to count)
 
 
 def dictionary_columns(table: pa.Table) -> list[str]:
-    """Columns to dictionary-encode: those with few distinct values among the shard's first rows
-    (the writer passes its first row group, so the choice depends only on the rows). Timestamps,
+    """Columns to dictionary-encode: those with few distinct values in the shard's first row
+    group (the writer passes it, so the choice depends only on the rows). A dictionary holds a
+    row group's distinct values, so a row group is what is judged: client IPs, distinct for 35% of
+    the first 8,192 access-log rows but for 3% of 131,072, encode 3x faster with one. Timestamps,
     sizes and URLs are mostly distinct: their dictionary is as large as the data and slower to
     build; plain encoding measured 2.7x smaller for access-log timestamps and ~25% faster to
     write for paths."""

@@ -1,6 +1,7 @@
 """The shard writer: dictionary encoding only where values repeat, decided from the rows alone."""
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpuetl.sinks.parquet import ShardTask, ShardWriter, WriteOptions, dictionary_columns
@@ -18,6 +19,16 @@ def _table(n):
 def test_repeating_columns_get_a_dictionary_unique_ones_do_not():
     assert dictionary_columns(_table(3000)) == ["status", "method"]
     assert dictionary_columns(_table(0)) == ["status", "time", "path", "method"]    # nothing to judge
+
+
+def test_values_that_repeat_across_the_row_group_get_a_dictionary():
+    """Client IPs: mostly new within the first few thousand rows, few over a row group."""
+    n = 60_000
+    clients = pa.array([f"10.0.{i % 20}.{i % 7}" if i >= 9000 else f"192.168.{i // 250}.{i % 250}"
+                        for i in range(n)])
+    table = pa.table({"ip": clients, "id": pa.array(range(n), pa.int64())})
+    assert pc.count_distinct(clients.slice(0, 8192)).as_py() == 8192          # unique in a small sample
+    assert dictionary_columns(table) == ["ip"]
 
 
 def test_the_file_follows_the_choice_and_reads_back(tmp_path):
