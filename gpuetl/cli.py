@@ -108,20 +108,23 @@ def cmd_plan(args) -> int:
     shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
     n = len(plan.partitions)
-    global_steps = [seg.steps[0].step.name for seg in plan.segments[1:]]
-    tasks = _graph_tasks(plan) + n + sum(s if isinstance(s, int) else 1 for s in shards)   # + spill, shards
+    streams = not layout.shuffle and not layout.target_bytes and max(layout.shard_counts()) == 1
+    tasks = _graph_tasks(plan, in_order=streams) + n + sum(s if isinstance(s, int) else 1 for s in shards)
     print(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
           f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
     for note in plan.notes:
         print(f"note: {note}")
-    moves = f"global steps decided in place, no row moves: {', '.join(global_steps)}" if global_steps else \
+    steps = [seg.steps[0].step for seg in plan.segments[1:]]
+    global_steps = [f"{s.name} ({'in input order, partition by partition' if streams and s.in_order else 'all at once'})"
+                    for s in steps]
+    moves = f"global steps decided without moving rows: {', '.join(global_steps)}" if global_steps else \
         "no global step"
     print(f"tasks: about {tasks} (the graph's {len(plan.segments)} stage group{'s' if len(plan.segments) != 1 else ''}"
           f" over {n} partitions, {moves}, then spill and shard writes)")
     return 0
 
 
-def _graph_tasks(plan) -> int:
+def _graph_tasks(plan, in_order: bool = False) -> int:
     """Tasks in the graph run would build (its shape does not depend on the backend; the CPU
     backend supplies the empty frames dask needs, so this works for a GPU plan on any machine)."""
     from .backends.cpu import CpuBackend
@@ -129,7 +132,7 @@ def _graph_tasks(plan) -> int:
 
     if len(plan.segments) == 1:
         return len(partition_tasks(plan, CpuBackend()))
-    return len(dict(build_frame(plan, CpuBackend()).__dask_graph__()))
+    return len(dict(build_frame(plan, CpuBackend(), in_order=in_order).__dask_graph__()))
 
 
 def _schema_change(before: dict, after: dict) -> list[str]:

@@ -135,7 +135,10 @@ def test_plan_prints_stages_schemas_partitions_tasks(workdir, capsys):
     assert re.search(r"shards: 2\b", out)
     tasks = int(re.search(r"^tasks: about (\d+)", out, re.M).group(1))
     assert tasks > partitions * 6                # read, hash, candidates, mark, steps, spill (+ 2 global)
-    assert "global steps decided in place, no row moves: dedupe" in out
+    assert "global steps decided without moving rows: dedupe (all at once)" in out
+    assert main(["plan", str(path), "--set", "shard.count=1"]) == 0      # one shard: streamed
+    assert "global steps decided without moving rows: dedupe (in input order, partition by partition)" \
+        in capsys.readouterr().out
     assert main(["plan", str(path), "--set", "steps=[]"]) == 0
     plain = capsys.readouterr().out
     assert f"tasks: about {2 * partitions + 2} " in plain             # read and spill each, 2 shards

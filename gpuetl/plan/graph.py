@@ -12,8 +12,10 @@ from ..steps.base import Step
 from .stages import frame_schema, read_partition, run_steps
 
 
-def build_frame(plan, backend):
-    """The dask DataFrame of the plan's final stage (live rows, quarantine rows and tallies)."""
+def build_frame(plan, backend, in_order: bool = False):
+    """The dask DataFrame of the plan's final stage (live rows, quarantine rows and tallies).
+    in_order: settle global steps that can be, partition by partition in input order (the run
+    holds their state in its process: the in-process cluster); else all at once."""
     import dask.dataframe as dd       # here, not at import: single-segment runs never need it (~0.3 s)
 
     first = plan.segments[0]
@@ -23,7 +25,8 @@ def build_frame(plan, backend):
             meta=backend.empty(frame_schema(first.schema)), label=first.label, enforce_metadata=False,
         )
         for segment in plan.segments[1:]:
-            frame = resolve_in_place(frame, segment, backend)
+            resolve = resolve_in_order if in_order and segment.steps[0].step.in_order else resolve_in_place
+            frame = resolve(frame, segment, backend)
             frame = frame.map_partitions(named(run_steps, segment.label), segment, backend,
                                          meta=backend.empty(frame_schema(segment.schema)))
     return frame
@@ -59,6 +62,29 @@ def resolve_in_place(frame, segment, backend):
                   for i, (p, k) in enumerate(zip(parts, keys))]
     decided = task(named(step.decide, f"decide-{name}"))(candidates, backend)
     marked = [task(named(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
+    meta = step.mark(step.prepare(frame._meta, backend), 0, {}, backend)
+    return dd.from_delayed(marked, meta=meta, verify_meta=False)
+
+
+def resolve_in_order(frame, segment, backend):
+    """A global step settled partition by partition in input order: each partition's decision
+    needs only the partitions before it (steps/base.py: start, advance), so the first ones are
+    marked, and written, while later ones are still being parsed. The state runs through a chain
+    of tasks and refers to earlier partitions' frames: for a cluster in this process only."""
+    import dask.dataframe as dd
+
+    step = segment.steps[0].step
+    name = step.name
+    parts = frame.to_delayed()
+    task = functools.partial(dask.delayed, pure=False)
+    if type(step).prepare is not Step.prepare:
+        parts = [task(named(step.prepare, f"prepare-{name}"))(p, backend) for p in parts]
+    state = task(named(step.start, f"start-{name}"))(backend)
+    marked = []
+    for i, part in enumerate(parts):
+        keys = task(named(step.row_keys, f"keys-{name}"))(part, backend)
+        state, decided = task(named(step.advance, f"decide-{name}"), nout=2)(state, part, keys, i, backend)
+        marked.append(task(named(step.mark, f"mark-{name}"))(part, i, decided, backend))
     meta = step.mark(step.prepare(frame._meta, backend), 0, {}, backend)
     return dd.from_delayed(marked, meta=meta, verify_meta=False)
 

@@ -183,7 +183,9 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     if stream and len(plan.segments) == 1:
         parts = partition_tasks(plan, backend)
     else:
-        parts = build_frame(plan, backend).to_delayed()
+        # streamed in this process: global steps are settled partition by partition, so writing
+        # overlaps parsing (docs/design.md, "Global steps without moving rows")
+        parts = build_frame(plan, backend, in_order=stream and executor.in_process).to_delayed()
     if finished:
         log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)

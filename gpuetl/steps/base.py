@@ -82,6 +82,19 @@ class Step:
     def mark(self, df, partition: int, decided: dict, backend):
         raise NotImplementedError
 
+    # A global step may also be decided in input order (plan/graph.py: resolve_in_order), when
+    # its state can stay in the process: start() once, then advance(state, df, keys, i) for
+    # partition 0, 1, ... in turn, which returns (the next state, {i: positions} for mark).
+    # Partition i is then settled as soon as it and the partitions before it are parsed, so it
+    # is written while later ones are still being read.
+    in_order: ClassVar[bool] = False
+
+    def start(self, backend):
+        raise NotImplementedError
+
+    def advance(self, state, df, keys, partition: int, backend):
+        raise NotImplementedError
+
     def __dask_tokenize__(self):
         """A step is its class and parameters. (dask names tasks by tokenizing their arguments;
         left to pickle, a pydantic model of a generic type is pickled by value, which dask

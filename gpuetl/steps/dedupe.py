@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import Field, model_validator
 
 import numpy as np
@@ -112,5 +114,95 @@ class Dedupe(Step):
         mark[decided.get(partition, np.zeros(0, dtype=np.int64))] = True
         return df.assign(**{DUPLICATE: backend.series(backend.xp.asarray(mark), "bool", index=df.index)})
 
+    # -- settled in input order (plan/graph.py: resolve_in_order) -----------------------------
+    in_order = True
+
+    def start(self, backend) -> "Seen":
+        return Seen((), {})
+
+    def advance(self, seen: "Seen", df, part_keys, partition: int, backend):
+        """(the next Seen, {partition: positions of its rows that repeat an earlier row}). A row
+        is a candidate when its key hash was kept before or repeats within the partition; only
+        candidates are compared, by value, with the kept rows that share their hash (decide),
+        so unequal rows that share a hash are both kept. Kept rows join Seen."""
+        positions, hashes = (backend.to_host(a) for a in part_keys)
+        columns = list(dict.fromkeys([*self._keys, FILE_INDEX, OFFSET]))
+        frames = {**seen.frames, partition: df[columns]}
+        order = np.argsort(hashes)                 # sorted queries search several times faster
+        hashes, positions = hashes[order], positions[order]
+        candidate = np.zeros(len(hashes), dtype=bool)
+        earlier = []
+        for run_hashes, run_rows in seen.runs:
+            lo = np.searchsorted(run_hashes, hashes, side="left")
+            hi = np.searchsorted(run_hashes, hashes, side="right")
+            hit = hi > lo
+            if hit.any():
+                candidate |= hit
+                earlier.append(run_rows[_ranges(lo[hit], hi[hit])])
+        same = hashes[1:] == hashes[:-1]
+        candidate[1:] |= same
+        candidate[:-1] |= same
+        dropped = np.zeros(0, dtype=np.int64)
+        if candidate.any():
+            found = [self._rows(frames[partition], np.sort(positions[candidate]), partition, backend)]
+            earlier = np.concatenate(earlier) if earlier else np.zeros(0, dtype=np.int64)
+            for p in np.unique(earlier >> _PART_SHIFT):
+                rows = np.unique(earlier[(earlier >> _PART_SHIFT) == p] & _POSITION_MASK)
+                found.append(self._rows(frames[int(p)], rows, int(p), backend))
+            dropped = self.decide(found, backend).get(partition, dropped)
+        kept = ~np.isin(positions, dropped)
+        run = (hashes[kept], (np.int64(partition) << _PART_SHIFT) | positions[kept])
+        return Seen(_merge_runs([*seen.runs, run]), frames), {partition: dropped}
+
+    def _rows(self, frame, rows, partition: int, backend):
+        """Rows (ascending positions) of one partition's key frame, as decide() takes them.
+        Picked with a mask: a take on Arrow columns of several chunks would first join them."""
+        mask = np.zeros(len(frame), dtype=bool)
+        mask[rows] = True
+        out = backend.filter(frame, backend.series(backend.xp.asarray(mask), "bool", index=frame.index))
+        out = out.reset_index(drop=True)
+        out[_POSITION] = backend.series(backend.xp.asarray(rows), "int64", index=out.index)
+        out[_PARTITION] = backend.series(backend.xp.full(len(out), partition, dtype=backend.xp.int32), "int32",
+                                         index=out.index)
+        return out
+
     def __getstate__(self):
         return {"params": self.params, "_keys": getattr(self, "_keys", None)}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What advance() has kept so far: sorted runs of (key hash, row) for every kept row, where
+    row = partition << 32 | position in its partition's frame, and each partition's key columns
+    (the frames themselves, not copies), to compare a later candidate's values with. Runs are
+    merged when the newest is as large as the one before (at most log2(partitions) runs), so a
+    partition is searched in a few sorted runs and no array is rebuilt per partition."""
+
+    runs: tuple
+    frames: dict
+
+
+_PART_SHIFT = np.int64(32)
+_POSITION_MASK = np.int64((1 << 32) - 1)
+
+
+def _merge_runs(runs: list) -> tuple:
+    while len(runs) > 1 and len(runs[-2][0]) <= 2 * len(runs[-1][0]):
+        (h1, r1), (h2, r2) = runs[-2], runs[-1]
+        at = np.searchsorted(h1, h2, side="right") + np.arange(len(h2))     # the newer run's places
+        older = np.ones(len(h1) + len(h2), dtype=bool)
+        older[at] = False
+        hashes, rows = np.empty(len(older), dtype=h1.dtype), np.empty(len(older), dtype=r1.dtype)
+        hashes[at], rows[at] = h2, r2
+        hashes[older], rows[older] = h1, r1
+        runs[-2:] = [(hashes, rows)]
+    return tuple(runs)
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The indices lo[0]..hi[0]-1, lo[1]..hi[1]-1, ... as one array."""
+    counts = hi - lo
+    if not counts.sum():
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return starts + np.arange(counts.sum())

@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gpuetl.hashing
 from gpuetl.backends.cpu import CpuBackend
+from gpuetl.runtime.executor import Executor
 from textdata import run_jsonl, write_jsonl
 
 real_hash = gpuetl.hashing.hash_columns
@@ -26,10 +27,19 @@ def colliding_hashes(monkeypatch):
     monkeypatch.setattr(CpuBackend, "row_hash", lambda self, columns: real_row_hash(self, columns) & np.uint64(3))
 
 
+@pytest.fixture(params=["in order", "all at once"])
+def strategy(request, monkeypatch):
+    """In this process the step is settled partition by partition (resolve_in_order); on other
+    clusters all at once (resolve_in_place): both must give the same rows."""
+    if request.param == "all at once":
+        monkeypatch.setattr(Executor, "in_process", property(lambda self: False))
+    return request.param
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.lists(st.lists(ROW, max_size=25), min_size=1, max_size=3),
        on=st.sampled_from([None, ["k"], ["k", "n"]]))
-def test_dedupe_removes_exactly_the_duplicates(tmp_path_factory, colliding_hashes, files, on):
+def test_dedupe_removes_exactly_the_duplicates(tmp_path_factory, colliding_hashes, strategy, files, on):
     tmp_path = tmp_path_factory.mktemp("d")
     for i, rows in enumerate(files):
         write_jsonl(tmp_path / "in" / f"f{i}.jsonl", rows)
@@ -57,3 +67,23 @@ def test_row_hash_is_equal_for_equal_values():
     h = backend.row_hash([floats, texts])
     assert h[0] == h[1] and h[2] == h[3] and len(set(h.tolist())) == 4
     assert h.dtype == np.uint64
+
+
+@settings(max_examples=50, deadline=None)
+@given(runs=st.lists(st.lists(st.integers(0, 6), max_size=30).map(sorted), min_size=1, max_size=8))
+def test_seen_runs_stay_sorted_and_keep_older_rows_first(runs):
+    """advance() keeps kept rows in sorted runs, merged as they grow: equal hashes stay in the
+    order their rows were kept, and at most log2 of the partitions' runs remain."""
+    from gpuetl.steps.dedupe import _merge_runs
+
+    merged, rows, expected = (), 0, []
+    for hashes in runs:
+        run = (np.array(hashes, dtype=np.uint64), np.arange(rows, rows + len(hashes), dtype=np.int64))
+        expected += list(zip(hashes, run[1].tolist()))
+        rows += len(hashes)
+        merged = _merge_runs([*merged, run])
+    got = [pair for h, r in merged for pair in zip(h.tolist(), r.tolist())]
+    assert sorted(got) == sorted(expected, key=lambda p: (p[0], p[1]))
+    for h, r in merged:
+        assert list(zip(h.tolist(), r.tolist())) == sorted(zip(h.tolist(), r.tolist()))
+    assert len(merged) <= max(1, len(runs)).bit_length() + 1
