@@ -34,7 +34,9 @@ class Dedupe(Step):
     hashes its keys; one task finds the hashes that occur more than once; only those rows'
     values are gathered and compared (a hash collision never drops a row); each partition then
     drops its own repeats. Rows stay in input order, so the output streams straight to Parquet.
-    (plan/graph.py runs the steps of steps/base.py's global protocol: resolve_in_place.)"""
+    On the local cluster each partition is settled as soon as the partitions before it are, so
+    writing starts while later ones are still read (steps/base.py's protocols, run by
+    plan/graph.py: resolve_in_order, resolve_in_place)."""
 
     name = "dedupe"
     summary = "Remove exact duplicates across all partitions, keeping the first by file and offset."
