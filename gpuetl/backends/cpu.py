@@ -280,6 +280,19 @@ class CpuBackend(Backend):
         arr = _arrow(col)
         if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
             return self._convert(col, arr, type_name)
+        if type_name in INT_TYPES or type_name in UINT_TYPES:
+            plain = _plain_integers(arr, type_name)
+            if plain is not None:                 # no trimming or pattern check needed
+                return self.series(plain, type_name, index=col.index), \
+                    pd.Series(np.zeros(len(arr), dtype=bool), index=col.index)
+        if type_name == "timestamp" and fmt == CLF_TIME_FORMAT:
+            # the fast path only takes values of exactly the format's width (no white space);
+            # what it leaves is trimmed and parsed strictly
+            zone = timezone or "UTC"
+            result = parse_clf_time(arr, slow=lambda rest: strict_strptime(pc.utf8_trim_whitespace(rest),
+                                                                           CLF_TIME_FORMAT, zone))
+            bad = _bool_mask(pc.and_(arr.is_valid(), result.is_null()))
+            return self.series(result, type_name, index=col.index), pd.Series(bad, index=col.index)
         values = pc.utf8_trim_whitespace(arr)
         if type_name == "string":
             result = arr
@@ -335,8 +348,6 @@ class CpuBackend(Backend):
         """Parse to UTC timestamp[us]. Values without a zone are read in `timezone` (default UTC)."""
         target = ARROW_TYPES["timestamp"]
         zone = timezone or "UTC"
-        if fmt == CLF_TIME_FORMAT:      # the access-log presets' format: a fixed-width fast path
-            return parse_clf_time(values, slow=lambda rest: strict_strptime(rest, CLF_TIME_FORMAT, zone))
         if fmt:
             return strict_strptime(values, fmt, zone)
         series = pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype))
@@ -418,6 +429,20 @@ class CpuBackend(Backend):
 
 
 _BAD = object()
+
+
+def _plain_integers(arr: pa.Array, type_name: str) -> pa.Array | None:
+    """The column cast by Arrow alone, when that is exact: every value plain digits with at most
+    a leading '-' (Arrow's parser, which also reads '0x' hex, refused nothing and no value has an
+    'x'; unsigned: no '-') and in range. None otherwise: the careful path decides then."""
+    try:
+        result = pc.cast(arr, ARROW_TYPES[type_name])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    odd = pc.match_substring(arr, "x", ignore_case=True)
+    if type_name in UINT_TYPES:
+        odd = pc.or_(odd, pc.match_substring(arr, "-"))
+    return None if pc.any(odd).as_py() else result
 
 
 def strict_strptime(values: pa.Array, fmt: str, zone: str) -> pa.Array:

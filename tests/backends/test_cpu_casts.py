@@ -29,6 +29,21 @@ def test_integers_keep_their_range(type_name, low, high):
     assert got[-1] is None
 
 
+def test_integer_columns_arrow_reads_alone_follow_the_same_rules():
+    """A column of plain digits is cast by Arrow alone; what Arrow reads beyond the contract
+    ('0x' hex; '-0' as unsigned) still goes the careful way."""
+    assert cast(["12", "-3", "007", None], "int16") == ([12, -3, 7, None], [False, False, False, False])
+    assert cast(["0x1A", "12"], "int64") == ([None, 12], [True, False])
+    assert cast(["-0", "5"], "uint8") == ([None, 5], [True, False])
+    assert cast(["40000", "5"], "int16") == ([None, 5], [True, False])
+
+
+def test_clf_timestamps_with_white_space_around_are_trimmed():
+    got, bad = cast([" 10/Oct/2026:13:55:36 -0700 ", "10/Oct/2026:13:55:36 -0700", "\t10/Oct/2026:13:55:36 -0700"],
+                    "timestamp", fmt="%d/%b/%Y:%H:%M:%S %z")
+    assert got == [dt.datetime(2026, 10, 10, 20, 55, 36, tzinfo=UTC)] * 3 and bad == [False] * 3
+
+
 def test_floats_bools_strings():
     got, bad = cast(["1.5", "-2e3", ".5", "nan", "inf", "1,5", None], "float64")
     assert got[:3] == [1.5, -2000.0, 0.5] and got[3] != got[3] and got[4] == float("inf")
