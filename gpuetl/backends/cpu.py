@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
-from .cpu_clf import CLF_TIME_FORMAT, polars_available, extract_clf, parse_clf_time, polars
+from .cpu_clf import CLF_TIME_FORMAT, _one_array, extract_clf, parse_clf_time, polars, polars_available
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
 _UINT_RE = r"^\s*\+?\d+\s*$"
@@ -25,7 +25,7 @@ _HAS_ZONE_RE = r"\d:\d\d.*(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"   # an offset after 
 
 def _arrow(col: pd.Series) -> pa.Array:
     arr = pa.array(col)
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    return _one_array(arr) if isinstance(arr, pa.ChunkedArray) else arr
 
 
 def _chunked(col: pd.Series) -> pa.ChunkedArray:
@@ -75,7 +75,7 @@ class CpuBackend(Backend):
         """Arrow's filter per column: about twice as fast as pandas' boolean indexing, which
         gathers Arrow-backed columns with a take."""
         if isinstance(getattr(mask, "dtype", None), pd.ArrowDtype):
-            rows = _bool_mask(_chunked(mask).combine_chunks())
+            rows = _bool_mask(_one_array(_chunked(mask)))
         else:
             rows = np.asarray(mask, dtype=bool)
         keep = pa.array(rows)
