@@ -93,6 +93,9 @@ _MONTHS = [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep
 _MONTH_CODES = np.array([(m[0] << 16) | (m[1] << 8) | m[2] for m in _MONTHS], dtype=np.int64)
 _MONTH_ORDER = np.argsort(_MONTH_CODES)
 _DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+_DIGIT_COLUMNS = np.array([0, 1, 7, 8, 9, 10, 12, 13, 15, 16, 18, 19, 22, 23, 24, 25])
+_SEPARATOR_COLUMNS = np.array([2, 6, 11, 14, 17, 20])
+_SEPARATORS = np.array([47, 47, 58, 58, 58, 32], dtype=np.uint8)         # / / : : : space
 
 
 def parse_clf_time(arr: pa.Array, slow=None) -> pa.Array:
@@ -110,25 +113,28 @@ def parse_clf_time(arr: pa.Array, slow=None) -> pa.Array:
         return slow(arr).cast(target)
     offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset: arr.offset + n + 1]
     data = np.frombuffer(data_buf, dtype=np.uint8)
-    valid = np.asarray(arr.is_valid(), dtype=bool) & (np.diff(offsets) == 26)
-    rows = np.flatnonzero(valid)
-    padded = np.concatenate([data, np.zeros(26, np.uint8)])
-    window = np.lib.stride_tricks.as_strided(padded, shape=(len(data), 26), strides=(1, 1))
-    m = window[offsets[rows]]                                  # rows × 26 bytes
-    d = m.astype(np.int16) - 48
+    is_valid = np.asarray(arr.is_valid(), dtype=bool)
+    valid = is_valid & (np.diff(offsets) == 26)
+    if valid.all():             # the usual column: n values of 26 bytes back to back, no copy
+        rows = np.arange(n)
+        m = data[offsets[0]: offsets[0] + 26 * n].reshape(n, 26)
+    else:
+        rows = np.flatnonzero(valid)
+        padded = np.concatenate([data, np.zeros(26, np.uint8)])
+        window = np.lib.stride_tricks.as_strided(padded, shape=(len(data), 26), strides=(1, 1))
+        m = window[offsets[rows]]                              # rows × 26 bytes
+    # a digit minus '0' is 0..9; anything else wraps past 9 in uint8
+    ok = ((m[:, _DIGIT_COLUMNS] - np.uint8(48)) <= 9).all(axis=1)
+    ok &= (m[:, _SEPARATOR_COLUMNS] == _SEPARATORS).all(axis=1)
+    ok &= (m[:, 21] == 43) | (m[:, 21] == 45)
 
     def num(first, width):
-        value = d[:, first].astype(np.int64)
+        value = m[:, first].astype(np.int32) - 48
         for c in range(first + 1, first + width):
-            value = value * 10 + d[:, c]
+            value = value * 10 + (m[:, c].astype(np.int32) - 48)
         return value
 
-    digits = np.concatenate([d[:, 0:2], d[:, 7:11], d[:, 12:14], d[:, 15:17], d[:, 18:20], d[:, 22:26]], axis=1)
-    ok = ((digits >= 0) & (digits <= 9)).all(axis=1)
-    separators = m[:, [2, 6, 11, 14, 17, 20]]
-    ok &= (separators == np.array([47, 47, 58, 58, 58, 32], dtype=np.uint8)).all(axis=1)
-    ok &= (m[:, 21] == 43) | (m[:, 21] == 45)
-    code = (m[:, 3].astype(np.int64) << 16) | (m[:, 4].astype(np.int64) << 8) | m[:, 5]
+    code = (m[:, 3].astype(np.int32) << 16) | (m[:, 4].astype(np.int32) << 8) | m[:, 5]
     pos = np.minimum(np.searchsorted(_MONTH_CODES[_MONTH_ORDER], code), 11)
     month = _MONTH_ORDER[pos] + 1
     ok &= _MONTH_CODES[month - 1] == code
@@ -146,15 +152,15 @@ def parse_clf_time(arr: pa.Array, slow=None) -> pa.Array:
     mp = (month + 9) % 12
     doy = (153 * mp + 2) // 5 + day - 1
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    days = era * 146097 + doe - 719468
-    sign = np.where(m[:, 21] == 45, -1, 1)
-    seconds = days * 86400 + hour * 3600 + minute * 60 + second - sign * (zone_h * 3600 + zone_m * 60)
+    days = (era * 146097 + doe - 719468).astype(np.int64)
+    offset = (zone_h * 3600 + zone_m * 60) * np.where(m[:, 21] == 45, -1, 1)
+    seconds = days * 86400 + (hour * 3600 + minute * 60 + second - offset)
     micros = np.zeros(n, dtype=np.int64)
     micros[rows] = seconds * 1_000_000
     fast = np.zeros(n, dtype=bool)
     fast[rows[ok]] = True
     result = pa.Array.from_buffers(target, n, [pa.array(fast).buffers()[1], pa.py_buffer(micros)])
-    rest = np.flatnonzero(~fast & np.asarray(arr.is_valid(), dtype=bool))
+    rest = np.flatnonzero(~fast & is_valid)
     if len(rest):
         parsed = slow(arr.take(pa.array(rest)))
         index = np.arange(n)

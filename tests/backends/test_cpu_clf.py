@@ -84,6 +84,8 @@ def test_clf_time_fast_path_equals_strptime_on_edge_values():
 def test_clf_time_fast_path_equals_strptime(parts):
     values = [f"{d:02d}/{m}/{y:04d}:{h:02d}:{mi:02d}:{s:02d} {sign}{z:04d}" for d, m, y, h, mi, s, sign, z in parts]
     assert _fast(values) == _strptime(values)
+    sliced = pa.array(["01/Jan/2000:00:00:00 +0000", *values], pa.string()).slice(1)   # an array with an offset
+    assert parse_clf_time(sliced).cast(pa.int64()).to_pylist() == _strptime(values)
 
 
 def test_extract_fields_nulls_equal_the_shared_definition(tmp_path):
