@@ -136,11 +136,11 @@ class Dedupe(Step):
         earlier = []
         for run_hashes, run_rows in seen.runs:
             lo = np.searchsorted(run_hashes, hashes, side="left")
-            hi = np.searchsorted(run_hashes, hashes, side="right")
-            hit = hi > lo
+            hit = run_hashes[np.minimum(lo, len(run_hashes) - 1)] == hashes
             if hit.any():
                 candidate |= hit
-                earlier.append(run_rows[_ranges(lo[hit], hi[hit])])
+                hi = np.searchsorted(run_hashes, hashes[hit], side="right")
+                earlier.append(run_rows[_ranges(lo[hit], hi)])
         same = hashes[1:] == hashes[:-1]
         candidate[1:] |= same
         candidate[:-1] |= same
@@ -154,7 +154,8 @@ class Dedupe(Step):
             dropped = self.decide(found, backend).get(partition, dropped)
         kept = ~np.isin(positions, dropped)
         run = (hashes[kept], (np.int64(partition) << _PART_SHIFT) | positions[kept])
-        return Seen(_merge_runs([*seen.runs, run]), frames), {partition: dropped}
+        runs = [*seen.runs, run] if len(run[0]) else list(seen.runs)      # runs are never empty
+        return Seen(_merge_runs(runs), frames), {partition: dropped}
 
     def _rows(self, frame, rows, partition: int, backend):
         """Rows (ascending positions) of one partition's key frame, as decide() takes them.
@@ -177,8 +178,8 @@ class Seen:
     """What advance() has kept so far: sorted runs of (key hash, row) for every kept row, where
     row = partition << 32 | position in its partition's frame, and each partition's key columns
     (the frames themselves, not copies), to compare a later candidate's values with. Runs are
-    merged when the newest is as large as the one before (at most log2(partitions) runs), so a
-    partition is searched in a few sorted runs and no array is rebuilt per partition."""
+    merged when the newest is about as large as the one before, like a binary counter: about
+    log2(partitions) runs to search, and each kept row is moved about log2(partitions) times."""
 
     runs: tuple
     frames: dict
@@ -189,7 +190,7 @@ _POSITION_MASK = np.int64((1 << 32) - 1)
 
 
 def _merge_runs(runs: list) -> tuple:
-    while len(runs) > 1 and len(runs[-2][0]) <= 2 * len(runs[-1][0]):
+    while len(runs) > 1 and len(runs[-2][0]) <= 1.5 * len(runs[-1][0]):     # about equal: a binary counter
         (h1, r1), (h2, r2) = runs[-2], runs[-1]
         at = np.searchsorted(h1, h2, side="right") + np.arange(len(h2))     # the newer run's places
         older = np.ones(len(h1) + len(h2), dtype=bool)
