@@ -76,7 +76,12 @@ def read_partition(partition: Partition, segment: Segment, backend):
     batches = backend.batches(block.data)
     frames = [_read_batch(block, position, data, headers, segment, backend, last=i == len(batches) - 1)
               for i, (position, data) in enumerate(batches)]
-    return frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
+    if len(frames) == 1:
+        return frames[0]
+    # Live rows first, then the rows that left (as each batch has them): later stages and the
+    # spill then cut the partition with two slices instead of copying it twice with filters.
+    parts = [backend.split(f, f[STATUS] == STATUS_LIVE) for f in frames]
+    return backend.concat([live for live, _ in parts] + [rest for _, rest in parts]).reset_index(drop=True)
 
 
 def _read_batch(block, position: int, data, headers: set, segment: Segment, backend, last: bool):

@@ -91,3 +91,23 @@ def test_on_error_fail_names_the_first_bad_record_across_batches(tmp_path, monke
             "parse": {"preset": "apache_combined"}, "on_error": "fail", "sink": {"path": "out"}}
     with pytest.raises(gpuetl.DataError, match=f"byte offset {sum(map(len, lines[:300]))}: (?s:.*)record: garbage one"):
         gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+
+
+def test_a_partition_of_many_batches_holds_its_live_rows_first(tmp_path, monkeypatch):
+    """Later stages and the spill cut a live-first partition with slices, not copies."""
+    from gpuetl.backends.base import STATUS, STATUS_LIVE
+    from gpuetl.plan.compile import compile_plan
+    from gpuetl.plan.stages import read_partition
+
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "a.log", lines=400, seed=3, bad_every=25)
+    monkeypatch.setattr(CpuBackend, "batch_bytes", 2000)
+    spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "in/a.log"},
+            "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"},
+            "steps": [{"filter": "status < 500"}], "sink": {"path": "out"}}
+    backend = CpuBackend()
+    plan = compile_plan(gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).loaded, backend)
+    df = read_partition(plan.partitions[0], plan.segments[0], backend)
+    live = (df[STATUS] == STATUS_LIVE).to_numpy(dtype=bool)
+    k = int(live.sum())
+    assert 0 < k < len(df) and live[:k].all() and not live[k:].any()
