@@ -352,3 +352,21 @@ def test_validate_checks_steps_against_the_data_when_it_is_there(tmp_path, capsy
     assert "2 output columns" in capsys.readouterr().out
     assert main(["validate", str(tmp_path / "p.yaml"), "--set", "source.path=missing/*.log"]) == 0
     assert "not checked" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("env", [None, "mimalloc"])
+def test_run_gives_arrow_the_system_allocator_unless_told(workdir, tmp_path, monkeypatch, env):
+    import pyarrow as pa
+
+    before = pa.default_memory_pool()
+    if env is None:
+        monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    else:
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", env)
+    pa.set_memory_pool(pa.mimalloc_memory_pool())
+    try:
+        path = pipeline_file(workdir)
+        assert main(["run", str(path), "--scheduler", "sync", "--set", f"sink.path={tmp_path / 'o'}"]) == 0
+        assert pa.default_memory_pool().backend_name == ("system" if env is None else "mimalloc")
+    finally:
+        pa.set_memory_pool(before)
