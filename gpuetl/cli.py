@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -163,6 +164,9 @@ def cmd_run(args) -> int:
         f"({format_size(plan.input_bytes)}), {len(plan.partitions)} partitions")
     started = time.perf_counter()
     with open_executor(args.scheduler, backend, quiet=True) as executor:
+        # The libraries' objects from imports live for the whole run: keep the collector off
+        # them (three full collections of them cost ~0.14 s of a 1 GB run).
+        gc.freeze()
         if executor.dashboard_link:
             log(f"dashboard: {executor.dashboard_link}")
         result = run_plan(plan, backend, executor, progress=sys.stderr.isatty() and not args.json, log=log)
