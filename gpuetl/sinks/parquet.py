@@ -89,6 +89,8 @@ class ShardWriter:
         self.rows = 0
         self.closed = False
         self.writer: pq.ParquetWriter | None = None      # opened with the first rows (dictionary_columns)
+        self.digest = hashlib.sha256()      # of the bytes written so far (a writer only appends)
+        self.hashed = 0
         os.makedirs(os.path.dirname(path), exist_ok=True)
 
     def _open(self, first: pa.Table) -> pq.ParquetWriter:
@@ -128,6 +130,16 @@ class ShardWriter:
         self.pending = [rest] if rest.num_rows else []
         self.pending_rows = rest.num_rows
         self.rows += full
+        self._hash_written()
+
+    def _hash_written(self) -> None:
+        """Hash what the writer has appended since the last call, while later rows are still
+        being parsed, so closing the shard does not read it all back at the end."""
+        with open(self.path + ".partial", "rb") as fh:
+            fh.seek(self.hashed)
+            while block := fh.read(1 << 20):
+                self.digest.update(block)
+                self.hashed += len(block)
 
     def abort(self) -> None:
         """Close without publishing (idempotent; a no-op after close)."""
@@ -145,9 +157,10 @@ class ShardWriter:
             (self.writer or self._open(self.schema.empty_table())).write_table(self.schema.empty_table())
         self.writer.close()
         self.closed = True
+        self._hash_written()
         os.replace(self.path + ".partial", self.path)
         return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
-                           sha256_of(self.path))
+                           self.digest.hexdigest())
 
 
 _SIZING_ROWS = 65_536

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpuetl.sinks.parquet import ShardTask, ShardWriter, WriteOptions, dictionary_columns
+from gpuetl.sinks.parquet import ShardTask, ShardWriter, WriteOptions, dictionary_columns, sha256_of
 
 
 def _table(n):
@@ -44,3 +44,14 @@ def test_the_file_follows_the_choice_and_reads_back(tmp_path):
     assert any("DICTIONARY" in e for e in encodings["status"]) and any("DICTIONARY" in e for e in encodings["method"])
     assert not any("DICTIONARY" in e for e in encodings["time"] + encodings["path"])
     assert pq.read_table(tmp_path / "s.parquet").equals(table)
+
+
+def test_the_digest_hashed_while_writing_is_the_files(tmp_path):
+    table = _table(30_000)
+    writer = ShardWriter(str(tmp_path / "s.parquet"), {"status": "int16", "time": "timestamp", "path": "string",
+                                                       "method": "string"},
+                         WriteOptions("zstd", 4_000, None), ShardTask(0, "", 0, 0, 0, "s.parquet"))
+    for start in range(0, 30_000, 7_000):           # row groups cut across the pieces written
+        writer.write(table.slice(start, 7_000))
+    result = writer.close()
+    assert result.sha256 == sha256_of(str(tmp_path / "s.parquet")) and result.rows == 30_000
