@@ -109,7 +109,7 @@ def cmd_plan(args) -> int:
     shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
     n = len(plan.partitions)
-    streams = not layout.shuffle and not layout.target_bytes and max(layout.shard_counts()) == 1
+    streams = layout.in_input_order
     tasks = _graph_tasks(plan, in_order=streams) + n + sum(s if isinstance(s, int) else 1 for s in shards)
     print(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
           f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
@@ -150,12 +150,13 @@ def cmd_run(args) -> int:
     from .api import load
     from .backends import get_backend
     from .runtime.executor import open_executor
-    from .runtime.run import run_plan
+    from .runtime.run import layout_of, run_plan
 
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
-    use_system_allocator()
     plan = pipeline.plan(backend)
+    if layout_of(plan).in_input_order:
+        use_system_allocator()
     log = (lambda *a: print(*a, file=sys.stderr))
     for note in plan.notes:
         log(f"note: {note}")
@@ -184,10 +185,12 @@ def cmd_run(args) -> int:
 
 def use_system_allocator() -> None:
     """Arrow's buffers from the C library's allocator, not the bundled mimalloc, unless
-    ARROW_DEFAULT_MEMORY_POOL says otherwise. A run allocates and frees partition-sized buffers
-    all the time; with mimalloc the fresh pages cost twice the system time (1 GB filter + dedupe:
-    5.2–5.5 s against 2.6–2.7 s, and 5–8 % of the wall time). Only the command does this: it
-    owns its process, a program that imports gpuetl keeps its own choice (docs/design.md)."""
+    ARROW_DEFAULT_MEMORY_POOL says otherwise; for runs whose rows stream to their shard in input
+    order. There a run allocates and frees partition-sized buffers all the time, and with
+    mimalloc the fresh pages cost twice the system time (1 GB filter + dedupe: 5.2–5.5 s against
+    2.6–2.7 s, 5–8 % of the wall time). Shuffled or hash-ranged runs sort and gather whole pieces
+    instead, and were ~15 % slower with it: they keep mimalloc. Only the command does this: it
+    owns its process; a program that imports gpuetl keeps its own choice (docs/design.md)."""
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         import pyarrow as pa
 

@@ -354,8 +354,10 @@ def test_validate_checks_steps_against_the_data_when_it_is_there(tmp_path, capsy
     assert "not checked" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("env", [None, "mimalloc"])
-def test_run_gives_arrow_the_system_allocator_unless_told(workdir, tmp_path, monkeypatch, env):
+@pytest.mark.parametrize("env, shards, expected", [(None, 1, "system"), ("mimalloc", 1, "mimalloc"),
+                                                    (None, 2, "mimalloc")])
+def test_streamed_runs_give_arrow_the_system_allocator_unless_told(workdir, tmp_path, monkeypatch, env, shards,
+                                                                     expected):
     import pyarrow as pa
 
     before = pa.default_memory_pool()
@@ -366,7 +368,8 @@ def test_run_gives_arrow_the_system_allocator_unless_told(workdir, tmp_path, mon
     pa.set_memory_pool(pa.mimalloc_memory_pool())
     try:
         path = pipeline_file(workdir)
-        assert main(["run", str(path), "--scheduler", "sync", "--set", f"sink.path={tmp_path / 'o'}"]) == 0
-        assert pa.default_memory_pool().backend_name == ("system" if env is None else "mimalloc")
+        assert main(["run", str(path), "--scheduler", "sync", "--set", f"sink.path={tmp_path / 'o'}",
+                     "--set", f"shard.count={shards}"]) == 0
+        assert pa.default_memory_pool().backend_name == expected      # two shards: hash ranges, not streamed
     finally:
         pa.set_memory_pool(before)

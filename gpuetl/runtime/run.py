@@ -168,7 +168,7 @@ def _already_complete(plan: Plan, out: Path) -> RunResult | None:
 def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> RunResult:
     spec = plan.spec
     layout = layout_of(plan)
-    ranged = bool(layout.target_bytes) or max(layout.shard_counts()) > 1
+    ranged = layout.ranged
     schema = plan.output_schema
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
     file_names = [f.display for f in plan.files]
@@ -178,7 +178,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     # Rows still in input order (no shuffle; global steps drop rows in place) and one shard per
     # split: stream each piece into its shard as soon as it exists, while the other
     # partitions are still running.
-    presorted = not ranged and not layout.shuffle
+    presorted = layout.in_input_order
     stream = presorted and executor.shares_files
     if stream and len(plan.segments) == 1:
         parts = partition_tasks(plan, backend)

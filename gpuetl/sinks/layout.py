@@ -61,6 +61,16 @@ class Layout:
     def split_names(self) -> list[str]:
         return [name for name, _ in self.splits] or [""]
 
+    @property
+    def ranged(self) -> bool:
+        """Shards are cut by placement-hash ranges (several shards in a split, or by size)."""
+        return bool(self.target_bytes) or max(self.shard_counts()) > 1
+
+    @property
+    def in_input_order(self) -> bool:
+        """Rows reach their one shard per split in input order: the writer can stream them."""
+        return not self.ranged and not self.shuffle
+
     def placement(self, df, backend, ranged: bool = True):
         """(split index int8, placement hash P uint64, order uint64 or None) for live rows."""
         xp = backend.xp
