@@ -74,18 +74,27 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
     if order is not None:
         live[ORDER] = backend.series(order, "uint64", index=live.index)
     split_host = backend.to_host(split)
-    for s in np.unique(split_host):
-        part = backend.filter(live, split == s) if len(layout.splits) > 1 else live
-        extra = {FILE_INDEX: "int32", OFFSET: "int64", PLACE: "uint64"}
-        if order is not None:
-            extra[ORDER] = "uint64"
-        table = backend.to_arrow(part, {**table_cols, **extra})
-        if ranged:
-            # grouped by the hash's top 8 bits, input order kept within a group, so a shard reads
-            # one contiguous stretch of each piece (layout.hash_range). 256 groups gather with
-            # 256 forward-moving cursors: far cheaper than a full sort by hash (random order).
-            groups = coarse_of(table.column(PLACE).to_numpy())
-            table = table.take(pa.array(np.argsort(groups, kind="stable")))
+    extra = {FILE_INDEX: "int32", OFFSET: "int64", PLACE: "uint64"}
+    if order is not None:
+        extra[ORDER] = "uint64"
+    whole = backend.to_arrow(live, {**table_cols, **extra})
+    if ranged:
+        # One gather puts the rows in split order and, within a split, grouped by the hash's top
+        # 8 bits (input order kept within a group), so a shard reads one contiguous stretch of
+        # each piece (layout.hash_range) and each split is a slice, not a filtered copy. 256
+        # groups gather with forward-moving cursors: far cheaper than a full sort by hash.
+        key = split_host.astype(np.uint16) << 8 | coarse_of(whole.column(PLACE).to_numpy())
+        whole = whole.take(pa.array(np.argsort(key, kind="stable")))
+        split_host = np.sort(split_host, kind="stable")
+    present = np.unique(split_host)
+    for s in present:
+        if len(present) == 1:
+            table = whole
+        elif ranged:
+            start, stop = np.searchsorted(split_host, [s, s + 1], side="left")
+            table = whole.slice(int(start), int(stop - start))
+        else:               # splits in one shard each: a split's rows in input order
+            table = whole.filter(pa.array(split_host == s))
         result.rows[int(s)] = table.num_rows
         if in_memory:
             result.tables[int(s)] = table
