@@ -48,22 +48,15 @@ def resolve_in_place(frame, segment, backend):
     sends its keys, one task finds the keys that repeat, each partition sends the rows that
     carry one, one task decides, each partition marks its own rows. Partitions keep their rows
     and their order; only keys and candidates travel."""
-    import dask.dataframe as dd
-
-    step = segment.steps[0].step
-    name = step.name
-    parts = frame.to_delayed()
-    task = functools.partial(dask.delayed, pure=False)
-    if type(step).prepare is not Step.prepare:
-        parts = [task(named(step.prepare, f"prepare-{name}"))(p, backend) for p in parts]
+    step, parts = _prepared(frame, segment, backend)
+    name, task = step.name, _task
     keys = [task(named(step.row_keys, f"keys-{name}"))(p, backend) for p in parts]
     repeated = task(named(step.repeated_keys, f"repeats-{name}"))(keys, backend)
     candidates = [task(named(step.candidates, f"candidates-{name}"))(p, k, repeated, i, backend)
                   for i, (p, k) in enumerate(zip(parts, keys))]
     decided = task(named(step.decide, f"decide-{name}"))(candidates, backend)
     marked = [task(named(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
-    meta = step.mark(step.prepare(frame._meta, backend), 0, {}, backend)
-    return dd.from_delayed(marked, meta=meta, verify_meta=False)
+    return _marked_frame(step, frame, marked, backend)
 
 
 def resolve_in_order(frame, segment, backend):
@@ -71,20 +64,32 @@ def resolve_in_order(frame, segment, backend):
     needs only the partitions before it (steps/base.py: start, advance), so the first ones are
     marked, and written, while later ones are still being parsed. The state runs through a chain
     of tasks and refers to earlier partitions' frames: for a cluster in this process only."""
-    import dask.dataframe as dd
-
-    step = segment.steps[0].step
-    name = step.name
-    parts = frame.to_delayed()
-    task = functools.partial(dask.delayed, pure=False)
-    if type(step).prepare is not Step.prepare:
-        parts = [task(named(step.prepare, f"prepare-{name}"))(p, backend) for p in parts]
+    step, parts = _prepared(frame, segment, backend)
+    name, task = step.name, _task
     state = task(named(step.start, f"start-{name}"))(backend)
     marked = []
     for i, part in enumerate(parts):
         keys = task(named(step.row_keys, f"keys-{name}"))(part, backend)
         state, decided = task(named(step.advance, f"decide-{name}"), nout=2)(state, part, keys, i, backend)
         marked.append(task(named(step.mark, f"mark-{name}"))(part, i, decided, backend))
+    return _marked_frame(step, frame, marked, backend)
+
+
+_task = functools.partial(dask.delayed, pure=False)
+
+
+def _prepared(frame, segment, backend):
+    """(the segment's global step, its partitions as delayed objects, prepared if it prepares)."""
+    step = segment.steps[0].step
+    parts = frame.to_delayed()
+    if type(step).prepare is not Step.prepare:
+        parts = [_task(named(step.prepare, f"prepare-{step.name}"))(p, backend) for p in parts]
+    return step, parts
+
+
+def _marked_frame(step, frame, marked: list, backend):
+    import dask.dataframe as dd
+
     meta = step.mark(step.prepare(frame._meta, backend), 0, {}, backend)
     return dd.from_delayed(marked, meta=meta, verify_meta=False)
 
