@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
-from .cpu_clf import CLF_TIME_FORMAT, _one_array, extract_clf, parse_clf_time, polars, polars_available
+from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
 _UINT_RE = r"^\s*\+?\d+\s*$"
@@ -25,7 +25,7 @@ _HAS_ZONE_RE = r"\d:\d\d.*(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"   # an offset after 
 
 def _arrow(col: pd.Series) -> pa.Array:
     arr = pa.array(col)
-    return _one_array(arr) if isinstance(arr, pa.ChunkedArray) else arr
+    return one_array(arr) if isinstance(arr, pa.ChunkedArray) else arr
 
 
 def _chunked(col: pd.Series) -> pa.ChunkedArray:
@@ -75,7 +75,7 @@ class CpuBackend(Backend):
         """Arrow's filter per column: about twice as fast as pandas' boolean indexing, which
         gathers Arrow-backed columns with a take."""
         if isinstance(getattr(mask, "dtype", None), pd.ArrowDtype):
-            rows = _bool_mask(_one_array(_chunked(mask)))
+            rows = _bool_mask(one_array(_chunked(mask)))
         else:
             rows = np.asarray(mask, dtype=bool)
         keep = pa.array(rows)
@@ -280,38 +280,39 @@ class CpuBackend(Backend):
         arr = _arrow(col)
         if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
             return self._convert(col, arr, type_name)
+        result = self._parse_strings(arr, type_name, fmt, timezone)
+        bad = _bool_mask(pc.and_(arr.is_valid(), result.is_null()))
+        return self.series(result, type_name, index=col.index), pd.Series(bad, index=col.index)
+
+    def _parse_strings(self, arr: pa.Array, type_name: str, fmt, timezone) -> pa.Array:
+        """The values in the type, null where a value cannot be read. White space around a value
+        is allowed; the fast paths take the usual clean columns without trimming them."""
+        if type_name == "string":
+            return arr
         if type_name in INT_TYPES or type_name in UINT_TYPES:
             plain = _plain_integers(arr, type_name)
-            if plain is not None:                 # no trimming or pattern check needed
-                return self.series(plain, type_name, index=col.index), \
-                    pd.Series(np.zeros(len(arr), dtype=bool), index=col.index)
+            if plain is not None:
+                return plain
         if type_name == "timestamp" and fmt == CLF_TIME_FORMAT:
             # the fast path only takes values of exactly the format's width (no white space);
             # what it leaves is trimmed and parsed strictly
             zone = timezone or "UTC"
-            result = parse_clf_time(arr, slow=lambda rest: strict_strptime(pc.utf8_trim_whitespace(rest),
-                                                                           CLF_TIME_FORMAT, zone))
-            bad = _bool_mask(pc.and_(arr.is_valid(), result.is_null()))
-            return self.series(result, type_name, index=col.index), pd.Series(bad, index=col.index)
+            return parse_clf_time(arr, slow=lambda rest: strict_strptime(pc.utf8_trim_whitespace(rest),
+                                                                         CLF_TIME_FORMAT, zone))
         values = pc.utf8_trim_whitespace(arr)
-        if type_name == "string":
-            result = arr
-        elif type_name in INT_TYPES or type_name in UINT_TYPES:
-            result = self._cast_integer(values, type_name)
-        elif type_name in ("float32", "float64"):
+        if type_name in INT_TYPES or type_name in UINT_TYPES:
+            return self._cast_integer(values, type_name)
+        if type_name in ("float32", "float64"):
             ok = pc.match_substring_regex(values, _FLOAT_RE)
-            result = pc.cast(pc.if_else(ok, values, pa.scalar(None, pa.string())), ARROW_TYPES[type_name])
-        elif type_name == "bool":
+            return pc.cast(pc.if_else(ok, values, pa.scalar(None, pa.string())), ARROW_TYPES[type_name])
+        if type_name == "bool":
             lowered = pc.utf8_lower(values)
             truthy = pc.is_in(lowered, pa.array(_TRUE))
             falsy = pc.is_in(lowered, pa.array(_FALSE))
-            result = pc.if_else(truthy, True, pc.if_else(falsy, False, pa.scalar(None, pa.bool_())))
-        elif type_name == "timestamp":
-            result = self._parse_timestamps(values, fmt, timezone)
-        else:  # pragma: no cover - the spec only admits known names
-            raise ValueError(type_name)
-        bad = _bool_mask(pc.and_(arr.is_valid(), result.is_null()))
-        return self.series(result, type_name, index=col.index), pd.Series(bad, index=col.index)
+            return pc.if_else(truthy, True, pc.if_else(falsy, False, pa.scalar(None, pa.bool_())))
+        if type_name == "timestamp":
+            return self._parse_timestamps(values, fmt, timezone)
+        raise ValueError(type_name)  # pragma: no cover - the spec only admits known names
 
     def _convert(self, col, arr: pa.Array, type_name: str):
         target = ARROW_TYPES[type_name]

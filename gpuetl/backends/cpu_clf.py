@@ -20,11 +20,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-def _one_array(arr) -> pa.Array:
-    """One Array from a ChunkedArray (combine_chunks copies even a single chunk)."""
-    return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
-
-
 REQUEST_RE = r'^(?P<method>[A-Z]+) (?P<path>(?:[^ \t"\\]|\\.)+) (?P<protocol>[A-Za-z0-9./]+)$'
 REQUEST_PARTS = ("method", "path", "protocol")
 
@@ -45,6 +40,11 @@ def polars():
     import polars as pl
 
     return pl
+
+
+def one_array(arr: pa.ChunkedArray) -> pa.Array:
+    """One Array from a ChunkedArray: combine_chunks copies even a single chunk."""
+    return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
 
 
 def outer_regex(regex: str) -> str:
@@ -84,7 +84,7 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], null_empty: b
             drop = (col == "-") if drop is None else drop | (col == "-")
         exprs.append((pl.when(~drop).then(col) if drop is not None else col).alias(name))
     table = frame.select(exprs).to_arrow()
-    out = {name: _one_array(table.column(name)).cast(pa.string()) for name in names}
+    out = {name: one_array(table.column(name)).cast(pa.string()) for name in names}
     return out, matched.to_numpy()
 
 

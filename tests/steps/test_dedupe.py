@@ -72,8 +72,9 @@ def test_row_hash_is_equal_for_equal_values():
 @settings(max_examples=50, deadline=None)
 @given(runs=st.lists(st.lists(st.integers(0, 6), max_size=30).map(sorted), min_size=1, max_size=8))
 def test_seen_runs_stay_sorted_and_keep_older_rows_first(runs):
-    """advance() keeps kept rows in sorted runs, merged as they grow: equal hashes stay in the
-    order their rows were kept, and at most log2 of the partitions' runs remain."""
+    """advance() keeps kept rows in sorted runs, merged as they grow: a merged run is sorted, an
+    older run's rows come before a newer run's among equal hashes, and about log2 of the
+    partitions' runs remain."""
     from gpuetl.steps.dedupe import _merge_runs
 
     merged, rows, expected = (), 0, []
