@@ -169,6 +169,6 @@ PROFILE_INTERVAL = "100ms"
 def _profile_settings() -> dict:
     """The dashboard's statistical profiler samples every task thread's stack, holding the GIL,
     every 10 ms by default: on a 2-core machine that cost ~10% of a run. Sampling every 100 ms
-    keeps the Profile page useful; a user's own setting is left alone."""
+    keeps the Profile page useful; an interval other than the default is left alone."""
     key = "distributed.worker.profile.interval"
     return {key: PROFILE_INTERVAL} if dask.config.get(key, "10ms") in ("10ms", "10 ms") else {}
