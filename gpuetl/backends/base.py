@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..types import Schema
@@ -48,7 +49,6 @@ class Lines:
 
 class Backend(ABC):
     name: str
-    dataframe_backend: str   # dask's dataframe.backend value
     xp: Any                  # numpy or cupy
     xd: Any                  # pandas or cudf
 
@@ -92,13 +92,37 @@ class Backend(ABC):
         """The rows of df where mask (a bool Series on df's index) is true."""
         return df[mask]
 
-    def split(self, df: Any, mask: Any) -> tuple[Any, Any]:
-        """(rows where mask is true, the others). Frames that hold live rows first and the rows
-        that left after them (what run_steps returns) are cut with two slices, not two copies."""
-        k = int(mask.sum())
-        if k == 0 or k == len(df) or bool(mask.iloc[:k].all()):
-            return df.iloc[:k], df.iloc[k:]
-        return self.filter(df, mask), self.filter(df, ~mask)
+    def separate(self, df: Any) -> tuple[Any, Any, dict[tuple[int, int], int]]:
+        """(the live rows, the quarantined rows, {(stage, status): records} that the other rows
+        stand for). A step marks the rows it drops where they lie (plan/stages.py: run_steps), so
+        rows that left the pipeline may sit anywhere in a frame: only the live rows and the
+        quarantined ones (whose raw records are kept) are copied; dropped rows are only counted.
+        Live rows that all come first are a slice, not a copy."""
+        status = self._host_values(df[STATUS])
+        live = status == STATUS_LIVE
+        k = int(live.sum())
+        if k == len(df):
+            return df, df.iloc[:0], {}
+        rows = df.iloc[:k] if live[:k].all() else self.filter(df, self._mask(live, df))
+        bad = status == STATUS_QUARANTINED
+        quarantined = self.filter(df, self._mask(bad, df)) if bad.any() else df.iloc[:0]
+        dropped = ~live & ~bad
+        tallies: dict[tuple[int, int], int] = {}
+        if dropped.any():
+            stage = self._host_values(df[STAGE])[dropped].astype(np.int64)
+            count = self._host_values(df[COUNT])[dropped].astype(np.int64)
+            keys, where = np.unique(stage << 8 | status[dropped], return_inverse=True)
+            sums = np.zeros(len(keys), dtype=np.int64)
+            np.add.at(sums, where, count)
+            tallies = {(int(key >> 8), int(key & 0xFF)): int(n) for key, n in zip(keys, sums)}
+        return rows, quarantined, tallies
+
+    def _host_values(self, col: Any) -> np.ndarray:
+        """A bookkeeping column (fixed width, never null) as a numpy array."""
+        return np.asarray(self.to_host(self.xp.asarray(col.values)))
+
+    def _mask(self, rows: np.ndarray, df: Any) -> Any:
+        return self.series(self.xp.asarray(rows), "bool", index=df.index)
 
     @abstractmethod
     def to_arrow(self, df: Any, schema: Schema) -> pa.Table:

@@ -76,12 +76,8 @@ def read_partition(partition: Partition, segment: Segment, backend):
     batches = backend.batches(block.data)
     frames = [_read_batch(block, position, data, headers, segment, backend, last=i == len(batches) - 1)
               for i, (position, data) in enumerate(batches)]
-    if len(frames) == 1:
-        return frames[0]
-    # Live rows first, then the rows that left (as each batch has them): later stages and the
-    # spill then cut the partition with two slices instead of copying it twice with filters.
-    parts = [backend.split(f, f[STATUS] == STATUS_LIVE) for f in frames]
-    return backend.concat([live for live, _ in parts] + [rest for _, rest in parts]).reset_index(drop=True)
+    whole = frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
+    return run_steps(whole, segment, backend)
 
 
 def _read_batch(block, position: int, data, headers: set, segment: Segment, backend, last: bool):
@@ -134,12 +130,12 @@ def _read_parquet_partition(partition: Partition, segment: Segment, backend):
     n = len(df)
     bad = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
     reasons = backend.nulls(n, "string", index=df.index)
-    return _finish_source(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets), [], segment,
-                          backend)
+    return run_steps(_finish_source(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets), [],
+                                    segment, backend), segment, backend)
 
 
 def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment: Segment, backend):
-    """Casts, provenance and the bookkeeping columns, then the segment's steps."""
+    """Casts, provenance and the bookkeeping columns (the caller runs the segment's steps)."""
     source = segment.source
     xp = backend.xp
     as_read = df                 # cast_columns returns a new frame: a typed record's raw form is this
@@ -166,7 +162,7 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
         df = backend.concat([df, _quarantine_rows(extra_bad, source.schema, source.index, backend)])
     if segment.on_error == "fail" and bool(bad.any() or extra_bad):
         _fail(df, segment.files)
-    return run_steps(df, segment, backend)
+    return df
 
 
 def _raw_of(df, bad, backend):
@@ -206,23 +202,23 @@ def _fail(df, files: list[InputFile]):
 # -- steps ---------------------------------------------------------------------------------------
 
 def run_steps(df, segment: Segment, backend):
-    """Run the segment's steps on the live rows; rows they drop become quarantine or tally rows."""
+    """Run the segment's steps on the live rows. Rows a step quarantines leave the frame at once
+    (their raw record is kept); rows a step drops are marked where they lie (status, stage) and
+    cut out only when a later step needs the live rows alone. A step that `sees_dropped` (filter,
+    dedupe) does not, so a filter, a dedupe and the spill copy the partition once between them,
+    in the spill, not once each (docs/design.md, "Dropped rows stay until the next cut")."""
     if not segment.steps:
         return _finish(df, segment, backend)
-    status = df[STATUS]
-    is_live = status == STATUS_LIVE
-    all_live = bool(is_live.all())
-    if all_live:
-        live, side = df.reset_index(drop=True), []
-    else:
-        live, rest = backend.split(df, is_live)
-        live, side = live.reset_index(drop=True), [rest]
+    frame, side = df.reset_index(drop=True), []
     for stage in segment.steps:
         step = stage.step
-        checked, bad, reasons = step.quarantine(live, backend)
+        if not step.sees_dropped:
+            frame, rest = _cut(frame, backend)
+            side += rest
+        checked, bad, reasons = step.quarantine(frame, backend)
         if bad is not None and bool(bad.any()):
             rows = checked[bad].copy()
-            rows[RAW] = _row_json(live[bad], backend)        # the values as they reached the step
+            rows[RAW] = _row_json(frame[bad], backend)        # the values as they reached the step
             rows[REASON] = reasons[bad]
             rows[STATUS] = backend.series(backend.xp.full(len(rows), STATUS_QUARANTINED, dtype=backend.xp.int8),
                                           "int8", index=rows.index)
@@ -232,22 +228,35 @@ def run_steps(df, segment: Segment, backend):
                 _fail(rows, segment.files)
             side.append(rows)
             checked = backend.filter(checked, ~bad)
-        live = checked
-        bookkeeping = live[[c for c in live.columns if c.startswith("__")]]
-        live = step.transform(live, backend)
-        lost = [c for c in bookkeeping.columns if c not in live.columns]
+        frame = checked
+        bookkeeping = frame[[c for c in frame.columns if c.startswith("__")]]
+        frame = step.transform(frame, backend)
+        lost = [c for c in bookkeeping.columns if c not in frame.columns]
         if lost:                       # a step that selects columns keeps the bookkeeping anyway
-            live = live.assign(**{c: bookkeeping[c] for c in lost})
-        keep = step.keep(live, backend)
+            frame = frame.assign(**{c: bookkeeping[c] for c in lost})
+        keep = step.keep(frame, backend)
         if keep is not None:
-            dropped = int((~keep).sum())
-            if dropped:
-                side.append(tally_row(dropped, step.drops_as, stage.index, backend))
-                live = backend.filter(live, keep)
-    out = [backend.conform(part, frame_schema(segment.schema)) for part in [live, *side] if len(part)]
+            frame = _mark_dropped(frame, keep, step.drops_as, stage.index, backend)
+    out = [backend.conform(part, frame_schema(segment.schema)) for part in [frame, *side] if len(part)]
     if not out:
         return backend.empty(frame_schema(segment.schema))
     return _finish(backend.concat(out), segment, backend)
+
+
+def _cut(frame, backend):
+    """(the frame's live rows, the rest as quarantined rows and one tally row per stage and status)."""
+    live, quarantined, tallies = backend.separate(frame)
+    rest = [quarantined] if len(quarantined) else []
+    rest += [tally_row(n, status, stage, backend) for (stage, status), n in sorted(tallies.items())]
+    return live.reset_index(drop=True), rest
+
+
+def _mark_dropped(frame, keep, status: int, stage: int, backend):
+    """The live rows `keep` does not keep now count as dropped by this stage, in place."""
+    drop = ~keep.fillna(False).astype(bool) & (frame[STATUS] == STATUS_LIVE)
+    if not bool(drop.any()):
+        return frame
+    return frame.assign(**{STATUS: frame[STATUS].mask(drop, status), STAGE: frame[STAGE].mask(drop, stage)})
 
 
 def _finish(df, segment: Segment, backend):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..backends.base import (COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_LIVE,
+from ..backends.base import (COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS,
                              STATUS_QUARANTINED)
 from ..types import Schema
 from .layout import BUCKETS, Layout, bucket_of, coarse_of
@@ -52,19 +52,19 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
     if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown
         raise RuntimeError(f"internal error: {int(status.isna().sum())} rows of partition {partition} lost "
                            "their bookkeeping columns; please report this with the pipeline file")
-    live, others = backend.split(df, status == STATUS_LIVE)
-    if len(others):
-        counts = others.groupby([STAGE, STATUS])[COUNT].sum()
+    live, bad, result.tallies = backend.separate(df)
+    if len(bad):
+        counts = bad.groupby(STAGE)[COUNT].sum()
         counts = counts.to_pandas() if hasattr(counts, "to_pandas") else counts
-        result.tallies = {(int(s), int(st)): int(n) for (s, st), n in counts.items()}
-        bad = others[others[STATUS] == STATUS_QUARANTINED]
-        if len(bad):
-            reasons = bad.groupby(REASON)[COUNT].sum()
-            reasons = reasons.to_pandas() if hasattr(reasons, "to_pandas") else reasons
-            result.reasons = {str(k): int(v) for k, v in reasons.items()}
-            kept = bad[bad[RAW].notna()]
-            if len(kept):
-                result.quarantine = _write_quarantine(kept, partition, tmp_dir, file_names, stage_names, backend)
+        for stage, n in counts.items():
+            key = (int(stage), STATUS_QUARANTINED)
+            result.tallies[key] = result.tallies.get(key, 0) + int(n)
+        reasons = bad.groupby(REASON)[COUNT].sum()
+        reasons = reasons.to_pandas() if hasattr(reasons, "to_pandas") else reasons
+        result.reasons = {str(k): int(v) for k, v in reasons.items()}
+        kept = bad[bad[RAW].notna()]
+        if len(kept):
+            result.quarantine = _write_quarantine(kept, partition, tmp_dir, file_names, stage_names, backend)
     if not len(live):
         return result
     split, place, order = layout.placement(live, backend, ranged)

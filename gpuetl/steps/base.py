@@ -32,6 +32,11 @@ class Step:
     Params: ClassVar[type[BaseModel]]
     drops_as: ClassVar[int] = STATUS_FILTERED  # what a dropped row counts as
     is_global: ClassVar[bool] = False          # needs rows from every partition (a shuffle)
+    # May run on a frame that still holds rows that already left (dropped by an earlier step,
+    # quarantined at the source), so the stage runner need not copy the live rows out first:
+    # transform and keep must leave such rows be (run_steps ignores keep's verdict on them) and
+    # the step must not quarantine. Filters and the global steps qualify.
+    sees_dropped: ClassVar[bool] = False
 
     def __init__(self, params: BaseModel):
         self.params = params

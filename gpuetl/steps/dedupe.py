@@ -44,6 +44,7 @@ class Dedupe(Step):
     Params = DedupeParams
     drops_as = STATUS_DEDUPLICATED
     is_global = True
+    sees_dropped = True
 
     @classmethod
     def from_raw(cls, raw):

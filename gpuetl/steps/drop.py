@@ -13,6 +13,7 @@ class Drop(Step):
     summary = "Remove these columns."
     example = "- drop: [ident, user]"
     Params = RootModel[list[str]]
+    sees_dropped = True         # columns only: no row is read
 
     def output_schema(self, schema: Schema) -> Schema:
         missing(schema, self.params.root)

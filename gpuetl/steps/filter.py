@@ -15,6 +15,7 @@ class Filter(Step):
     summary = "Keep the rows for which a boolean expression is true (null counts as false)."
     example = "- filter: \"status >= 200 and method in ['GET', 'POST']\""
     Params = RootModel[str]
+    sees_dropped = True
 
     @classmethod
     def from_raw(cls, raw):

@@ -87,6 +87,7 @@ class NearDedupe(Step):
     Params = NearDedupeParams
     drops_as = STATUS_DEDUPLICATED
     is_global = True
+    sees_dropped = True
 
     def output_schema(self, schema: Schema) -> Schema:
         missing(schema, [self.params.column])

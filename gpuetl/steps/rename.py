@@ -13,6 +13,7 @@ class Rename(Step):
     summary = "Rename columns: old name -> new name."
     example = "- rename: {size: bytes}"
     Params = RootModel[dict[str, str]]
+    sees_dropped = True         # columns only: no row is read
 
     def output_schema(self, schema: Schema) -> Schema:
         mapping = self.params.root

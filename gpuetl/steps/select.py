@@ -12,6 +12,7 @@ class Select(Step):
     summary = "Keep only these columns, in this order."
     example = "- select: [ip, time, status]"
     Params = RootModel[list[str]]
+    sees_dropped = True         # columns only: no row is read
 
     def output_schema(self, schema: Schema) -> Schema:
         missing(schema, self.params.root)

@@ -1,10 +1,12 @@
-"""CpuBackend.filter is pandas' boolean indexing, only faster."""
+"""CpuBackend.filter is pandas' boolean indexing, only faster; separate() cuts a frame's rows by status."""
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
+from gpuetl.backends.base import (COUNT, STAGE, STATUS, STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_LIVE,
+                                 STATUS_QUARANTINED)
 from gpuetl.backends.cpu import CpuBackend
 
 
@@ -25,14 +27,32 @@ def test_filter_equals_boolean_indexing(values, data):
         pd.testing.assert_frame_equal(got, expected)
 
 
-@settings(max_examples=40, deadline=None)
-@given(flags=st.lists(st.booleans(), max_size=20), sort=st.booleans())
-def test_split_gives_both_sides_in_order(flags, sort):
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([STATUS_LIVE, STATUS_QUARANTINED, STATUS_FILTERED,
+                                                 STATUS_DEDUPLICATED]),
+                               st.integers(-1, 3), st.integers(1, 5)), max_size=25),
+       live_first=st.booleans())
+def test_separate_copies_live_and_quarantined_rows_and_counts_the_rest(rows, live_first):
+    """Rows that left may lie anywhere in a frame: separate() returns the live rows and the
+    quarantined ones, in order, and what every other row stands for, by stage and status."""
     backend = CpuBackend()
-    if sort:                                      # live rows first: the slicing path
-        flags = sorted(flags, reverse=True)
-    mask = np.array(flags, dtype=bool)
-    df = pd.DataFrame({"i": backend.series(pa.array(range(len(flags)), pa.int64()), "int64")})
-    yes, no = backend.split(df, pd.Series(mask, index=df.index))
-    assert yes["i"].tolist() == [i for i, f in enumerate(flags) if f]
-    assert no["i"].tolist() == [i for i, f in enumerate(flags) if not f]
+    if live_first:                                 # a frame put together live rows first: a slice
+        rows = sorted(rows, key=lambda r: r[0] != STATUS_LIVE)
+    n = len(rows)
+    df = pd.DataFrame({
+        "i": backend.series(pa.array(range(n), pa.int64()), "int64"),
+        STATUS: backend.series(pa.array([r[0] for r in rows], pa.int8()), "int8"),
+        STAGE: backend.series(pa.array([r[1] for r in rows], pa.int16()), "int16"),
+        COUNT: backend.series(pa.array([r[2] for r in rows], pa.int64()), "int64"),
+    })
+    live, quarantined, tallies = backend.separate(df)
+    assert live["i"].tolist() == [i for i, r in enumerate(rows) if r[0] == STATUS_LIVE]
+    assert quarantined["i"].tolist() == [i for i, r in enumerate(rows) if r[0] == STATUS_QUARANTINED]
+    expected: dict = {}
+    for status, stage, count in rows:
+        if status not in (STATUS_LIVE, STATUS_QUARANTINED):
+            expected[(stage, status)] = expected.get((stage, status), 0) + count
+    assert tallies == expected
+    if live_first and len(live):
+        assert np.shares_memory(np.asarray(live["i"].array._pa_array.chunk(0).buffers()[1]),
+                                np.asarray(df["i"].array._pa_array.chunk(0).buffers()[1]))

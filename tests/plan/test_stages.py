@@ -93,9 +93,10 @@ def test_on_error_fail_names_the_first_bad_record_across_batches(tmp_path, monke
         gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
 
 
-def test_a_partition_of_many_batches_holds_its_live_rows_first(tmp_path, monkeypatch):
-    """Later stages and the spill cut a live-first partition with slices, not copies."""
-    from gpuetl.backends.base import STATUS, STATUS_LIVE
+def test_a_filter_marks_the_rows_it_drops_where_they_lie(tmp_path, monkeypatch):
+    """A partition of many batches holds every record once: live, quarantined at the source, or
+    dropped by the filter and marked in place (status, stage), not copied out."""
+    from gpuetl.backends.base import COUNT, STAGE, STATUS, STATUS_FILTERED, STATUS_LIVE, STATUS_QUARANTINED
     from gpuetl.plan.compile import compile_plan
     from gpuetl.plan.stages import read_partition
 
@@ -104,10 +105,28 @@ def test_a_partition_of_many_batches_holds_its_live_rows_first(tmp_path, monkeyp
     monkeypatch.setattr(CpuBackend, "batch_bytes", 2000)
     spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "in/a.log"},
             "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"},
-            "steps": [{"filter": "status < 500"}], "sink": {"path": "out"}}
+            "steps": [{"filter": "status < 400"}], "sink": {"path": "out"}}
     backend = CpuBackend()
     plan = compile_plan(gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).loaded, backend)
     df = read_partition(plan.partitions[0], plan.segments[0], backend)
-    live = (df[STATUS] == STATUS_LIVE).to_numpy(dtype=bool)
-    k = int(live.sum())
-    assert 0 < k < len(df) and live[:k].all() and not live[k:].any()
+    status = df[STATUS].to_numpy(dtype=int)
+    assert len(df) == 400 and (df[COUNT].to_numpy() == 1).all()
+    dropped = status == STATUS_FILTERED
+    assert dropped.any() and (status == STATUS_LIVE).any() and (status == STATUS_QUARANTINED).sum() >= 10
+    assert (df["status"].to_numpy()[dropped] >= 400).all()
+    assert (df[STAGE].to_numpy()[dropped] == plan.segments[0].steps[0].index).all()
+    assert (df["status"][status == STATUS_LIVE] < 400).all()
+
+
+def test_a_step_after_a_filter_never_sees_the_rows_it_dropped(tmp_path):
+    """A cast after a filter runs on the filter's live rows only: the filtered 'bad' values are
+    counted as filtered, never also as quarantined."""
+    (tmp_path / "in.csv").write_text("x,y\n" + "".join(f"{i},{'bad' if i % 3 == 0 else i}\n" for i in range(30)))
+    spec = {"version": 1, "name": "t", "source": {"type": "csv", "path": "in.csv"}, "columns": {"x": "int32"},
+            "steps": [{"filter": "y != 'bad'"}, {"cast": {"y": "int32"}}, {"dedupe": {"on": ["x"]}}],
+            "sink": {"path": "out"}}
+    result = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts["filtered"] == 10 and result.counts["quarantined"] == 0
+    assert result.counts["rows_out"] == 20
+    data = pq.read_table(result.out_dir / "part-00000.parquet")
+    assert data.column("y").to_pylist() == [i for i in range(30) if i % 3]
