@@ -126,14 +126,12 @@ def cmd_plan(args) -> int:
 
 
 def _graph_tasks(plan, in_order: bool = False) -> int:
-    """Tasks in the graph run would build (its shape does not depend on the backend; the CPU
-    backend supplies the empty frames dask needs, so this works for a GPU plan on any machine)."""
+    """Tasks in the graph run would build (its shape does not depend on the backend, so this
+    works for a GPU plan on any machine)."""
     from .backends.cpu import CpuBackend
-    from .plan.graph import build_frame, partition_tasks
+    from .plan.graph import build_partitions, count_tasks
 
-    if len(plan.segments) == 1:
-        return len(partition_tasks(plan, CpuBackend()))
-    return len(dict(build_frame(plan, CpuBackend(), in_order=in_order).__dask_graph__()))
+    return count_tasks(build_partitions(plan, CpuBackend(), in_order=in_order))
 
 
 def _schema_change(before: dict, after: dict) -> list[str]:

@@ -41,7 +41,6 @@ def _bool_mask(arr: pa.Array) -> np.ndarray:
 
 class CpuBackend(Backend):
     name = "cpu"
-    dataframe_backend = "pandas"
     xp = np
     xd = pd
 

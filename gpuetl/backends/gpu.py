@@ -106,7 +106,6 @@ R = _Rapids()
 
 class GpuBackend(GpuTextMixin, Backend):
     name = "gpu"
-    dataframe_backend = "cudf"
 
     @property
     def xp(self):

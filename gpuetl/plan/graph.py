@@ -1,6 +1,9 @@
-"""Build the dask graph of a Plan with dask's public API: from_map, delayed, from_delayed,
-map_partitions. Each stage has its own label, so the dashboard shows read-parse-…, keys-dedupe,
-decide-dedupe, mark-dedupe, dedupe, spill."""
+"""Build the dask graph of a Plan with dask's public API (dask.delayed): one chain of tasks per
+partition, joined only where a global step decides across partitions. Each stage has its own
+label, so the dashboard shows read-parse-…, keys-dedupe, decide-dedupe, mark-dedupe, dedupe,
+spill. No dask DataFrame is built: the run consumes partitions one by one (the streaming writer,
+the spill), and dask.dataframe alone took ~0.3 s to import before the first task could start
+(docs/design.md, "The graph")."""
 
 from __future__ import annotations
 
@@ -9,62 +12,62 @@ import functools
 import dask
 
 from ..steps.base import Step
-from .stages import frame_schema, read_partition, run_steps
+from .stages import read_partition, run_steps
 
 
-def build_frame(plan, backend, in_order: bool = False):
-    """The dask DataFrame of the plan's final stage (live rows, quarantine rows and tallies).
-    in_order: settle global steps that can be, partition by partition in input order (the run
-    holds their state in its process: the in-process cluster); else all at once."""
-    import dask.dataframe as dd       # here, not at import: single-segment runs never need it (~0.3 s)
-
-    first = plan.segments[0]
-    with dask.config.set({"dataframe.backend": backend.dataframe_backend}):
-        frame = dd.from_map(
-            read_partition, plan.partitions, segment=first, backend=backend,
-            meta=backend.empty(frame_schema(first.schema)), label=first.label, enforce_metadata=False,
-        )
-        for segment in plan.segments[1:]:
-            resolve = resolve_in_order if in_order and segment.steps[0].step.in_order else resolve_in_place
-            frame = resolve(frame, segment, backend)
-            frame = frame.map_partitions(named(run_steps, segment.label), segment, backend,
-                                         meta=backend.empty(frame_schema(segment.schema)))
-    return frame
+def build_partitions(plan, backend, in_order: bool = False) -> list:
+    """One delayed object per partition of the plan's final stage (live rows, rows that left and
+    tallies, in input order). in_order: settle global steps that can be, partition by partition
+    in input order (the run holds their state in its process: the in-process cluster); else all
+    at once."""
+    parts = partition_tasks(plan, backend)
+    for segment in plan.segments[1:]:
+        resolve = resolve_in_order if in_order and segment.steps[0].step.in_order else resolve_in_place
+        steps = named(run_steps, segment.label)
+        parts = [_task(steps)(part, segment, backend) for part in resolve(parts, segment, backend)]
+    return parts
 
 
 def partition_tasks(plan, backend) -> list:
-    """One task per partition for a plan of one segment (no shuffle): build_frame's tasks, each
-    with its own small graph, so that they can be submitted in input order (the streaming sink
-    writes partition i before i + 1; one submission of them all runs them in dask.order's order,
-    which for independent chains is reverse key order, partition 0 last)."""
+    """One task per partition: read, parse and run the first segment's steps. Each has its own
+    small graph, so that a plan of one segment can be submitted in input order (the streaming
+    sink writes partition i before i + 1; one submission of them all runs them in dask.order's
+    order, which for independent chains is reverse key order, partition 0 last)."""
     first = plan.segments[0]
     token = dask.base.tokenize(plan.loaded.sha256, [f.display for f in plan.files], len(plan.partitions))
     read = dask.delayed(named(read_partition, first.label), pure=False)
     return [read(p, first, backend, dask_key_name=(f"{first.label}-{token}", p.index)) for p in plan.partitions]
 
 
-def resolve_in_place(frame, segment, backend):
+def count_tasks(parts: list) -> int:
+    """Tasks in the graph behind these delayed objects (shared ones counted once)."""
+    keys: set = set()
+    for part in parts:
+        keys.update(dict(part.__dask_graph__()))
+    return len(keys)
+
+
+def resolve_in_place(parts: list, segment, backend) -> list:
     """A global step (steps/base.py's protocol) decided without moving rows: each partition
     sends its keys, one task finds the keys that repeat, each partition sends the rows that
     carry one, one task decides, each partition marks its own rows. Partitions keep their rows
     and their order; only keys and candidates travel."""
-    step, parts = _prepared(frame, segment, backend)
+    step, parts = _prepared(parts, segment, backend)
     name, task = step.name, _task
     keys = [task(named(step.row_keys, f"keys-{name}"))(p, backend) for p in parts]
     repeated = task(named(step.repeated_keys, f"repeats-{name}"))(keys, backend)
     candidates = [task(named(step.candidates, f"candidates-{name}"))(p, k, repeated, i, backend)
                   for i, (p, k) in enumerate(zip(parts, keys))]
     decided = task(named(step.decide, f"decide-{name}"))(candidates, backend)
-    marked = [task(named(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
-    return _marked_frame(step, frame, marked, backend)
+    return [task(named(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
 
 
-def resolve_in_order(frame, segment, backend):
+def resolve_in_order(parts: list, segment, backend) -> list:
     """A global step settled partition by partition in input order: each partition's decision
     needs only the partitions before it (steps/base.py: start, advance), so the first ones are
     marked, and written, while later ones are still being parsed. The state runs through a chain
     of tasks and refers to earlier partitions' frames: for a cluster in this process only."""
-    step, parts = _prepared(frame, segment, backend)
+    step, parts = _prepared(parts, segment, backend)
     name, task = step.name, _task
     state = task(named(step.start, f"start-{name}"))(backend)
     marked = []
@@ -72,26 +75,18 @@ def resolve_in_order(frame, segment, backend):
         keys = task(named(step.row_keys, f"keys-{name}"))(part, backend)
         state, decided = task(named(step.advance, f"decide-{name}"), nout=2)(state, part, keys, i, backend)
         marked.append(task(named(step.mark, f"mark-{name}"))(part, i, decided, backend))
-    return _marked_frame(step, frame, marked, backend)
+    return marked
 
 
 _task = functools.partial(dask.delayed, pure=False)
 
 
-def _prepared(frame, segment, backend):
-    """(the segment's global step, its partitions as delayed objects, prepared if it prepares)."""
+def _prepared(parts: list, segment, backend):
+    """(the segment's global step, its partitions, prepared if the step prepares)."""
     step = segment.steps[0].step
-    parts = frame.to_delayed()
     if type(step).prepare is not Step.prepare:
         parts = [_task(named(step.prepare, f"prepare-{step.name}"))(p, backend) for p in parts]
     return step, parts
-
-
-def _marked_frame(step, frame, marked: list, backend):
-    import dask.dataframe as dd
-
-    meta = step.mark(step.prepare(frame._meta, backend), 0, {}, backend)
-    return dd.from_delayed(marked, meta=meta, verify_meta=False)
 
 
 class named:

@@ -15,7 +15,7 @@ from .. import __version__
 from ..backends.base import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
 from ..errors import DataError, OutputError
 from ..plan.compile import Plan
-from ..plan.graph import build_frame, partition_tasks
+from ..plan.graph import build_partitions
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import Layout, cut_points
 from ..sinks.parquet import ShardResult, ShardTask, WriteOptions, write_quarantine, write_shard
@@ -180,12 +180,9 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     # partitions are still running.
     presorted = layout.in_input_order
     stream = presorted and executor.shares_files
-    if stream and len(plan.segments) == 1:
-        parts = partition_tasks(plan, backend)
-    else:
-        # streamed in this process: global steps are settled partition by partition, so writing
-        # overlaps parsing (docs/design.md, "Global steps without moving rows")
-        parts = build_frame(plan, backend, in_order=stream and executor.in_process).to_delayed()
+    # streamed in this process: global steps are settled partition by partition, so writing
+    # overlaps parsing (docs/design.md, "Global steps without moving rows")
+    parts = build_partitions(plan, backend, in_order=stream and executor.in_process)
     if finished:
         log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)

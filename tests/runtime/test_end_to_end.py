@@ -152,3 +152,20 @@ def test_a_key_too_coarse_to_balance_is_reported(tmp_path, access_logs):
     fine = Pipeline.from_dict(access_spec(shard={"count": 2, "key": ["ip"]}), base_dir=tmp_path).run(
         backend="cpu", scheduler="sync")
     assert fine.manifest["notes"] == []
+
+
+def test_a_run_with_a_global_step_never_imports_dask_dataframe(tmp_path, access_logs):
+    """The graph is built from dask.delayed alone: importing dask.dataframe cost ~0.3 s before the
+    first task of every run with a dedupe (plan/graph.py)."""
+    import subprocess
+    import sys
+
+    spec = access_spec(steps=STEPS)
+    (tmp_path / "p.json").write_text(json.dumps(spec))
+    code = ("import json, sys; from gpuetl import Pipeline; "
+            f"p = Pipeline.from_dict(json.load(open({str(tmp_path / 'p.json')!r})), base_dir={str(tmp_path)!r}); "
+            "r = p.run(backend='cpu', scheduler='sync'); "
+            "assert r.counts['deduplicated'] > 0, r.counts; "
+            "print('dask.dataframe' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
