@@ -3,8 +3,10 @@ schedulers for small jobs and tests. The rest of gpuetl only calls compute()."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
+import threading
 from collections import deque
 from contextlib import contextmanager
 
@@ -20,7 +22,10 @@ class Executor:
 
     @property
     def dashboard_link(self) -> str | None:
-        return getattr(self.client, "dashboard_link", None) if self.client is not None else None
+        """The dashboard's address, where there is one to see (bokeh draws its pages)."""
+        if self.client is None or importlib.util.find_spec("bokeh") is None:
+            return None
+        return getattr(self.client, "dashboard_link", None)
 
     def compute(self, tasks: list, progress: bool = False) -> list:
         if not tasks:
@@ -157,10 +162,36 @@ def backend_cluster(backend, quiet: bool):
     # worker would also log it with a traceback; GPUETL_DEBUG=1 shows that one).
     if not os.environ.get("GPUETL_DEBUG"):
         logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
+    # The dashboard's web server starts with the cluster, its pages a moment later (_dashboard).
     with dask.config.set(_profile_settings()), \
             LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=":8787",
-                         silence_logs=logging.ERROR) as cluster:
-        yield cluster
+                         scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR) as cluster:
+        pages = _dashboard(cluster.scheduler)
+        try:
+            yield cluster
+        finally:
+            pages.join()
+
+
+def _dashboard(scheduler) -> threading.Thread:
+    """Add the dashboard's pages to the scheduler's running web server, from a thread. Importing
+    them (bokeh) takes ~0.45 s of one core, which dask spends before the cluster accepts its
+    first task; here it overlaps the first partitions' parsing instead (their kernels release
+    the GIL). The pages are distributed's own (distributed.dashboard.scheduler.connect, what
+    the scheduler calls when it starts with a dashboard)."""
+
+    def attach() -> None:
+        try:
+            from distributed.dashboard import scheduler as pages
+        except ImportError:            # no bokeh: the link is not printed (Executor.dashboard_link)
+            return
+        if scheduler.status.name == "running":
+            scheduler.loop.add_callback(pages.connect, scheduler.http_application, scheduler.http_server,
+                                        scheduler, prefix="/")
+
+    thread = threading.Thread(target=attach, name="gpuetl-dashboard", daemon=True)
+    thread.start()
+    return thread
 
 
 PROFILE_INTERVAL = "100ms"

@@ -81,3 +81,28 @@ def test_local_cluster_samples_profiles_every_100ms_unless_configured():
     with dask.config.set({"distributed.worker.profile.interval": "20ms"}), \
             backend_cluster(CpuBackend(), quiet=True) as cluster:
         assert interval_ms(cluster) == 20
+
+
+def test_local_cluster_serves_the_dashboard():
+    """Its pages are added once bokeh is imported, in the background (executor._dashboard)."""
+    import urllib.error
+    import urllib.request
+
+    from distributed import Client
+
+    from gpuetl.backends.cpu import CpuBackend
+    from gpuetl.runtime.executor import backend_cluster
+
+    with backend_cluster(CpuBackend(), quiet=True) as cluster, Client(cluster) as client:
+        link = Executor(client).dashboard_link
+        assert link and link.endswith("/status")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(link, timeout=5) as page:
+                    body = page.read()
+                break
+            except urllib.error.HTTPError:
+                assert time.monotonic() < deadline, "the dashboard's pages never appeared"
+                time.sleep(0.1)
+        assert page.status == 200 and b"bokeh" in body.lower()
