@@ -109,12 +109,11 @@ class Backend(ABC):
         dropped = ~live & ~bad
         tallies: dict[tuple[int, int], int] = {}
         if dropped.any():
-            stage = self._host_values(df[STAGE])[dropped].astype(np.int64)
+            # stages and statuses are small numbers: count by (stage + 1) * 8 + status, no sort
+            key = (self._host_values(df[STAGE])[dropped].astype(np.int64) + 1) * 8 + status[dropped]
             count = self._host_values(df[COUNT])[dropped].astype(np.int64)
-            keys, where = np.unique(stage << 8 | status[dropped], return_inverse=True)
-            sums = np.zeros(len(keys), dtype=np.int64)
-            np.add.at(sums, where, count)
-            tallies = {(int(key >> 8), int(key & 0xFF)): int(n) for key, n in zip(keys, sums)}
+            sums = np.bincount(key) if (count == 1).all() else _exact_sums(key, count)
+            tallies = {(int(k) // 8 - 1, int(k) % 8): int(sums[k]) for k in np.flatnonzero(sums)}
         return rows, quarantined, tallies
 
     def _host_values(self, col: Any) -> np.ndarray:
@@ -257,3 +256,10 @@ def _literal_type(value) -> str:
     if isinstance(value, float):
         return "float64"
     return "string"
+
+
+def _exact_sums(key: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """np.bincount(key, weights=count) in int64 (bincount's weights are float64)."""
+    sums = np.zeros(int(key.max()) + 1, dtype=np.int64)
+    np.add.at(sums, key, count)
+    return sums

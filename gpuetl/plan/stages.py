@@ -106,14 +106,17 @@ def _read_batch(block, position: int, data, headers: set, segment: Segment, back
     cols, ok, reason = source.parser.parse(text, backend)
     df = backend.xd.DataFrame(cols, index=text.index)
     bad = backend.series(bad_utf8, "bool", index=text.index)
-    reasons = backend.nulls(len(text), "string", index=text.index).mask(bad, "invalid UTF-8")
+    reasons = backend.nulls(len(text), "string", index=text.index)
+    if bool(bad_utf8.any()):         # (masks only where there is something to mark: the common
+        reasons = reasons.mask(bad, "invalid UTF-8")      # batch has no bad record)
     if ok is not None:
         not_ok = ~ok.astype(bool) & ~bad
-        if isinstance(reason, str):
-            reasons = reasons.mask(not_ok, reason)
-        else:
-            reasons = reasons.fillna(reason.where(not_ok))
-        bad = bad | not_ok
+        if bool(not_ok.any()):
+            if isinstance(reason, str):
+                reasons = reasons.mask(not_ok, reason)
+            else:
+                reasons = reasons.fillna(reason.where(not_ok))
+            bad = bad | not_ok
     return _finish_source(df, bad, reasons, text, file_index, offsets, block.extra_bad if last else [],
                           segment, backend)
 
@@ -143,8 +146,9 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
         df, cast_bad, cast_reasons = cast_columns(df, source.casts, backend)
         if cast_bad is not None:
             cast_bad = cast_bad & ~bad
-            reasons = reasons.fillna(cast_reasons.where(cast_bad))
-            bad = bad | cast_bad
+            if bool(cast_bad.any()):
+                reasons = reasons.fillna(cast_reasons.where(cast_bad))
+                bad = bad | cast_bad
     if source.provenance:
         names = backend.series([f.display for f in source.files], "string")
         df["_file"] = names.take(backend.to_host(file_index)).reset_index(drop=True).set_axis(df.index)
@@ -152,10 +156,17 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
     n = len(df)
     df[FILE_INDEX] = backend.series(file_index, "int32", index=df.index)
     df[OFFSET] = backend.series(offsets, "int64", index=df.index)
-    df[STATUS] = backend.series(xp.zeros(n, dtype=xp.int8), "int8", index=df.index).mask(bad, STATUS_QUARANTINED)
+    status = backend.series(xp.zeros(n, dtype=xp.int8), "int8", index=df.index)
+    stage = backend.series(xp.full(n, -1, dtype=xp.int16), "int16", index=df.index)
+    if bool(bad.any()):
+        status, stage = status.mask(bad, STATUS_QUARANTINED), stage.mask(bad, source.index)
+        raw = text.where(bad) if text is not None else _raw_of(as_read, bad, backend)
+    else:
+        raw = backend.nulls(n, "string", index=df.index)
+    df[STATUS] = status
     df[COUNT] = backend.series(xp.ones(n, dtype=xp.int64), "int64", index=df.index)
-    df[STAGE] = backend.series(xp.full(n, -1, dtype=xp.int16), "int16", index=df.index).mask(bad, source.index)
-    df[RAW] = text.where(bad) if text is not None else _raw_of(as_read, bad, backend)
+    df[STAGE] = stage
+    df[RAW] = raw
     df[REASON] = reasons
     df = backend.conform(df, frame_schema(source.schema))
     if extra_bad:
