@@ -19,12 +19,16 @@ ROW = st.fixed_dictionaries({
 })
 
 
-@pytest.fixture
-def colliding_hashes(monkeypatch):
-    """Every row hash keeps 2 bits: unequal rows share shuffle buckets all the time."""
+@pytest.fixture(params=[1, 0x4000_0000_0000_0001])
+def colliding_hashes(monkeypatch, request):
+    """Every row hash keeps 2 bits: unequal rows share hashes all the time. Spread to the top
+    bits too (the second form), the four hashes fall in different slots of advance()'s bitmap,
+    so a hash that was never kept is skipped there while its equals are searched."""
+    spread = np.uint64(request.param)
     monkeypatch.setattr(gpuetl.hashing, "hash_columns",
                         lambda backend, columns, seed=0: real_hash(backend, columns, seed) & backend.xp.uint64(3))
-    monkeypatch.setattr(CpuBackend, "row_hash", lambda self, columns: real_row_hash(self, columns) & np.uint64(3))
+    monkeypatch.setattr(CpuBackend, "row_hash",
+                        lambda self, columns: (real_row_hash(self, columns) & np.uint64(3)) * spread)
 
 
 @pytest.fixture(params=["in order", "all at once"])
@@ -67,6 +71,21 @@ def test_row_hash_is_equal_for_equal_values():
     h = backend.row_hash([floats, texts])
     assert h[0] == h[1] and h[2] == h[3] and len(set(h.tolist())) == 4
     assert h.dtype == np.uint64
+
+
+@settings(max_examples=50, deadline=None)
+@given(kept=st.lists(st.integers(0, 2**64 - 1), max_size=200), seed=st.integers(0, 1000))
+def test_seen_bits_never_miss_a_kept_hash(kept, seed):
+    """advance() searches the runs only for hashes whose bit is set: every kept hash must find
+    its bit set; a random hash never kept mostly finds it clear."""
+    from gpuetl.steps.dedupe import _FILTER_BITS, _set_bits, _test_bits
+
+    bits = np.zeros(1 << (_FILTER_BITS - 3), dtype=np.uint8)
+    _set_bits(bits, np.array(kept, dtype=np.uint64))
+    assert _test_bits(bits, np.array(kept, dtype=np.uint64)).all()
+    fresh = np.random.default_rng(seed).integers(0, 2**63, 1000, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    fresh = fresh[~np.isin(fresh, np.array(kept, dtype=np.uint64))]
+    assert _test_bits(bits, fresh).sum() <= 10
 
 
 @settings(max_examples=50, deadline=None)
