@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
-import threading
 from collections import deque
 from contextlib import contextmanager
 
@@ -162,36 +161,39 @@ def backend_cluster(backend, quiet: bool):
     # worker would also log it with a traceback; GPUETL_DEBUG=1 shows that one).
     if not os.environ.get("GPUETL_DEBUG"):
         logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
-    # The dashboard's web server starts with the cluster, its pages a moment later (_dashboard).
+    # The dashboard's web server starts with the cluster; its pages on the first visit (_dashboard).
     with dask.config.set(_profile_settings()), \
             LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=":8787",
                          scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR) as cluster:
-        pages = _dashboard(cluster.scheduler)
-        try:
-            yield cluster
-        finally:
-            pages.join()
+        _dashboard_on_first_visit(cluster.scheduler)
+        yield cluster
 
 
-def _dashboard(scheduler) -> threading.Thread:
-    """Add the dashboard's pages to the scheduler's running web server, from a thread. Importing
-    them (bokeh) takes ~0.45 s of one core, which dask spends before the cluster accepts its
-    first task; here it overlaps the first partitions' parsing instead (their kernels release
-    the GIL). The pages are distributed's own (distributed.dashboard.scheduler.connect, what
-    the scheduler calls when it starts with a dashboard)."""
+def _dashboard_on_first_visit(scheduler) -> None:
+    """Add the dashboard's pages (distributed's own: distributed.dashboard.scheduler.connect, as
+    the scheduler does when it starts with a dashboard) when someone first opens one. Importing
+    them (bokeh) takes ~0.45 s of a core, which dask spends before the cluster accepts its first
+    task, in every run, watched or not. Until then a catch-all handler, consulted after the
+    server's own routes, adds them, steps aside and sends the browser back to the same page."""
+    from tornado import web
 
-    def attach() -> None:
-        try:
-            from distributed.dashboard import scheduler as pages
-        except ImportError:            # no bokeh: the link is not printed (Executor.dashboard_link)
-            return
-        if scheduler.status.name == "running":
-            scheduler.loop.add_callback(pages.connect, scheduler.http_application, scheduler.http_server,
-                                        scheduler, prefix="/")
+    router = scheduler.http_application
 
-    thread = threading.Thread(target=attach, name="gpuetl-dashboard", daemon=True)
-    thread.start()
-    return thread
+    class FirstVisit(web.RequestHandler):
+        def get(self, *args):
+            if waiting in router.applications:
+                router.applications.remove(waiting)
+                try:
+                    from distributed.dashboard import scheduler as pages
+                except ImportError:
+                    self.set_status(404)
+                    self.finish("the dashboard needs bokeh: pip install 'bokeh>=3.1'")
+                    return
+                pages.connect(router, scheduler.http_server, scheduler, prefix="/")
+            self.redirect(self.request.uri)
+
+    waiting = web.Application([(r"/.*", FirstVisit)])
+    router.add_application(waiting)
 
 
 PROFILE_INTERVAL = "100ms"

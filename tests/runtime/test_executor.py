@@ -83,26 +83,32 @@ def test_local_cluster_samples_profiles_every_100ms_unless_configured():
         assert interval_ms(cluster) == 20
 
 
-def test_local_cluster_serves_the_dashboard():
-    """Its pages are added once bokeh is imported, in the background (executor._dashboard)."""
-    import urllib.error
-    import urllib.request
+def test_local_cluster_serves_the_dashboard_from_the_first_visit():
+    """bokeh is imported only when someone opens the dashboard (executor._dashboard_on_first_visit);
+    then every page is served. In a fresh process, so that no other test has imported bokeh."""
+    import subprocess
+    import sys
 
-    from distributed import Client
+    code = """if True:
+        import sys, urllib.request
+        from distributed import Client
+        from gpuetl.backends.cpu import CpuBackend
+        from gpuetl.runtime.executor import Executor, backend_cluster
 
-    from gpuetl.backends.cpu import CpuBackend
-    from gpuetl.runtime.executor import backend_cluster
-
-    with backend_cluster(CpuBackend(), quiet=True) as cluster, Client(cluster) as client:
-        link = Executor(client).dashboard_link
-        assert link and link.endswith("/status")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(link, timeout=5) as page:
-                    body = page.read()
-                break
-            except urllib.error.HTTPError:
-                assert time.monotonic() < deadline, "the dashboard's pages never appeared"
-                time.sleep(0.1)
-        assert page.status == 200 and b"bokeh" in body.lower()
+        with backend_cluster(CpuBackend(), quiet=True) as cluster, Client(cluster) as client:
+            assert client.submit(sum, [1, 2]).result() == 3
+            before = "bokeh" in sys.modules
+            link = Executor(client).dashboard_link
+            with urllib.request.urlopen(link, timeout=30) as page:
+                status = (page.status, page.geturl(), b"bokeh" in page.read().lower())
+            with urllib.request.urlopen(link.replace("/status", "/individual-task-stream"), timeout=30) as page:
+                other = (page.status, b"bokeh" in page.read().lower())
+            with urllib.request.urlopen(link.replace("/status", "/health"), timeout=30) as page:
+                health = page.read()
+            print(before, link, status, other, health)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, link, *rest = out.stdout.split(" ", 2)
+    assert before == "False" and link.endswith("/status")
+    assert rest[0].strip() == f"(200, '{link}', True) (200, True) b'ok'"
