@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     src = ensure_input(Path(args.data), parse_size(args.size), args.seed, 0)
     lines = warm_and_count(src)
-    results_dir = Path(args.json).parent
+    results_dir = Path(args.json).resolve().parent     # absolute: gpuetl resolves a relative sink.path
+    #                                                     against the pipeline file's folder
     results_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for name, sets in VARIANTS.items():
