@@ -180,8 +180,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     # partitions are still running.
     presorted = layout.in_input_order
     stream = presorted and executor.shares_files
-    # streamed in this process: global steps are settled partition by partition, so writing
-    # overlaps parsing (docs/design.md, "Global steps without moving rows")
+    # Streamed and in this process, global steps are settled partition by partition, so writing
+    # overlaps parsing (docs/design.md, "Global steps without moving rows").
     parts = build_partitions(plan, backend, in_order=stream and executor.in_process)
     if finished:
         log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
