@@ -1142,7 +1142,7 @@ _ARITH = {
 
 def _eval_binop(node: BinOp, ctx: _EvalCtx):
     typ = ctx.type_of(node)
-    lt, _rt = ctx.type_of(node.left), ctx.type_of(node.right)
+    lt = ctx.type_of(node.left)
     l, r = ctx.eval(node.left), ctx.eval(node.right)
     if _is_scalar(l) and _is_scalar(r):
         l = ctx.full(l, lt)
