@@ -19,7 +19,7 @@ import gpuetl
 from gpuetl.backends.cpu import CpuBackend
 from gpuetl.sources.files import resolve_inputs
 from gpuetl.sources import ranges as ranges_module
-from gpuetl.sources.ranges import ByteRange, plan_partitions, read_range
+from gpuetl.sources.ranges import TAPER, ByteRange, plan_partitions, read_range
 
 BACKEND = CpuBackend()
 
@@ -63,7 +63,8 @@ def check_cover(files, partitions, blocksize):
             assert a.offset + a.length == b.offset
         assert mine[-1].offset + mine[-1].length == f.size
         assert all(0 < r.length <= blocksize for r in mine)
-        assert len(mine) == math.ceil(f.size / blocksize)
+        blocks = math.ceil(f.size / blocksize)           # the last TAPER blocks may be halved
+        assert blocks <= len(mine) <= blocks + TAPER
     # ranges stay in file order, files in sorted order
     assert [(r.file_index, r.offset) for r in ranges] == sorted((r.file_index, r.offset) for r in ranges)
 
@@ -211,15 +212,21 @@ def test_many_small_files_are_grouped(tmp_path):
 
 
 def test_big_file_split_in_ceil_size_over_blocksize(tmp_path):
+    """ceil(size / blocksize) blocks; from four blocks on, the last two, when more than half a
+    block each, are halved (taper)."""
     body = b"".join(b"record %05d\n" % i for i in range(1000))     # 13 000 bytes
     (tmp_path / "big.log").write_bytes(body)
     files = resolve_inputs(["big.log"], tmp_path, "infer")
-    for blocksize in (1000, 4096, 12_999, 13_000, 50_000):
+    # 1000: 13 blocks, the last two (1000 each) halved; 4096: 4 blocks, the last (712) is not
+    # more than half a block; 12_999: 2 blocks, too few to taper
+    for blocksize, count in ((1000, 15), (4096, 5), (12_999, 2), (13_000, 1), (50_000, 1)):
         parts = plan_partitions(files, blocksize)
-        assert len(parts) == math.ceil(len(body) / blocksize)
+        assert len(parts) == count
         got = read_all(files, blocksize)
         assert len(got) == 1000
         assert got[0] == (0, 0, "record 00000") and got[-1] == (0, 12_987, "record 00999")
+    halves = [p.ranges[0] for p in plan_partitions(files, 1000)[-4:]]
+    assert [(r.offset, r.length) for r in halves] == [(11_000, 500), (11_500, 500), (12_000, 500), (12_500, 500)]
 
 
 def test_empty_file_is_one_range_with_no_records(tmp_path):
