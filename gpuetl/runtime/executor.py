@@ -161,7 +161,8 @@ def backend_cluster(backend, quiet: bool):
     # worker would also log it with a traceback; GPUETL_DEBUG=1 shows that one).
     if not os.environ.get("GPUETL_DEBUG"):
         logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
-    # The dashboard's web server starts with the cluster; its pages on the first visit (_dashboard).
+    # The dashboard's web server starts with the cluster; its pages on the first visit
+    # (_dashboard_on_first_visit).
     with dask.config.set(_profile_settings()), \
             LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=":8787",
                          scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR) as cluster:

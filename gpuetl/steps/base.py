@@ -35,7 +35,8 @@ class Step:
     # May run on a frame that still holds rows that already left (dropped by an earlier step,
     # quarantined at the source), so the stage runner need not copy the live rows out first:
     # transform and keep must leave such rows be (run_steps ignores keep's verdict on them) and
-    # the step must not quarantine. Filters and the global steps qualify.
+    # the step must not quarantine. Filters, the global steps and the column-only steps (select,
+    # drop, rename) qualify.
     sees_dropped: ClassVar[bool] = False
 
     def __init__(self, params: BaseModel):
