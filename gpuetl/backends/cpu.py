@@ -439,10 +439,25 @@ def _plain_integers(arr: pa.Array, type_name: str) -> pa.Array | None:
         result = pc.cast(arr, ARROW_TYPES[type_name])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    odd = pc.match_substring(arr, "x", ignore_case=True)
-    if type_name in UINT_TYPES:
-        odd = pc.or_(odd, pc.match_substring(arr, "-"))
-    return None if pc.any(odd).as_py() else result
+    odd = (b"x", b"X", b"-") if type_name in UINT_TYPES else (b"x", b"X")
+    return None if _has_any_byte(arr, odd) else result
+
+
+def _has_any_byte(arr: pa.Array, chars: tuple[bytes, ...]) -> bool:
+    """Whether any value holds one of these bytes: one scan of the values' bytes (Arrow's
+    case-insensitive match_substring runs RE2 over each value, ~25x slower). Bytes under null
+    slots count too: a false alarm only sends the column down the careful path."""
+    if isinstance(arr, pa.ChunkedArray):
+        return any(_has_any_byte(chunk, chars) for chunk in arr.chunks)
+    if not len(arr):
+        return False
+    width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=width)[arr.offset: arr.offset + len(arr) + 1]
+    if data_buf is None or offsets[-1] == offsets[0]:
+        return False
+    data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0]: offsets[-1]]
+    return bool(np.isin(data, np.frombuffer(b"".join(chars), dtype=np.uint8)).any())
 
 
 def strict_strptime(values: pa.Array, fmt: str, zone: str) -> pa.Array:

@@ -34,6 +34,7 @@ def test_integer_columns_arrow_reads_alone_follow_the_same_rules():
     ('0x' hex; '-0' as unsigned) still goes the careful way."""
     assert cast(["12", "-3", "007", None], "int16") == ([12, -3, 7, None], [False, False, False, False])
     assert cast(["0x1A", "12"], "int64") == ([None, 12], [True, False])
+    assert cast(["0X1A", "12"], "int64") == ([None, 12], [True, False])
     assert cast(["-0", "5"], "uint8") == ([None, 5], [True, False])
     assert cast(["40000", "5"], "int16") == ([None, 5], [True, False])
 
@@ -109,3 +110,14 @@ def test_daylight_saving_edges_are_resolved_not_dropped():
     assert bad == [False, False]
     assert got[0] == dt.datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
     assert got[1] == dt.datetime(2026, 3, 29, 1, 0, tzinfo=UTC)          # moved to 03:00 local
+
+
+def test_the_plain_integer_scan_reads_only_the_values_of_a_sliced_column():
+    """The byte scan behind the fast path looks at the slice's own bytes, not its neighbours'."""
+    from gpuetl.backends.cpu import _has_any_byte
+
+    arr = pa.array(["0x1", "12", "-3", "x"])
+    assert not _has_any_byte(arr.slice(1, 2), (b"x", b"X"))
+    assert _has_any_byte(arr.slice(1, 2), (b"-",))
+    assert _has_any_byte(pa.chunked_array([arr.slice(1, 1), arr.slice(3)]), (b"x",))
+    assert not _has_any_byte(pa.array([], pa.string()), (b"x",))
