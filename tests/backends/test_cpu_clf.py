@@ -47,6 +47,25 @@ def test_generated_logs_equal_regex(tmp_path):
     _check(path.read_text().splitlines(), "apache_combined")
 
 
+def test_lines_the_single_pass_leaves_are_put_back_in_their_places():
+    """extract_clf reads usual requests in one pass and hands the other lines to the two-regex
+    path: their values must land on their own rows, with the presets' nulls ('' and '-')."""
+    rule = preset("apache_combined")
+    usual = '1.2.3.4 - u{} [10/Oct/2026:13:55:36 -0700] "GET /p{} HTTP/1.1" 200 {} "-" "ua"'
+    odd = ['::1 - - [t] "-" 400 - "-" "-"', "garbage", '1.2.3.4 a b [t] "\\x16\\x03" 400 0 "r" ""']
+    lines = [usual.format(i, i, i) for i in range(40)]
+    for at, line in zip((0, 17, 39), odd):
+        lines[at] = line
+    arr = pa.array(lines, pa.string())
+    cols, matched = extract_clf(arr, rule.regex, tuple(rule.columns), null_empty=True, null_dash=True)
+    expected = pc.extract_regex(arr, pattern=rule.regex)
+    assert list(matched) == expected.is_valid().to_pylist() and matched.sum() == 39
+    for column in rule.columns:
+        want = [None if v in ("", "-") else v for v in pc.struct_field(expected, column).to_pylist()]
+        assert cols[column].to_pylist() == want, column
+    assert cols["user"][5].as_py() == "u5" and cols["method"][0].as_py() is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.text(alphabet='ab\\" []-1/\tÄ\u00a0\u0663', max_size=40).map(
     lambda s: '1.2.3.4 - - [t] "' + s + '" 200 3 "' + s[::-1] + '" "' + s + '"'), max_size=20))
