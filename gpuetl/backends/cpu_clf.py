@@ -116,6 +116,17 @@ def _finish(frame, names: tuple[str, ...], null_empty: bool, null_dash: bool) ->
     """The captures as Arrow strings, with RE2's "" for request parts that did not take part
     and the presets' nulls."""
     pl = polars()
+    if null_empty:          # the presets' way: "" (and a request part that did not take part) is null
+        keep = []
+        for name in names:
+            col = pl.col(name)
+            valid = col.str.len_bytes() > 0
+            if null_dash:
+                valid = valid & (col != "-")
+            keep.append(valid.fill_null(False).alias(name))
+        values, valid = frame.select(list(names)).to_arrow(), frame.select(keep).to_arrow()
+        return {name: _with_validity(one_array(values.column(name)), one_array(valid.column(name)))
+                for name in names}
     exprs = []
     for name in names:
         col = pl.col(name)
@@ -129,6 +140,20 @@ def _finish(frame, names: tuple[str, ...], null_empty: bool, null_dash: bool) ->
         exprs.append((pl.when(~drop).then(col) if drop is not None else col).alias(name))
     table = frame.select(exprs).to_arrow()
     return {name: one_array(table.column(name)).cast(pa.string()) for name in names}
+
+
+def _with_validity(values: pa.Array, valid: pa.Array) -> pa.Array:
+    """values (polars' large strings) as Arrow strings, null where `valid` is false. The bytes
+    stay where they are and `valid`'s bits become the validity: a masking expression in polars
+    and its export cost ~1/3 more (about 0.4 s of a core on 1 GB of access logs)."""
+    n = len(values)
+    if pa.types.is_large_string(values.type) and n and not valid.offset and not valid.null_count:
+        _, offsets_buf, data = values.buffers()
+        offsets = np.frombuffer(offsets_buf, dtype=np.int64)[values.offset: values.offset + n + 1]
+        if data is not None and offsets[-1] < 2**31:
+            return pa.Array.from_buffers(pa.string(), n, [valid.buffers()[1], pa.py_buffer(offsets.astype(np.int32)),
+                                                          data])
+    return pc.if_else(valid, values, pa.scalar(None, values.type)).cast(pa.string())
 
 
 CLF_TIME_FORMAT = "%d/%b/%Y:%H:%M:%S %z"

@@ -26,25 +26,33 @@ EDGE_LINES = [
 ]
 
 
-def _check(lines, name):
+def _check(lines, name, nulls=False):
+    """With `nulls`, as the CPU backend calls it: "" and "-" become null (the presets' no value)."""
     rule = preset(name)
     arr = pa.array(lines, pa.string())
-    cols, matched = extract_clf(arr, rule.regex, tuple(rule.columns))
+    cols, matched = extract_clf(arr, rule.regex, tuple(rule.columns), null_empty=nulls, null_dash=nulls)
     expected = pc.extract_regex(arr, pattern=rule.regex)
     assert list(matched) == expected.is_valid().to_pylist()
     for column in rule.columns:
-        assert cols[column].to_pylist() == pc.struct_field(expected, column).to_pylist(), column
+        want = pc.struct_field(expected, column).to_pylist()
+        if nulls:
+            want = [None if v in ("", "-") else v for v in want]
+        assert cols[column].to_pylist() == want, column
+        assert cols[column].type == pa.string()
+        cols[column].validate(full=True)
 
 
+@pytest.mark.parametrize("nulls", [False, True])
 @pytest.mark.parametrize("name", ["apache_combined", "apache_common", "nginx_combined"])
-def test_edge_lines_equal_regex(name):
-    _check(EDGE_LINES, name)
+def test_edge_lines_equal_regex(name, nulls):
+    _check(EDGE_LINES, name, nulls)
 
 
 def test_generated_logs_equal_regex(tmp_path):
     path = tmp_path / "a.log"
     write_access_logs(path, lines=5000, seed=3, bad_every=97)
     _check(path.read_text().splitlines(), "apache_combined")
+    _check(path.read_text().splitlines(), "apache_combined", nulls=True)
 
 
 def test_lines_the_single_pass_leaves_are_put_back_in_their_places():
@@ -71,6 +79,7 @@ def test_lines_the_single_pass_leaves_are_put_back_in_their_places():
     lambda s: '1.2.3.4 - - [t] "' + s + '" 200 3 "' + s[::-1] + '" "' + s + '"'), max_size=20))
 def test_random_quoted_fields_equal_regex(lines):
     _check(lines, "apache_combined")
+    _check(lines, "apache_combined", nulls=True)
 
 
 from gpuetl.backends.cpu_clf import CLF_TIME_FORMAT, parse_clf_time  # noqa: E402
@@ -161,3 +170,15 @@ def test_polars_runs_one_thread_per_task_unless_told(env, expected):
     clean = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(expected)
+
+
+def test_validity_is_laid_over_the_strings_without_moving_them():
+    """_with_validity: a sliced large-string column keeps its own values; a mask with nulls (or
+    an empty column) takes the copying path and gives the same answer."""
+    from gpuetl.backends.cpu_clf import _with_validity
+
+    values = pa.array(["a", "-", "c", "dd"], pa.large_string()).slice(1)
+    got = _with_validity(values, pa.array([False, True, True]))
+    assert got.type == pa.string() and got.to_pylist() == [None, "c", "dd"]
+    assert _with_validity(values, pa.array([True, None, True])).to_pylist() == ["-", None, "dd"]
+    assert _with_validity(pa.array([], pa.large_string()), pa.array([], pa.bool_())).to_pylist() == []
