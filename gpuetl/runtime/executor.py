@@ -163,19 +163,22 @@ def backend_cluster(backend, quiet: bool):
         logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
     # The dashboard's web server starts with the cluster; its pages on the first visit
     # (_dashboard_on_first_visit).
-    with dask.config.set(_profile_settings()), \
+    settings, profile_later = _profile_settings()
+    with dask.config.set(settings), \
             LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=":8787",
                          scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR) as cluster:
-        _dashboard_on_first_visit(cluster.scheduler)
+        workers = list(cluster.workers.values()) if profile_later else []
+        _dashboard_on_first_visit(cluster.scheduler, workers)
         yield cluster
 
 
-def _dashboard_on_first_visit(scheduler) -> None:
+def _dashboard_on_first_visit(scheduler, profiled_workers: list = ()) -> None:
     """Add the dashboard's pages (distributed's own: distributed.dashboard.scheduler.connect, as
-    the scheduler does when it starts with a dashboard) when someone first opens one. Importing
-    them (bokeh) takes ~0.45 s of a core, which dask spends before the cluster accepts its first
-    task, in every run, watched or not. Until then a catch-all handler, consulted after the
-    server's own routes, adds them, steps aside and sends the browser back to the same page."""
+    the scheduler does when it starts with a dashboard) when someone first opens one, and start
+    the profilers of `profiled_workers` then (_start_profiling). Importing the pages (bokeh) takes
+    ~0.45 s of a core, which dask spends before the cluster accepts its first task, in every run,
+    watched or not. Until then a catch-all handler, consulted after the server's own routes, adds
+    them, steps aside and sends the browser back to the same page."""
     from tornado import web
 
     router = scheduler.http_application
@@ -191,6 +194,7 @@ def _dashboard_on_first_visit(scheduler) -> None:
                     self.finish("the dashboard needs bokeh: pip install 'bokeh>=3.1'")
                     return
                 pages.connect(router, scheduler.http_server, scheduler, prefix="/")
+                _start_profiling(profiled_workers)
             self.redirect(self.request.uri)
 
     waiting = web.Application([(r"/.*", FirstVisit)])
@@ -198,11 +202,38 @@ def _dashboard_on_first_visit(scheduler) -> None:
 
 
 PROFILE_INTERVAL = "100ms"
+_PROFILE = "distributed.worker.profile."
 
 
-def _profile_settings() -> dict:
-    """The dashboard's statistical profiler samples every task thread's stack, holding the GIL,
-    every 10 ms by default: on a 2-core machine that cost ~10% of a run. Sampling every 100 ms
-    keeps the Profile page useful; an interval other than the default is left alone."""
-    key = "distributed.worker.profile.interval"
-    return {key: PROFILE_INTERVAL} if dask.config.get(key, "10ms") in ("10ms", "10 ms") else {}
+def _profile_settings() -> tuple[dict, bool]:
+    """(dask settings for the local cluster, whether its profilers start on the first dashboard
+    visit). The dashboard's statistical profiler samples every task thread's stack, holding the
+    GIL, every 10 ms by default: on a 2-core machine that cost ~10% of a run. Sampling every
+    100 ms keeps the Profile page useful, and it starts when someone first opens the dashboard
+    (~2% of an unwatched 1 GB run on two cores). An interval other than the default, or
+    profiling switched off or on explicitly, is left alone."""
+    settings = {}
+    if dask.config.get(_PROFILE + "interval", "10ms") in ("10ms", "10 ms"):
+        settings[_PROFILE + "interval"] = PROFILE_INTERVAL
+    later = dask.config.get(_PROFILE + "enabled", True) is True and "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED" \
+        not in os.environ
+    if later:
+        settings[_PROFILE + "enabled"] = False
+    return settings, later
+
+
+def _start_profiling(workers: list) -> None:
+    """What distributed.Worker sets up at start when distributed.worker.profile.enabled: one
+    callback samples the task threads' stacks, the other files the samples by time. Runs on the
+    workers' event loop (the dashboard's request handler, the same loop on the local cluster)."""
+    from dask.utils import parse_timedelta
+    from tornado.ioloop import PeriodicCallback
+
+    every = {"profile": parse_timedelta(dask.config.get(_PROFILE + "interval"), default="ms"),
+             "profile-cycle": parse_timedelta(dask.config.get(_PROFILE + "cycle"), default="ms")}
+    for worker in workers:
+        if "profile" in worker.periodic_callbacks:
+            continue
+        for name, callback in (("profile", worker.trigger_profile), ("profile-cycle", worker.cycle_profile)):
+            worker.periodic_callbacks[name] = timer = PeriodicCallback(callback, every[name] * 1000)
+            timer.start()

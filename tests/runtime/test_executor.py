@@ -67,20 +67,39 @@ def test_tasks_sharing_work_run_it_once(client):
     assert calls == ["shared"]
 
 
-def test_local_cluster_samples_profiles_every_100ms_unless_configured():
-    """The dashboard profiler's 10 ms default cost ~10% of a run on two cores (docs/design.md)."""
+def test_local_cluster_profiles_from_the_first_dashboard_visit_every_100ms_unless_configured():
+    """The dashboard profiler's 10 ms default cost ~10% of a run on two cores, and sampling at
+    all ~2% of an unwatched one (docs/design.md): it starts when the dashboard is first opened,
+    every 100 ms; an interval or a switch the user set is theirs."""
+    import urllib.request
+
+    from distributed import Client
+
     from gpuetl.backends.cpu import CpuBackend
-    from gpuetl.runtime.executor import backend_cluster
+    from gpuetl.runtime.executor import Executor, backend_cluster
 
-    def interval_ms(cluster):
+    def profiler(cluster):
         worker = next(iter(cluster.workers.values()))
-        return worker.periodic_callbacks["profile"].callback_time
+        timer = worker.periodic_callbacks.get("profile")
+        return timer and (timer.callback_time, timer.is_running())
 
-    with backend_cluster(CpuBackend(), quiet=True) as cluster:
-        assert interval_ms(cluster) == 100
+    with backend_cluster(CpuBackend(), quiet=True) as cluster, Client(cluster) as client:
+        assert profiler(cluster) is None
+        with urllib.request.urlopen(Executor(client).dashboard_link, timeout=30) as page:
+            assert page.status == 200
+        assert profiler(cluster) == (100, True)
+        worker = next(iter(cluster.workers.values()))
+        assert worker.periodic_callbacks["profile-cycle"].is_running()
     with dask.config.set({"distributed.worker.profile.interval": "20ms"}), \
-            backend_cluster(CpuBackend(), quiet=True) as cluster:
-        assert interval_ms(cluster) == 20
+            backend_cluster(CpuBackend(), quiet=True) as cluster, Client(cluster) as client:
+        with urllib.request.urlopen(Executor(client).dashboard_link, timeout=30) as page:
+            assert page.status == 200
+        assert profiler(cluster) == (20, True)
+    with dask.config.set({"distributed.worker.profile.enabled": False}), \
+            backend_cluster(CpuBackend(), quiet=True) as cluster, Client(cluster) as client:
+        with urllib.request.urlopen(Executor(client).dashboard_link, timeout=30) as page:
+            assert page.status == 200
+        assert profiler(cluster) is None
 
 
 def test_local_cluster_serves_the_dashboard_from_the_first_visit():
