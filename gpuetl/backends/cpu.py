@@ -35,6 +35,18 @@ def _chunked(col: pd.Series) -> pa.ChunkedArray:
     return arr if isinstance(arr, pa.ChunkedArray) else pa.chunked_array([arr])
 
 
+def _scratch_pool() -> pa.MemoryPool:
+    """Arrow's mimalloc pool, for a batch's short-lived buffers that the same thread frees (the
+    trimmed lines: the parser reads them, the batch drops them). A kernel that shrinks its output
+    at the end reallocates, and the system allocator, which in-order runs use (cli.py), reallocates
+    aligned memory by allocating afresh and copying: utf8_rtrim of a 16 MiB batch took ~7 ms with
+    it and ~1.6 ms with mimalloc, which also reuses the previous batch's pages."""
+    try:
+        return pa.mimalloc_memory_pool()
+    except NotImplementedError:      # a pyarrow built without mimalloc
+        return pa.default_memory_pool()
+
+
 def _bool_mask(arr: pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
 
@@ -131,7 +143,7 @@ class CpuBackend(Backend):
             bad = np.zeros(len(starts), dtype=bool)
         except pa.ArrowInvalid:
             text, bad = self._decode_slowly(raw, string_type)
-        text = pc.utf8_rtrim(text, characters="\r\n")
+        text = pc.utf8_rtrim(text, characters="\r\n", memory_pool=_scratch_pool())
         keep = _bool_mask(pc.greater(pc.binary_length(text), 0))
         if not keep.all():           # blank lines are not records (a filter copies every byte)
             text = text.filter(pa.array(keep))
