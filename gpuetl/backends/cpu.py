@@ -166,8 +166,9 @@ class CpuBackend(Backend):
         return pa.array(values, type=string_type), np.array(bad, dtype=bool)
 
     def extract_fields(self, text, regex, names, *, kernel=None, dash_is_null=False):
-        """In Arrow: no pandas round trip per column (this is the parser's hot path)."""
-        arr = _arrow(text)
+        """In Arrow: no pandas round trip per column (this is the parser's hot path). The text
+        may be several batches' (chunks, not joined): each is read on its own."""
+        arr = _chunked(text)
         if kernel in ("clf", "combined") and polars_available():
             cols, matched = extract_clf(arr, regex, names, null_empty=True, null_dash=dash_is_null)
         else:

@@ -6,8 +6,9 @@ preset's alternation (a usual `METHOD PATH PROTOCOL` request or any quoted text)
 regex engine, so it is taken apart: one regex with the usual request only reads nearly every
 line; the lines it leaves get, as on the GPU, the whole line with the request as one quoted
 field, then `METHOD PATH PROTOCOL` on the request alone. Both ways give exactly what the
-alternation gives (both alternatives end at the first unescaped quote). Rust's `\\S` and `\\d` are Unicode-aware, RE2's are ASCII: the classes are spelt out so
-the captures equal pyarrow's extract_regex byte for byte (tests/backends/test_cpu_clf.py).
+alternation gives (both alternatives end at the first unescaped quote). Rust's `\\S` and `\\d`
+are Unicode-aware, RE2's are ASCII: the classes are spelt out so the captures equal pyarrow's
+extract_regex byte for byte (tests/backends/test_cpu_clf.py).
 """
 
 from __future__ import annotations
@@ -32,12 +33,21 @@ def polars_available() -> bool:
     return importlib.util.find_spec("polars") is not None
 
 
+POLARS_JEMALLOC = "oversize_threshold:0,dirty_decay_ms:5000,muzzy_decay_ms:5000"
+
+
 def polars():
-    """polars, its thread pool sized to one thread unless POLARS_MAX_THREADS says otherwise (only
-    possible before polars is first imported): gpuetl already runs a task per core, and a polars
-    pool per task oversubscribes the cores (measured 12% slower on 1 GB with two cores)."""
+    """polars, set up before its first import (later is too late) unless the environment says
+    otherwise: its thread pool sized to one thread (POLARS_MAX_THREADS): gpuetl already runs a
+    task per core, and a polars pool per task oversubscribes the cores (measured 12% slower on
+    1 GB with two cores); and its allocator (jemalloc, _RJEM_MALLOC_CONF, which polars appends to
+    its own defaults of 0.5-1 s) keeping freed pages a few seconds and large blocks with the rest:
+    a partition's columns are exported in blocks of 8-35 MiB, which jemalloc otherwise hands back
+    to the kernel at once, so each one was faulted in afresh (1 GB filter + dedupe: ~35% more
+    page faults, ~0.8 s more system time)."""
     if "polars" not in sys.modules:
         os.environ.setdefault("POLARS_MAX_THREADS", "1")
+        os.environ.setdefault("_RJEM_MALLOC_CONF", POLARS_JEMALLOC)
     import polars as pl
 
     return pl
@@ -76,27 +86,43 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], null_empty: b
                 null_dash: bool = False) -> tuple[dict, np.ndarray]:
     """({name: pa.StringArray}, matched) with the values pc.extract_regex(arr, regex) gives; with
     null_empty, empty values become null, and with null_dash '-' too (the presets' "no value").
+    `arr` may be a ChunkedArray (a partition's parse batches); each column comes back as one
+    Array all the same.
 
     One pass of standard_regex takes the lines whose request has the usual form (nearly all of
     them: 27% faster than the two regexes on 1 GB of access logs); only the lines it leaves go
     through the two regexes (outer_regex, then REQUEST_RE on the request)."""
     pl = polars()
-    lines = pl.from_arrow(arr) if len(arr) else pl.Series([], dtype=pl.String)
+    chunks = [_polars_lines(c) for c in (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])] \
+        or [_polars_lines(pa.array([], pa.string()))]
     single = standard_regex(regex)
     if single is None or not any(n in REQUEST_PARTS for n in names):
-        return _two_regexes(lines, regex, names, null_empty, null_dash)
-    frame = pl.DataFrame({"line": lines}).select(
-        pl.col("line").str.extract_groups(_ascii_classes(single)).alias("g")).unnest("g")
+        return _two_regexes(_joined(chunks), regex, names, null_empty, null_dash)
+    # chunk by chunk (a partition's parse batches: cache-sized temporaries), then joined in
+    # polars, which moves only 16-byte views, so that each column is exported as one piece
+    frames = [pl.DataFrame({"line": lines}).select(
+        pl.col("line").str.extract_groups(_ascii_classes(single)).alias("g")).unnest("g") for lines in chunks]
+    frame = frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True)
     matched = frame.get_column("ip").is_not_null().to_numpy()
     out = _finish(frame, names, null_empty, null_dash)
     if matched.all():
         return out, matched
     rest = ~matched
-    others, others_matched = _two_regexes(lines.filter(pl.Series(rest)), regex, names, null_empty, null_dash)
+    others, others_matched = _two_regexes(_joined(chunks).filter(pl.Series(rest)), regex, names, null_empty,
+                                          null_dash)
     mask = pa.array(rest)
     out = {name: pc.replace_with_mask(out[name], mask, others[name]) for name in names}
     matched[rest] = others_matched
     return out, matched
+
+
+def _polars_lines(arr: pa.Array):
+    pl = polars()
+    return pl.from_arrow(arr) if len(arr) else pl.Series([], dtype=pl.String)
+
+
+def _joined(chunks: list):
+    return chunks[0] if len(chunks) == 1 else polars().concat(chunks)
 
 
 def _two_regexes(lines, regex: str, names: tuple[str, ...], null_empty: bool, null_dash: bool):

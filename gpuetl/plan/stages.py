@@ -66,24 +66,31 @@ def frame_schema(schema: Schema) -> Schema:
 # -- the source stage ---------------------------------------------------------------------------
 
 def read_partition(partition: Partition, segment: Segment, backend):
-    """Read one partition's byte ranges and run the segment's stages on it, batch by batch (the
-    backend's batch size: cache-sized on the CPU, the whole block on a GPU)."""
+    """Read one partition's byte ranges and run the segment's stages on it. Lines are split batch
+    by batch (the backend's batch size: cache-sized on the CPU, the whole block on a GPU); a
+    parser that takes a partition's batches at once (`whole_partition`: the log presets' kernel)
+    then parses them together, the others batch by batch."""
     source = segment.source
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     block = backend.read_block(source.files, partition.ranges)
     headers = {rng.file_index for rng in partition.ranges if rng.offset == 0} if source.skip_header else set()
     batches = backend.batches(block.data)
-    frames = [_read_batch(block, position, data, headers, segment, backend, last=i == len(batches) - 1)
-              for i, (position, data) in enumerate(batches)]
-    whole = frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
+    if getattr(source.parser, "whole_partition", False) and len(batches) > 1:
+        pieces = [_split_batch(block, position, data, headers, backend) for position, data in batches]
+        whole = _parse_lines(*_join_pieces(pieces, backend), block.extra_bad, segment, backend)
+    else:
+        frames = [_parse_lines(*_split_batch(block, position, data, headers, backend),
+                               block.extra_bad if i == len(batches) - 1 else [], segment, backend)
+                  for i, (position, data) in enumerate(batches)]
+        whole = frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
     return run_steps(whole, segment, backend)
 
 
-def _read_batch(block, position: int, data, headers: set, segment: Segment, backend, last: bool):
-    """Split, parse and type one batch of whole lines that starts at `position` in the block.
-    `headers`: files whose first record (a csv header) is still to be skipped; emptied as found."""
-    source = segment.source
+def _split_batch(block, position: int, data, headers: set, backend):
+    """(text, file index, offset, bad UTF-8) of the records in one batch of whole lines that
+    starts at `position` in the block. `headers`: files whose first record (a csv header) is
+    still to be skipped; emptied as found."""
     xp = backend.xp
     lines = backend.split_lines(data, position)
     pos = xp.asarray(block.seg_pos, dtype=xp.int64)
@@ -102,7 +109,19 @@ def _read_batch(block, position: int, data, headers: set, segment: Segment, back
         text = text[body].reset_index(drop=True)
         body = xp.asarray(body)
         file_index, offsets, bad_utf8 = file_index[body], offsets[body], bad_utf8[body]
+    return text, file_index, offsets, bad_utf8
 
+
+def _join_pieces(pieces: list, backend):
+    """The batches' records as one run: the texts joined without a copy (one chunk each)."""
+    xp = backend.xp
+    text = backend.concat([p[0] for p in pieces]).reset_index(drop=True)
+    return (text, *(xp.concatenate([p[k] for p in pieces]) for k in (1, 2, 3)))
+
+
+def _parse_lines(text, file_index, offsets, bad_utf8, extra_bad, segment: Segment, backend):
+    """Parse and type records (one batch's, or a partition's), with their bookkeeping."""
+    source = segment.source
     cols, ok, reason = source.parser.parse(text, backend)
     df = backend.xd.DataFrame(cols, index=text.index)
     bad = backend.series(bad_utf8, "bool", index=text.index)
@@ -117,8 +136,7 @@ def _read_batch(block, position: int, data, headers: set, segment: Segment, back
             else:
                 reasons = reasons.fillna(reason.where(not_ok))
             bad = bad | not_ok
-    return _finish_source(df, bad, reasons, text, file_index, offsets, block.extra_bad if last else [],
-                          segment, backend)
+    return _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment, backend)
 
 
 def _read_parquet_partition(partition: Partition, segment: Segment, backend):

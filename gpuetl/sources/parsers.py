@@ -39,6 +39,14 @@ class RegexParser:
     def schema(self) -> Schema:
         return {name: "string" for name in self.names}
 
+    @property
+    def whole_partition(self) -> bool:
+        """With a kernel (the log presets'), a partition's batches are parsed at once: the kernel
+        reads them one by one but hands back each column in one piece, so the partition's frame,
+        its live rows and the Parquet row groups cut from them are not pieced together by copying
+        (plan/stages.py: read_partition)."""
+        return self.kernel is not None
+
     def parse(self, text, backend):
         if self.strip:
             text = text.str.strip()

@@ -1,4 +1,5 @@
-"""The source stage parses a partition batch by batch: the result never depends on the batch size."""
+"""The source stage splits a partition batch by batch (and parses it so, or at once): the result never
+depends on the batch size."""
 
 from __future__ import annotations
 
@@ -130,3 +131,30 @@ def test_a_step_after_a_filter_never_sees_the_rows_it_dropped(tmp_path):
     assert result.counts["rows_out"] == 20
     data = pq.read_table(result.out_dir / "part-00000.parquet")
     assert data.column("y").to_pylist() == [i for i in range(30) if i % 3]
+
+
+def test_a_log_preset_parses_a_partitions_batches_at_once_into_one_piece_per_column(tmp_path, monkeypatch):
+    """The presets' kernel takes a partition's batches together (parsers.RegexParser.whole_partition):
+    the frame is the one that batch by batch parsing gives, each column in one chunk, so the
+    live rows and the row groups cut from them need no piecing together."""
+    from gpuetl.backends.cpu import _chunked
+    from gpuetl.plan.compile import compile_plan
+    from gpuetl.plan.stages import read_partition
+    from gpuetl.sources.parsers import RegexParser
+
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "a.log", lines=400, seed=5, bad_every=33)
+    monkeypatch.setattr(CpuBackend, "batch_bytes", 3000)
+    spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "in/a.log"},
+            "parse": {"preset": "apache_combined"}, "columns": {"status": "int16", "size": "int64"},
+            "sink": {"path": "out"}}
+    backend = CpuBackend()
+    plan = compile_plan(gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).loaded, backend)
+    assert plan.segments[0].source.parser.whole_partition
+    assert len(backend.batches(backend.read_block(plan.files, plan.partitions[0].ranges).data)) > 5
+    together = read_partition(plan.partitions[0], plan.segments[0], backend)
+    monkeypatch.setattr(RegexParser, "whole_partition", False)
+    batched = read_partition(plan.partitions[0], plan.segments[0], backend)
+    assert together.equals(batched) and len(together) == 400
+    for name in ("ip", "user_agent", "status", "time"):
+        assert _chunked(together[name]).num_chunks == 1 and _chunked(batched[name]).num_chunks > 1
