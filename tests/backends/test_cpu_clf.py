@@ -138,8 +138,10 @@ def test_extract_fields_nulls_equal_the_shared_definition(tmp_path):
                 assert pa.array(fast[name]).to_pylist() == pa.array(slow[name]).to_pylist(), (kernel, dash, name)
 
 
-def test_without_polars_the_backend_runs_the_preset_regex_itself(tmp_path, monkeypatch):
-    """A bare image without polars (the GPU machine's host side) gets the same columns from RE2."""
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_without_polars_the_backend_runs_the_preset_regex_itself(tmp_path, monkeypatch, pieces):
+    """A bare image without polars (the GPU machine's host side) gets the same columns from RE2,
+    also from a partition's batches handed over together (a text of several chunks)."""
     from gpuetl.backends import cpu
     from gpuetl.backends.cpu import CpuBackend
 
@@ -147,7 +149,8 @@ def test_without_polars_the_backend_runs_the_preset_regex_itself(tmp_path, monke
     rule = preset("apache_combined")
     backend = CpuBackend()
     lines = pa.array(tmp_path.joinpath("a.log").read_text().splitlines() + EDGE_LINES)
-    text = backend.series(lines, "string")
+    cuts = [len(lines) * k // pieces for k in range(pieces + 1)]
+    text = backend.series(pa.chunked_array([lines[a:b] for a, b in zip(cuts, cuts[1:])]), "string")
     fast, fast_ok = backend.extract_fields(text, rule.regex, tuple(rule.columns), kernel="combined", dash_is_null=True)
     monkeypatch.setattr(cpu, "polars_available", lambda: False)
     slow, slow_ok = backend.extract_fields(text, rule.regex, tuple(rule.columns), kernel="combined", dash_is_null=True)
