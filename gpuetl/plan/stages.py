@@ -76,7 +76,7 @@ def read_partition(partition: Partition, segment: Segment, backend):
     block = backend.read_block(source.files, partition.ranges)
     headers = {rng.file_index for rng in partition.ranges if rng.offset == 0} if source.skip_header else set()
     batches = backend.batches(block.data)
-    if getattr(source.parser, "whole_partition", False) and len(batches) > 1:
+    if source.parser.whole_partition and len(batches) > 1:
         pieces = [_split_batch(block, position, data, headers, backend) for position, data in batches]
         whole = _parse_lines(*_join_pieces(pieces, backend), block.extra_bad, segment, backend)
     else:

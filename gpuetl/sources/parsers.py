@@ -1,4 +1,7 @@
-"""Turn records (lines) into string or typed columns: raw lines, regex/preset/template, JSON, CSV."""
+"""Turn records (lines) into string or typed columns: raw lines, regex/preset/template, JSON, CSV.
+
+Every parser has `schema`, `parse(text, backend)` and `whole_partition` (whether a partition's
+batches are handed to it at once: plan/stages.py, read_partition)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ class LineParser:
     """No parse section: one string column, the line."""
 
     column: str = "line"
+    whole_partition = False
 
     @property
     def schema(self) -> Schema:
@@ -60,6 +64,7 @@ class JsonParser:
     """One JSON object per line; fields are the plan's columns (declared or sampled)."""
 
     fields: tuple[tuple[str, str], ...]
+    whole_partition = False       # the JSON reader's temporaries stay batch-sized
 
     @property
     def schema(self) -> Schema:
@@ -79,6 +84,7 @@ class CsvParser:
 
     names: tuple[str, ...]
     delimiter: str = ","
+    whole_partition = False
 
     @property
     def schema(self) -> Schema:
