@@ -211,12 +211,11 @@ def _profile_settings() -> tuple[dict, bool]:
     GIL, every 10 ms by default: on a 2-core machine that cost ~10% of a run. Sampling every
     100 ms keeps the Profile page useful, and it starts when someone first opens the dashboard
     (~2% of an unwatched 1 GB run on two cores). An interval other than the default, or
-    profiling switched off or on explicitly, is left alone."""
+    profiling switched off, is left alone."""
     settings = {}
     if dask.config.get(_PROFILE + "interval", "10ms") in ("10ms", "10 ms"):
         settings[_PROFILE + "interval"] = PROFILE_INTERVAL
-    later = dask.config.get(_PROFILE + "enabled", True) is True and "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED" \
-        not in os.environ
+    later = dask.config.get(_PROFILE + "enabled", True) is True
     if later:
         settings[_PROFILE + "enabled"] = False
     return settings, later
