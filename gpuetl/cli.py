@@ -175,6 +175,7 @@ def cmd_run(args) -> int:
                           "shards": result.shards, "quarantine": result.quarantine,
                           "bad_records": result.bad_records, "backend": result.backend,
                           "fallbacks": result.manifest.get("fallbacks", {}),
+                          "host_transfer": result.manifest.get("host_transfer", {}),
                           "seconds": round(seconds, 3)}, indent=2))
     else:
         print_summary(result, seconds)
@@ -219,6 +220,10 @@ def print_summary(result, seconds: float) -> None:
         print(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
     for reason, n in result.manifest.get("fallbacks", {}).items():
         print(f"  fell back to the CPU: {n:,} × {reason}")
+    if result.manifest.get("host_transfer"):
+        moved = result.manifest["host_transfer"]
+        print(f"  device → host: {format_size(moved['host_bytes'])} "
+              f"({moved['host_bytes_per_input_byte']:.2%} of the input bytes)")
     print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
 
 

@@ -146,8 +146,20 @@ class Backend(ABC):
         client, summed over its workers. The CPU backend never falls back."""
         return {}
 
+    def host_transfer(self, client: Any = None, input_bytes: int = 0) -> dict:
+        """Bytes copied from the device to the host, by reason, and per input byte; which path
+        the file reads took. Nothing lives on a device on the CPU: {}."""
+        return {}
+
     def io_path(self) -> str:
         return "posix (python file reads)"
+
+    def shard_writer(self, path: str, schema: Schema, options: Any, task: Any) -> Any:
+        """The writer of one Parquet shard (sinks.parquet.ShardWriter's interface: write(rows),
+        close() -> ShardResult, abort()). The CPU's encodes with pyarrow."""
+        from ..sinks.parquet import ShardWriter
+
+        return ShardWriter(path, schema, options, task)
 
     def read_block(self, files: list, ranges: tuple) -> Any:
         """Read a partition's byte ranges into one buffer of whole records (sources.ranges.Block)."""

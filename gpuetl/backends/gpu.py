@@ -1,138 +1,142 @@
 """The GPU backend: cuDF frames, CuPy arrays, KvikIO file reads, RMM memory, Dask-CUDA workers.
 
-This is the only module of gpuetl (with gpu_text.py) that imports cudf, cupy, kvikio, rmm,
-dask_cudf or dask_cuda (tests/test_import_rule.py enforces it). The imports are lazy: importing
-this module on a machine without a GPU costs nothing, and GPUs are counted through NVML without
-creating a CUDA context in the client process, so dask-cuda workers can start cleanly.
+Only gpuetl/backends/gpu* import cudf, cupy, kvikio, rmm, dask_cudf, dask_cuda or pylibcudf
+(tests/test_import_rule.py). This module imports them plainly: it is loaded only for a GPU run
+(`backends.get_backend`), never by `import gpuetl` or by planning (`gpu_support.GpuPlanning`).
+Detection, cluster sizing, the regex dialect and the tallies are in gpu_support.py (no RAPIDS).
 
-Parity rule: the GPU gives the CPU backend's rows, bit for bit. Where a libcudf kernel's meaning
-differs from the CPU kernel's (regex dialect, strptime, number parsing), the GPU runs a strict fast
-path whose inputs both kernels read the same way, and hands the rest to the CPU kernel on the host,
-counted in `fallbacks()`. docs/gpu.md explains each case.
+Rows: the GPU gives the CPU backend's rows and values. Where a libcudf kernel's meaning differs
+from the CPU kernel's (regex dialect, strptime, number parsing), the GPU runs a strict fast path
+whose inputs both kernels read the same way and hands the rest to the CPU kernel, counted in
+`fallbacks()`. Every device -> host copy goes through `to_host_copy`, which counts its bytes by
+reason (the host-transfer ledger, `host_transfer()`). docs/gpu.md explains each case.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
+import os
 from contextlib import contextmanager
 from typing import Any
 
+import cudf
+import cupy as cp
+import kvikio
 import numpy as np
 import pyarrow as pa
+import pylibcudf as plc
 
-from ..errors import SpecError
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
-from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, count_fallback,
-                          days_in_month, fallback_counts, timestamp_plan, to_cudf_regex)
+from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
+                          count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
+                          host_transfer_report, integer_cast_loses,
+                          sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_text import GpuTextMixin
 
+# Every RAPIDS call this backend makes, with the positional-argument count and the keywords it
+# passes: tests/backends/test_gpu_api.py binds each against the installed release's signature
+# (or its .pyi stub), so a renamed function or keyword fails on a machine without a GPU.
+RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
+    ("cudf.Series.from_pylibcudf", 1, ()),
+    ("cudf.Series.from_arrow", 1, ()),
+    ("cudf.DataFrame.from_arrow", 1, ()),
+    ("cudf.concat", 1, ("ignore_index",)),
+    ("cudf.io.parquet.ParquetWriter", 1, ("index", "compression", "statistics", "row_group_size_rows",
+                                          "max_page_size_rows", "use_dictionary", "store_schema")),
+    ("cudf.io.parquet.ParquetWriter.write_table", 1, ()),
+    ("cudf.io.parquet.ParquetWriter.close", 0, ()),
+    ("cudf.core.accessors.string.StringMethods.minhash", 1, ("a", "b", "width")),
+    ("cudf.core.accessors.string.StringMethods.rstrip", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.replace", 2, ("regex",)),
+    ("cudf.core.accessors.string.StringMethods.contains", 1, ("regex",)),
+    ("cudf.core.accessors.string.StringMethods.pad", 1, ("side", "fillchar")),
+    ("cudf.Series.hash_values", 0, ("method", "seed")),
+    ("pylibcudf.Column", 7, ()),
+    ("pylibcudf.Column.from_cuda_array_interface", 1, ()),
+    ("pylibcudf.DataType", 1, ()),
+    ("pylibcudf.gpumemoryview", 1, ()),
+    ("pylibcudf.strings.regex_program.RegexProgram.create", 2, ()),
+    ("pylibcudf.strings.contains.contains_re", 2, ()),
+    ("pylibcudf.strings.extract.extract", 2, ()),
+    ("kvikio.CuFile", 2, ()),
+    ("kvikio.CuFile.pread", 3, ()),
+    ("kvikio.SummaryMonitor", 0, ()),
+    ("kvikio.SummaryMonitor.since", 1, ()),
+    ("dask_cuda.LocalCUDACluster", 0, ("n_workers", "threads_per_worker", "rmm_pool_size",
+                                       "rmm_allocator_external_lib_list", "device_memory_limit",
+                                       "enable_cudf_spill", "protocol", "dashboard_address",
+                                       "silence_logs", "CUDA_VISIBLE_DEVICES")),
+]
 
 
-# -- detection (NVML only: no CUDA context in the client) ---------------------------------------
-
-def gpu_count() -> int:
-    """GPUs visible to NVML (0 without a driver). Never initialises CUDA."""
-    try:
-        import pynvml
-    except ImportError:
-        return 0
-    try:
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no device, a container without NVML: all mean "no GPU"
-        return 0
+# The backend's own regexes (libcudf dialect; tests/backends/test_gpu_api.py compiles each).
+_WS = r"[\t\n\x0b\f\r ]*"
+FLOAT_PATTERN = "^" + _WS + r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)" + _WS + r"\Z"
+BOOL_PATTERN = "^" + _WS + r"[A-Za-z0-9]{1,5}" + _WS + r"\Z"
 
 
-def gpu_memory() -> list[tuple[int, int]]:
-    """(free, total) bytes per GPU, from NVML ([] without one)."""
-    try:
-        import pynvml
+def integer_pattern(unsigned: bool) -> str:
+    """Integers both kernels read alike: a sign, up to 18 digits (19 unsigned), ASCII space."""
+    sign, digits = (r"\+?", 19) if unsigned else (r"[+-]?", 18)
+    return "^" + _WS + sign + "[0-9]{1," + str(digits) + "}" + _WS + r"\Z"
 
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i))
-            out.append((int(info.free), int(info.total)))
+
+def device_patterns() -> list[str]:
+    """Every fixed regex this backend hands to libcudf (the user's go through to_cudf_regex)."""
+    from .cpu_clf import REQUEST_RE
+    from .gpu_text import NON_ASCII, WHITESPACE_RUN
+
+    return [FLOAT_PATTERN, BOOL_PATTERN, integer_pattern(False), integer_pattern(True),
+            to_cudf_regex(REQUEST_RE), NON_ASCII, WHITESPACE_RUN]
+
+
+# -- the host-transfer ledger ---------------------------------------------------------------------
+
+def to_host_copy(values, reason: str):
+    """The one way this backend copies device data to the host: a CuPy array becomes numpy, a
+    cuDF Series an Arrow array, a DataFrame an Arrow table; the bytes are counted by reason."""
+    if isinstance(values, cp.ndarray):
+        out = cp.asnumpy(values)
+        count_host_bytes(reason, out.nbytes)
         return out
-    finally:
-        pynvml.nvmlShutdown()
+    if isinstance(values, (cudf.Series, cudf.DataFrame)):
+        out = values.to_arrow()
+        if isinstance(out, pa.ChunkedArray):
+            out = out.combine_chunks()
+        count_host_bytes(reason, out.nbytes)
+        return out
+    raise TypeError(f"to_host_copy: not device data ({type(values).__name__})")
 
 
-def rapids_available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("cudf", "cupy", "dask_cudf"))
-
-
-def cluster_settings(memory: list[tuple[int, int]], pool_fraction: float = 0.8,
-                     limit_fraction: float = 0.9) -> dict:
-    """LocalCUDACluster arguments for GPUs with the given (free, total) memory: the RMM pool takes
-    `pool_fraction` of the smallest free memory (rounded down to 256 MiB); dask-cuda spills device
-    memory to host past `limit_fraction` of the smallest total; cuDF spills its own buffers."""
-    if not memory:
-        raise ValueError("no GPU")
-    free = min(f for f, _ in memory)
-    total = min(t for _, t in memory)
-    step = 256 << 20
-    pool = max(step, int(free * pool_fraction) // step * step)
-    return {"n_workers": len(memory), "threads_per_worker": 1, "rmm_pool_size": pool,
-            "device_memory_limit": int(total * limit_fraction), "enable_cudf_spill": True,
-            "protocol": "tcp"}
-
-
-# -- lazy RAPIDS modules (never pickled with the backend) ---------------------------------------
-
-class _Rapids:
-    _mods: dict = {}
-
-    def __getattr__(self, name):
-        mods = _Rapids._mods
-        if not mods:
-            import cudf
-            import cupy
-            import pylibcudf as plc
-
-            mods.update(cudf=cudf, cupy=cupy, plc=plc)
-        return mods[name]
-
-
-R = _Rapids()
+def _flag(values, reason: str = "control: any()") -> bool:
+    """bool(values.any()) for a CuPy bool array or cuDF Series: a one-byte copy, counted."""
+    hit = values.any()
+    count_host_bytes(reason, 1)
+    return bool(hit.get() if isinstance(hit, cp.ndarray) else hit)
 
 
 class GpuBackend(GpuTextMixin, Backend):
     name = "gpu"
 
-    @property
-    def xp(self):
-        return R.cupy
-
-    @property
-    def xd(self):
-        return R.cudf
+    xp = cp
+    xd = cudf
 
     @classmethod
     def create(cls) -> "GpuBackend":
-        if gpu_count() == 0:
-            raise SpecError("--backend gpu: no NVIDIA GPU is visible (NVML reports none)",
-                            hint="use --backend cpu or auto")
-        if not rapids_available():
-            raise SpecError("--backend gpu: RAPIDS is not installed",
-                            hint="pip install 'gpuetl[gpu]' (cuDF, dask-cuDF, dask-cuda, KvikIO, CuPy)")
+        """The backend for a run (backends.get_backend has checked for a GPU and RAPIDS)."""
         return cls()
 
     def __init__(self):
         self._cpu = None
+        self._reads = None           # a kvikio.SummaryMonitor, made with the first file read
 
     def __getstate__(self):
         return {}
 
     def __setstate__(self, state):
         self._cpu = None
+        self._reads = None
 
     @property
     def cpu(self):
@@ -147,14 +151,16 @@ class GpuBackend(GpuTextMixin, Backend):
     def check_regex(self, pattern: str) -> str | None:
         return check_regex(pattern)
 
-    def fallbacks(self, client: Any = None) -> dict[str, int]:
+    def _tallies(self, client: Any = None) -> dict:
         if client is None:
-            return fallback_counts()
-        total: dict[str, int] = {}
-        for counts in client.run(_worker_fallbacks).values():
-            for k, v in counts.items():
-                total[k] = total.get(k, 0) + v
-        return total
+            return worker_tallies()
+        return sum_tallies(client.run(worker_tallies).values())
+
+    def fallbacks(self, client: Any = None) -> dict[str, int]:
+        return self._tallies(client)["fallbacks"]
+
+    def host_transfer(self, client: Any = None, input_bytes: int = 0) -> dict:
+        return host_transfer_report(self._tallies(client), input_bytes)
 
     def versions(self) -> dict:
         out = {}
@@ -166,49 +172,29 @@ class GpuBackend(GpuTextMixin, Backend):
         return out
 
     def io_path(self) -> str:
-        """Which path file reads take: KvikIO with GDS (cuFile), or KvikIO's POSIX compat mode."""
-        try:
-            import kvikio
-            import kvikio.defaults as kd
-        except ImportError:
-            return "posix (python file reads; KvikIO not installed)"
-        try:
-            mode = kd.get("compat_mode") if hasattr(kd, "get") else kd.compat_mode()
-        except Exception:
-            mode = None
-        preferred = None
-        for probe in (getattr(kd, "is_compat_mode_preferred", None),
-                      getattr(getattr(getattr(kvikio, "_lib", None), "defaults", None), "is_compat_mode_preferred", None)):
-            if probe is not None:
-                try:
-                    preferred = bool(probe())
-                    break
-                except Exception:
-                    pass
-        gds = None
-        try:
-            import kvikio.cufile_driver as drv
+        """What KvikIO is set to prefer in this process. What each read really took (GDS or the
+        POSIX path, decided per file handle) is counted per read: host_transfer()["reads"]."""
+        import kvikio.defaults
 
-            gds = bool(drv.get("is_gds_available"))
-        except Exception:
-            pass
-        name = getattr(mode, "name", str(mode))
-        if preferred is None:
-            preferred = name == "ON" or (name == "AUTO" and gds is False)
-        if preferred:
-            return f"kvikio posix (compat mode; KVIKIO_COMPAT_MODE={name}, GDS available: {gds})"
-        return f"kvikio gds (cuFile; KVIKIO_COMPAT_MODE={name})"
+        return ("kvikio posix (compat mode preferred)" if kvikio.defaults.is_compat_mode_preferred()
+                else "kvikio gds preferred (per-read paths in host_transfer.reads)")
 
     @contextmanager
     def local_cluster(self):
-        """One dask-cuda worker per GPU, an RMM pool sized from free memory (NVML), cuDF spilling."""
+        """One dask-cuda worker per visible GPU; one memory design (docs/gpu.md, "Memory")."""
         import logging
 
         from dask_cuda import LocalCUDACluster
 
         settings = cluster_settings(gpu_memory())
-        with LocalCUDACluster(**settings, dashboard_address=":8787", silence_logs=logging.ERROR) as cluster:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        extra = {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {}
+        with LocalCUDACluster(**settings, **extra, dashboard_address=":8787", silence_logs=logging.ERROR) as cluster:
             yield cluster
+
+    def shard_writer(self, path: str, schema: Schema, options, task):
+        """libcudf's Parquet writer: pages encoded and compressed on the device."""
+        return GpuShardWriter(path, schema, options, task)
 
     # -- frames --------------------------------------------------------------------------------
     def dtype(self, type_name: str):
@@ -221,7 +207,6 @@ class GpuBackend(GpuTextMixin, Backend):
         return np.dtype(type_name)
 
     def series(self, values, type_name: str, index=None):
-        cudf, cp = R.cudf, R.cupy
         if isinstance(values, cudf.Series):
             s = values.reset_index(drop=True)
         elif isinstance(values, cp.ndarray):
@@ -262,39 +247,36 @@ class GpuBackend(GpuTextMixin, Backend):
             return col
         src_num = col.dtype.kind in "iufb"
         if src_num and type_name not in ("string", "timestamp"):
-            out = col.astype(target)
-            back = out.astype(col.dtype)
-            lost = (back != col) & col.notna()
-            if bool(lost.any()):
+            if _numbers_lost(col, type_name):
                 raise ValueError(f"cannot convert {col.dtype} to {type_name} without losing values")
-            return out
+            return col.astype(target)
         count_fallback(f"astype {col.dtype} -> {type_name}: host", 1)
-        host = self.cpu.astype(self.cpu.series(_to_arrow(col), _type_of(col)), type_name)
+        host = self.cpu.astype(self.cpu.series(_to_arrow(col, "astype on the host"), _type_of(col)), type_name)
         return self.series(pa.array(host), type_name, index=col.index)
 
     def concat(self, frames: list):
         frames = [f for f in frames if f is not None]
         if len(frames) == 1:
             return frames[0]
-        return R.cudf.concat(frames, ignore_index=True)
+        return cudf.concat(frames, ignore_index=True)
 
     def to_arrow(self, df, schema: Schema) -> pa.Table:
-        arrays = [_to_arrow(df[name]).cast(ARROW_TYPES[t]) for name, t in schema.items()]
+        arrays = [_to_arrow(df[name], "to_arrow: frame to host Arrow").cast(ARROW_TYPES[t])
+                  for name, t in schema.items()]
         return pa.Table.from_arrays(arrays, schema=pa.schema([(n, ARROW_TYPES[t]) for n, t in schema.items()]))
 
     def from_arrow(self, table: pa.Table):
         from ..types import type_name_of
 
-        cudf = R.cudf
         return cudf.DataFrame({name: _from_arrow(table.column(name).combine_chunks(), type_name_of(table.column(name).type))
                                for name in table.column_names})
 
     def to_host(self, values):
-        cp = R.cupy
+        """For the shared code's bookkeeping (status and stage columns, split ids): counted."""
         if isinstance(values, cp.ndarray):
-            return cp.asnumpy(values)
-        if hasattr(values, "to_numpy") and not isinstance(values, np.ndarray):
-            return values.to_numpy()
+            return to_host_copy(values, "bookkeeping columns")
+        if isinstance(values, cudf.Series):
+            return to_host_copy(values, "bookkeeping columns").to_numpy(zero_copy_only=False)
         return np.asarray(values)
 
     # -- reading -------------------------------------------------------------------------------
@@ -305,7 +287,6 @@ class GpuBackend(GpuTextMixin, Backend):
         the semantics are exactly those of sources.ranges.read_range."""
         from ..sources.ranges import Block, read_range, record_span, truncated_piece
 
-        cp = R.cupy
         pieces = []            # (kind, file, a, b, host bytes or None, needs newline)
         seg_pos, seg_start, seg_file, extra_bad = [], [], [], []
         position = 0
@@ -330,48 +311,66 @@ class GpuBackend(GpuTextMixin, Backend):
             if kind == "host":
                 if data:
                     buf[at:at + len(data)].set(np.frombuffer(data, dtype=np.uint8))
+                    count_read("host (decompressed)", len(data))
                 at += len(data)
                 continue
             if b > a:
-                _pread(f.path, buf[at:at + (b - a)], a)
+                self._pread(f.path, buf[at:at + (b - a)], a)
             at += b - a
             if newline:
                 buf[at] = 10
                 at += 1
         return Block(buf, seg_pos, seg_start, seg_file, extra_bad)
 
+    def _pread(self, path: str, dest, file_offset: int) -> None:
+        """One KvikIO read into device memory, counted under the path KvikIO really took for it
+        (its statistics name the backend: GDS, or the POSIX path through host bounce buffers)."""
+        if self._reads is None:
+            self._reads = kvikio.SummaryMonitor()
+        before = self._reads.get()
+        with kvikio.CuFile(path, "r") as fh:
+            got = fh.pread(dest, len(dest), file_offset).get()
+        carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
+                   if t["bytes_transferred"]}
+        for name, nbytes in (carried or {"unattributed": got}).items():
+            count_read(f"kvikio {name}", nbytes)
+        if got != len(dest):
+            raise OSError(f"{path}: short read ({got} of {len(dest)} bytes at {file_offset})")
+
     def split_lines(self, data, base_offset: int) -> Lines:
         """Newlines found with CuPy; the strings column is built over the same device bytes
-        (offsets child + chars, pylibcudf), then '\\r'/'\\n' are stripped on the device. Only a
-        block with non-ASCII bytes is copied to the host, once, for exact UTF-8 validation."""
-        cp = R.cupy
+        (offsets child + chars, pylibcudf), then '\\r'/'\\n' are stripped on the device. UTF-8
+        is validated on the device (gpu_support.utf8_bad_bytes); only the lines that are not
+        valid go to the host, where Python's decoder gives them the CPU kernel's U+FFFD."""
         buf = data if isinstance(data, cp.ndarray) else cp.asarray(np.frombuffer(data, dtype=np.uint8))
         n = len(buf)
-        if n and int(buf[n - 1]) != 10:
+        if n and _flag(buf[n - 1:] != 10, "control: last byte"):
             buf = cp.concatenate([buf, cp.asarray([10], dtype=cp.uint8)])
             n += 1
         newlines = cp.flatnonzero(buf == 10)
-        starts = cp.concatenate([cp.zeros(1, dtype=cp.int64), (newlines + 1).astype(cp.int64)])
-        if n == 0 or int(starts[-1]) == n:
-            starts = starts[:-1]
+        starts = cp.concatenate([cp.zeros(1, dtype=cp.int64), (newlines + 1).astype(cp.int64)])[:len(newlines)]
         bounds = cp.concatenate([starts, cp.asarray([n], dtype=cp.int64)])
         bad = cp.zeros(len(starts), dtype=bool)
-        if n and bool((buf >= 0x80).any()):
-            host = cp.asnumpy(buf)
-            hb = cp.asnumpy(bounds)
-            raw = pa.Array.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(hb), pa.py_buffer(host)])
-            try:
-                raw.cast(pa.large_string())
-            except pa.ArrowInvalid:
-                count_fallback("split_lines: invalid UTF-8 block decoded on host", len(starts))
-                lines = self.cpu.split_lines(host.tobytes(), base_offset)
-                text = self.series(pa.array(lines.text), "string")
-                return Lines(text, cp.asarray(lines.offsets), cp.asarray(lines.bad_utf8))
+        if n and _flag(buf >= 0x80, "control: non-ASCII"):
+            wrong = cp.flatnonzero(utf8_bad_bytes(cp, buf))
+            if len(wrong):
+                bad[cp.searchsorted(starts, wrong, side="right") - 1] = True
         text = _strings_from_buffers(buf, bounds, len(starts))
         text = text.str.rstrip("\r\n")
+        if _flag(bad, "control: invalid UTF-8"):
+            text = self._replace_invalid(text, buf, bounds, cp.flatnonzero(bad))
         keep = (text.str.len() > 0).values
         text = text[keep].reset_index(drop=True)
         return Lines(text=text, offsets=starts[keep] + base_offset, bad_utf8=bad[keep])
+
+    def _replace_invalid(self, text, buf, bounds, rows):
+        """The lines at `rows` decoded as the CPU kernel does (Python's decoder, U+FFFD for each
+        bad sequence, then '\\r\\n' trimmed): only those lines' bytes cross to the host."""
+        count_fallback("split_lines: invalid UTF-8 lines decoded on the host", len(rows))
+        lo, hi = to_host_copy(bounds[rows], "invalid UTF-8 lines"), to_host_copy(bounds[rows + 1], "invalid UTF-8 lines")
+        decoded = [bytes(to_host_copy(buf[a:b], "invalid UTF-8 lines")).decode("utf-8", errors="replace").rstrip("\r\n")
+                   for a, b in zip(lo.tolist(), hi.tolist())]
+        return _scatter(text, rows, cudf.Series(decoded, dtype="str"))
 
     # -- parsing -------------------------------------------------------------------------------
     def extract(self, text, regex: str, names: tuple[str, ...], kernel: str | None = None):
@@ -386,7 +385,7 @@ class GpuBackend(GpuTextMixin, Backend):
         except Exception as err:         # e.g. a pattern too large for the device engine
             return self._host_extract(text, regex, names, kernel, f"regex: libcudf refused it ({type(err).__name__})")
         out = {name: _with_index(_matched_groups(col, matched), text.index) for name, col in zip(names, cols)}
-        return out, _with_index(R.cudf.Series(matched), text.index)
+        return out, _with_index(cudf.Series(matched), text.index)
 
     def _extract_clf(self, text, regex, names):
         """The access-log presets: the request field's two alternatives are split by a second,
@@ -405,43 +404,44 @@ class GpuBackend(GpuTextMixin, Backend):
 
     def _host_extract(self, text, regex, names, kernel, why):
         count_fallback(why, len(text))
-        host = self.cpu.series(_to_arrow(text), "string")
+        host = self.cpu.series(_to_arrow(text, "regex the device cannot run"), "string")
         cols, matched = self.cpu.extract(host, regex, names, kernel=kernel)
         return ({n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()},
-                _with_index(R.cudf.Series(R.cupy.asarray(matched.to_numpy(dtype=bool))), text.index))
+                _with_index(cudf.Series(cp.asarray(matched.to_numpy(dtype=bool))), text.index))
 
     def parse_json(self, text, schema: Schema):
         """On the host, with the CPU kernel: pyarrow's reader and Python's json for bad records
         define which records are bad and why; cudf.read_json coerces types differently (see
         docs/gpu.md), so using it would break parity. Counted."""
         count_fallback("parse_json: host (pyarrow JSON reader)", len(text))
-        cols, ok, reasons = self.cpu.parse_json(self.cpu.series(_to_arrow(text), "string"), schema)
+        cols, ok, reasons = self.cpu.parse_json(self.cpu.series(_to_arrow(text, "JSON parsed on the host"), "string"),
+                                                schema)
         return self._back(cols, ok, reasons, schema, text.index)
 
     def parse_csv(self, text, names, delimiter):
         count_fallback("parse_csv: host (pyarrow CSV reader)", len(text))
-        cols, ok, reason = self.cpu.parse_csv(self.cpu.series(_to_arrow(text), "string"), names, delimiter)
+        cols, ok, reason = self.cpu.parse_csv(self.cpu.series(_to_arrow(text, "CSV parsed on the host"), "string"),
+                                              names, delimiter)
         out = {n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()}
-        return out, _with_index(R.cudf.Series(R.cupy.asarray(ok.to_numpy(dtype=bool))), text.index), reason
+        return out, _with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), text.index), reason
 
     def _back(self, cols, ok, reasons, schema, index):
         out = {}
         for name, t in schema.items():
             t = "string" if t == "timestamp" else t
             out[name] = self.series(pa.array(cols[name]), t, index=index)
-        ok_dev = _with_index(R.cudf.Series(R.cupy.asarray(ok.to_numpy(dtype=bool))), index)
+        ok_dev = _with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), index)
         if reasons is not None and not isinstance(reasons, str):
             reasons = self.series(pa.array(reasons), "string", index=index)
         return out, ok_dev, reasons
 
     # -- casts ---------------------------------------------------------------------------------
     def cast(self, col, type_name: str, *, fmt=None, timezone=None):
-        cp = R.cupy
         if not _is_string_dtype(col.dtype):
             count_fallback(f"cast {col.dtype} -> {type_name}: host", 1)
             return self._host_cast(col, type_name, fmt, timezone, None)
         if type_name == "string":
-            return col, _with_index(R.cudf.Series(cp.zeros(len(col), dtype=bool)), col.index)
+            return col, _with_index(cudf.Series(cp.zeros(len(col), dtype=bool)), col.index)
         if type_name in INT_TYPES or type_name in UINT_TYPES:
             values, fast = self._cast_integer(col, type_name)
         elif type_name == "float64":
@@ -459,18 +459,18 @@ class GpuBackend(GpuTextMixin, Backend):
             return self._host_cast(col, type_name, fmt, timezone, None)
         present = col.notna().values
         slow = present & ~fast
-        if bool(slow.any()):
+        if _flag(slow):
             values = self._patch(col, values, slow, type_name, fmt, timezone)
         bad = present & values.isna().values
-        return _with_index(values, col.index), _with_index(R.cudf.Series(bad), col.index)
+        return _with_index(values, col.index), _with_index(cudf.Series(bad), col.index)
 
     def _patch(self, col, values, slow, type_name, fmt, timezone):
         """Rows outside the strict fast path: the CPU kernel's values, scattered back."""
-        cp, cudf = R.cupy, R.cudf
         idx = cp.flatnonzero(slow)
         count_fallback(f"cast {type_name}: rows outside the GPU fast path", len(idx))
         sub = col.reset_index(drop=True).iloc[idx]
-        host, _ = self.cpu.cast(self.cpu.series(_to_arrow(sub), "string"), type_name, fmt=fmt, timezone=timezone)
+        host, _ = self.cpu.cast(self.cpu.series(_to_arrow(sub, "casts outside the device fast path"), "string"),
+                                type_name, fmt=fmt, timezone=timezone)
         fixed = self.series(pa.array(host), type_name)
         values = values.reset_index(drop=True)
         position = cudf.Series(cp.arange(len(values)))
@@ -479,18 +479,17 @@ class GpuBackend(GpuTextMixin, Backend):
         return merged.iloc[order.argsort().values].reset_index(drop=True)
 
     def _host_cast(self, col, type_name, fmt, timezone, _):
-        host, bad = self.cpu.cast(self.cpu.series(_to_arrow(col), _type_of(col)), type_name, fmt=fmt, timezone=timezone)
+        host, bad = self.cpu.cast(self.cpu.series(_to_arrow(col, "casts on the host"), _type_of(col)), type_name,
+                                  fmt=fmt, timezone=timezone)
         return (self.series(pa.array(host), type_name, index=col.index),
-                _with_index(R.cudf.Series(R.cupy.asarray(bad.to_numpy(dtype=bool))), col.index))
+                _with_index(cudf.Series(cp.asarray(bad.to_numpy(dtype=bool))), col.index))
 
     def _cast_integer(self, col, type_name):
         unsigned = type_name in UINT_TYPES
-        digits = 19 if unsigned else 18
-        sign = r"\+?" if unsigned else r"[+-]?"
-        fast = _matches(col, r"^[\t\n\x0b\f\r ]*" + sign + r"[0-9]{1," + str(digits) + r"}[\t\n\x0b\f\r ]*$")
+        fast = _matches(col, integer_pattern(unsigned))
         s = col.reset_index(drop=True).str.strip(STRIP)
         s = s.where(~s.str.startswith("+").fillna(False), s.str.slice(1))
-        s = s.where(R.cudf.Series(fast))
+        s = s.where(cudf.Series(fast))
         wide = "uint64" if unsigned else "int64"
         number = s.astype(wide)
         info = np.iinfo(type_name)
@@ -500,8 +499,7 @@ class GpuBackend(GpuTextMixin, Backend):
     def _cast_float(self, col):
         """Up to 15 significant digits and no exponent: mantissa / 10**k in float64 is one
         correctly rounded division, as Arrow's parser gives. Everything else: CPU kernel."""
-        cp, cudf = R.cupy, R.cudf
-        fast = _matches(col, r"^[\t\n\x0b\f\r ]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[\t\n\x0b\f\r ]*$")
+        fast = _matches(col, FLOAT_PATTERN)
         s = col.reset_index(drop=True).str.strip(STRIP).where(cudf.Series(fast))
         negative = s.str.startswith("-").fillna(False).values
         body = s.str.lstrip("+-")
@@ -518,10 +516,9 @@ class GpuBackend(GpuTextMixin, Backend):
         return out, fast
 
     def _cast_bool(self, col):
-        cudf = R.cudf
         from .cpu import _FALSE, _TRUE
 
-        fast = _matches(col, r"^[\t\n\x0b\f\r ]*[A-Za-z0-9]{1,5}[\t\n\x0b\f\r ]*$")
+        fast = _matches(col, BOOL_PATTERN)
         s = col.reset_index(drop=True).str.strip(STRIP).str.lower()
         truthy = s.isin(list(_TRUE)).fillna(False)
         falsy = s.isin(list(_FALSE)).fillna(False)
@@ -530,7 +527,6 @@ class GpuBackend(GpuTextMixin, Backend):
         return out.where(cudf.Series(fast)), fast
 
     def _cast_timestamp(self, col, plan, timezone):
-        cp, cudf = R.cupy, R.cudf
         groups, matched = _device_extract(col.reset_index(drop=True), plan.regex)
         parts = dict(zip(plan.fields, groups))
 
@@ -566,7 +562,6 @@ class GpuBackend(GpuTextMixin, Backend):
 
     # -- hashing primitives --------------------------------------------------------------------
     def fixed_width(self, col):
-        cp = R.cupy
         valid = col.notna().values
         raw = _device_values(col)
         if raw.dtype.kind == "f":
@@ -580,14 +575,13 @@ class GpuBackend(GpuTextMixin, Backend):
         return cp.where(valid, values, cp.uint64(0)), valid
 
     def string_buffers(self, col):
-        cp = R.cupy
         valid = col.notna().values
         plc_col, _ = col.to_pylibcudf()
         n, off = plc_col.size(), plc_col.offset()
         if n == 0 or plc_col.num_children() == 0:
             return cp.zeros(n + 1, dtype=cp.int64), cp.zeros(0, dtype=cp.uint8), valid
         child = plc_col.child(0)
-        width = 8 if child.type().id() == R.plc.TypeId.INT64 else 4
+        width = 8 if child.type().id() == plc.TypeId.INT64 else 4
         offsets = cp.asarray(child.data()).view(cp.int64 if width == 8 else cp.int32)[off:off + n + 1]
         data = cp.asarray(plc_col.data()) if plc_col.data() is not None else cp.zeros(0, dtype=cp.uint8)
         return offsets.astype(cp.int64), data.view(cp.uint8), valid
@@ -600,7 +594,7 @@ _STRING_DTYPE = []
 
 def _string_dtype():
     if not _STRING_DTYPE:
-        _STRING_DTYPE.append(R.cudf.Series(["a"]).dtype)
+        _STRING_DTYPE.append(cudf.Series(["a"]).dtype)
     return _STRING_DTYPE[0]
 
 
@@ -611,7 +605,7 @@ def _is_string_dtype(dtype) -> bool:
 def _type_of(col) -> str:
     from ..types import type_name_of
 
-    return type_name_of(_to_arrow(col).type)
+    return type_name_of(_to_arrow(col.iloc[:0], "control: type").type)
 
 
 def _with_index(s, index):
@@ -620,13 +614,42 @@ def _with_index(s, index):
     return s
 
 
-def _to_arrow(s) -> pa.Array:
-    arr = s.to_arrow()
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+def _to_arrow(s, reason: str) -> pa.Array:
+    return to_host_copy(s, reason)
+
+
+def _scatter(col, rows, values):
+    """col with col[rows[i]] = values[i] (rows: CuPy int, ascending), as a new Series."""
+    col = col.reset_index(drop=True)
+    keep = cp.ones(len(col), dtype=bool)
+    keep[rows] = False
+    position = cudf.Series(cp.arange(len(col)))
+    merged = cudf.concat([col[cudf.Series(keep)], values.reset_index(drop=True)], ignore_index=True)
+    order = cudf.concat([position[cudf.Series(keep)], cudf.Series(rows)], ignore_index=True)
+    return merged.iloc[order.argsort().values].reset_index(drop=True)
+
+
+def _numbers_lost(col, type_name: str) -> bool:
+    """Arrow's safe-cast rule between typed numbers, decided on the device: integers by their
+    range (gpu_support.integer_cast_loses); floats to integers must be whole and in range;
+    anything else by a round trip."""
+    kind = col.dtype.kind
+    present = col.dropna()
+    if not len(present):
+        return False
+    if kind in "iub" and type_name in INT_TYPES + UINT_TYPES + ("float32", "float64"):
+        lo, hi = present.astype("int64" if kind != "u" else "uint64").min(), present.max()
+        count_host_bytes("control: min/max", 16)
+        return integer_cast_loses(int(lo), int(hi), type_name)
+    if kind == "f" and type_name in INT_TYPES + UINT_TYPES:
+        info = np.iinfo(type_name)
+        whole = (present == present.floor()) & (present >= float(info.min)) & (present < float(info.max) + 1.0)
+        return _flag(~whole)
+    back = col.astype(col.dtype if type_name == "bool" else type_name).astype(col.dtype)
+    return _flag(((back != col) & col.notna()).fillna(False))
 
 
 def _from_arrow(arr, type_name: str):
-    cudf = R.cudf
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if type_name == "timestamp" or pa.types.is_timestamp(arr.type):
@@ -640,7 +663,6 @@ def _from_arrow(arr, type_name: str):
 
 def _device_values(col):
     """A CuPy view of a fixed-width column's values (timestamps as int64; nulls undefined)."""
-    cp, plc = R.cupy, R.plc
     plc_col, _ = col.to_pylibcudf()
     n, off = plc_col.size(), plc_col.offset()
     if n == 0 or plc_col.data() is None:
@@ -656,35 +678,22 @@ def _device_values(col):
 
 def _strings_from_buffers(buf, bounds, n):
     """A cudf string Series over device bytes: element i is buf[bounds[i]:bounds[i+1]]. Built as a
-    pylibcudf STRING column (offsets child + chars), so no byte is copied; if this pylibcudf's
-    Column constructor differs, falls back to one host round trip through Arrow (counted)."""
-    cp, cudf, plc = R.cupy, R.cudf, R.plc
+    pylibcudf STRING column (offsets child + chars), so no byte is copied."""
     large = len(buf) >= 2**31 - 1
-    offsets = bounds.astype(cp.int64 if large else cp.int32)
-    try:
-        offsets_col = (plc.Column.from_cuda_array_interface(offsets)
-                       if hasattr(plc.Column, "from_cuda_array_interface")
-                       else plc.Column.from_cuda_array_interface_obj(offsets))
-        chars = plc.gpumemoryview(buf) if len(buf) else None
-        column = plc.Column(plc.DataType(plc.TypeId.STRING), n, chars, None, 0, 0, [offsets_col])
-        return cudf.Series.from_pylibcudf(column)
-    except (TypeError, ValueError, AttributeError):
-        count_fallback("split_lines: strings column built through host Arrow", n)
-        arr = pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(cp.asnumpy(bounds.astype(cp.int64))),
-                                                            pa.py_buffer(cp.asnumpy(buf))])
-        return cudf.Series.from_arrow(arr)
+    offsets_col = plc.Column.from_cuda_array_interface(bounds.astype(cp.int64 if large else cp.int32))
+    chars = plc.gpumemoryview(buf) if len(buf) else None
+    column = plc.Column(plc.DataType(plc.TypeId.STRING), n, chars, None, 0, 0, [offsets_col])
+    return cudf.Series.from_pylibcudf(column)
 
 
 def _program(pattern: str):
-    plc = R.plc
     return plc.strings.regex_program.RegexProgram.create(pattern, plc.strings.regex_flags.RegexFlags.DEFAULT)
 
 
 def _matches(col, pattern: str):
     """cupy bool: the (libcudf-dialect) pattern matches; null -> False."""
-    cudf = R.cudf
     plc_col, _ = col.to_pylibcudf()
-    hit = cudf.Series.from_pylibcudf(R.plc.strings.contains.contains_re(plc_col, _program(pattern)))
+    hit = cudf.Series.from_pylibcudf(plc.strings.contains.contains_re(plc_col, _program(pattern)))
     return hit.fillna(False).values
 
 
@@ -693,7 +702,6 @@ def _device_extract(text, pattern: str):
     of a non-matching row; a matching row's group that did not take part is null or '' depending
     on the version, so "matched" comes from the groups where one is set, and from contains_re for
     the rows where none is (usually just the rows that do not match)."""
-    cp, cudf, plc = R.cupy, R.cudf, R.plc
     plc_col, _ = text.to_pylibcudf()
     prog = _program(pattern)
     table = plc.strings.extract.extract(plc_col, prog)
@@ -714,27 +722,103 @@ def _device_extract(text, pattern: str):
 
 def _matched_groups(col, matched):
     """RE2's convention: '' for a group that did not take part in a match, null for no match."""
-    cudf = R.cudf
     col = col.reset_index(drop=True)
     m = cudf.Series(matched)
     return col.where(~(m & col.isna()), "").where(m)
 
 
-def _pread(path: str, dest, file_offset: int) -> None:
-    try:
-        import kvikio
-    except ImportError:     # no KvikIO: a host read and one copy
-        with open(path, "rb") as fh:
-            fh.seek(file_offset)
-            dest.set(np.frombuffer(fh.read(len(dest)), dtype=np.uint8))
-        return
-    with kvikio.CuFile(path, "r") as fh:
-        got = fh.pread(dest, len(dest), file_offset).get()
-    if got != len(dest):
-        raise OSError(f"{path}: short read ({got} of {len(dest)} bytes at {file_offset})")
 
 
-def _worker_fallbacks():
-    from gpuetl.backends.gpu_support import fallback_counts as counts
 
-    return counts()
+# -- Parquet on the device -----------------------------------------------------------------------
+
+class GpuShardWriter:
+    """One shard written by libcudf's chunked Parquet writer: pages encoded and compressed on
+    the device. libcudf cuts row groups within each write() call and never across two (its
+    writer_impl counts them per call), so each row group is exactly one write() of exactly
+    `rows_per_group` rows (the last one fewer): the bytes depend only on the rows, never on how
+    partitions arrived. Same contract as sinks.parquet.ShardWriter: a partial file renamed on
+    close, a sha256 of the bytes, abort() idempotent."""
+
+    def __init__(self, path: str, schema: Schema, options, task):
+        from ..sinks.parquet import DEFAULT_ROW_GROUP_ROWS
+
+        self.path, self.task, self.options, self.schema = path, task, options, dict(schema)
+        self.rows_per_group = options.row_group_rows or DEFAULT_ROW_GROUP_ROWS
+        self.sized = options.row_group_rows is not None or not options.row_group_bytes
+        self.pending: list = []
+        self.pending_rows = 0
+        self.rows = 0
+        self.closed = False
+        self.writer = None
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def _frame(self, rows):
+        """A cuDF frame of the output columns, in order, with the output types."""
+        if isinstance(rows, pa.Table):      # a spilled piece: one host -> device copy
+            names = list(self.schema)
+            rows = GpuBackend().from_arrow(rows.select(names))
+        backend = GpuBackend()
+        return backend.conform(rows[[n for n in self.schema if n in rows.columns]], self.schema).reset_index(drop=True)
+
+    def write(self, rows) -> None:
+        if len(rows) == 0:
+            return
+        self.pending.append(self._frame(rows))
+        self.pending_rows += len(rows)
+        if not self.sized and self.pending_rows >= 65_536:
+            self._size_groups()
+        if self.sized and self.pending_rows >= self.rows_per_group:
+            self._flush(final=False)
+
+    def _size_groups(self) -> None:
+        """row_group_bytes: rows per group from the shard's first rows (the same on every run)."""
+        sample = cudf.concat(self.pending, ignore_index=True).iloc[:65_536]
+        per_row = max(1.0, float(sample.memory_usage(index=False).sum()) / max(len(sample), 1))
+        self.rows_per_group = max(1, int(self.options.row_group_bytes // per_row))
+        self.sized = True
+
+    def _open(self):
+        compression = None if self.options.compression == "none" else self.options.compression.upper()
+        self.writer = cudf.io.parquet.ParquetWriter(
+            self.path + ".partial", index=False, compression=compression, statistics="ROWGROUP",
+            row_group_size_rows=self.rows_per_group, max_page_size_rows=min(20_000, self.rows_per_group),
+            use_dictionary=True, store_schema=True)
+        return self.writer
+
+    def _flush(self, final: bool) -> None:
+        frame = self.pending[0] if len(self.pending) == 1 else cudf.concat(self.pending, ignore_index=True)
+        size = self.rows_per_group
+        full = len(frame) if final else len(frame) - len(frame) % size
+        writer = self.writer or self._open()
+        for start in range(0, full, size):
+            writer.write_table(frame.iloc[start:min(start + size, full)])
+        rest = frame.iloc[full:]
+        self.pending = [rest] if len(rest) else []
+        self.pending_rows = len(rest)
+        self.rows += full
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.writer is not None:
+                self.writer.close()
+
+    def close(self):
+        from ..sinks.parquet import ShardResult
+
+        if self.pending:
+            if not self.sized:
+                self._size_groups()
+            self._flush(final=True)
+        if self.writer is None:           # no rows: an empty file with the schema
+            self._open().write_table(GpuBackend().empty(self.schema))
+        self.writer.close()
+        self.closed = True
+        digest = hashlib.sha256()
+        with open(self.path + ".partial", "rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+        os.replace(self.path + ".partial", self.path)
+        return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
+                           digest.hexdigest())

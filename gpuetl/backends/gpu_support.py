@@ -1,29 +1,138 @@
-"""Pure-Python helpers of the GPU backend: no GPU import here, so every rule is tested on CPU.
+"""Pure-Python parts of the GPU backend: nothing here imports cuDF, CuPy, KvikIO or RMM, so
+every rule is tested on a machine without a GPU or RAPIDS.
 
+* Detection and cluster sizing from NVML (no CUDA context in the client process), honouring
+  CUDA_VISIBLE_DEVICES.
+* `GpuPlanning`: what planning asks of the GPU backend (its name, which regexes it cannot run),
+  without importing RAPIDS, so `gpuetl plan --backend gpu` works anywhere.
+* Per-process tallies, summed over the workers by the runner (`client.run`): work handed to the
+  CPU kernels (`fallbacks`), bytes copied from the device to the host by reason (the host-transfer
+  ledger), and which path each file read really took (KvikIO GDS or its POSIX compat path).
 * `to_cudf_regex` rewrites an RE2 pattern (what the plan accepts) into the subset libcudf's regex
   engine runs with the SAME meaning, or raises `Unsupported` with the reason. What it changes:
-  named groups become plain groups (libcudf numbers groups; older versions reject `(?P<`), and the
-  shorthand classes become explicit ASCII classes (RE2's `\\d \\s \\w` are ASCII; libcudf's are
-  Unicode unless a flag is set, and that flag's handling of `\\S` varied between versions).
+  named groups become plain groups, the shorthand classes become explicit ASCII classes (RE2's
+  `\\d \\s \\w` are ASCII; libcudf's are Unicode), and RE2's end of text (`$` without (?m), and
+  `\\z`) becomes libcudf's `\\Z`: libcudf's `$` also matches before a final newline.
   Sources: libcudf "Regex Features" (cpp/doxygen/regex.md) and cpp/src/strings/regex/regcomp.cpp.
 * `timestamp_plan` turns a strptime format into a strict regex whose captures the GPU turns into
   UTC microseconds with integer arithmetic (`civil_to_micros`, written against xp so numpy runs it
   here). Values outside the strict form go to the CPU kernel, so results equal the CPU's exactly.
-* `FALLBACKS` counts, per process, the rows/columns handed to the CPU kernels and why.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import threading
 from collections import Counter
 from dataclasses import dataclass
 
 # ---------------------------------------------------------------------------------------------
-# fallback accounting (per process: the runner sums it over workers with client.run)
+# detection and cluster sizing (NVML only: never a CUDA context in the client)
+
+
+def visible_devices(env: str | None, count: int) -> list[str]:
+    """The devices a CUDA process may use, as NVML indices ("0") or UUIDs ("GPU-...", "MIG-..."),
+    from CUDA_VISIBLE_DEVICES the way the CUDA runtime reads it: unset means all; the list stops
+    at the first entry that names no device; an empty value means none."""
+    if env is None:
+        return [str(i) for i in range(count)]
+    out: list[str] = []
+    for item in (x.strip() for x in env.split(",")):
+        if item.isdigit():
+            if int(item) >= count or item in out:
+                break
+            out.append(str(int(item)))
+        elif item.startswith(("GPU-", "MIG-")):
+            out.append(item)
+        else:
+            break
+    return out
+
+
+def _nvml():
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:        # no driver, no device, a container without NVML: all mean "no GPU"
+        return None
+    return pynvml
+
+
+def gpu_memory() -> list[tuple[int, int]]:
+    """(free, total) bytes of each GPU this process may use (CUDA_VISIBLE_DEVICES), from NVML;
+    [] without one."""
+    nvml = _nvml()
+    if nvml is None:
+        return []
+    try:
+        out = []
+        for dev in visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), int(nvml.nvmlDeviceGetCount())):
+            handle = (nvml.nvmlDeviceGetHandleByIndex(int(dev)) if dev.isdigit()
+                      else nvml.nvmlDeviceGetHandleByUUID(dev))
+            info = nvml.nvmlDeviceGetMemoryInfo(handle)
+            out.append((int(info.free), int(info.total)))
+        return out
+    except Exception:
+        return []
+    finally:
+        nvml.nvmlShutdown()
+
+
+def gpu_count() -> int:
+    """GPUs this process may use (0 without a driver). Never initialises CUDA."""
+    return len(gpu_memory())
+
+
+def rapids_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("cudf", "cupy", "dask_cudf", "dask_cuda", "kvikio", "rmm", "pylibcudf"))
+
+
+POOL_FRACTION = 0.8        # of each device's memory: the RMM pool every allocation comes from
+SPILL_FRACTION = 0.6       # dask-cuda moves finished partitions to host memory past this
+
+
+def cluster_settings(memory: list[tuple[int, int]], pool_fraction: float = POOL_FRACTION,
+                     spill_fraction: float = SPILL_FRACTION) -> dict:
+    """LocalCUDACluster arguments for the visible GPUs' (free, total) memory (docs/gpu.md,
+    "Memory"): one worker per GPU; an RMM pool of `pool_fraction` of the smallest device's
+    memory (rounded down to 256 MiB, and never more than it has free) that CuPy allocates
+    from too; dask-cuda spills whole finished partitions to host past `spill_fraction`; cuDF's
+    own spilling stays off (one spilling mechanism: cuDF's moves buffers under the views the
+    backend takes with to_pylibcudf and CuPy)."""
+    if not memory:
+        raise ValueError("no GPU")
+    free = min(f for f, _ in memory)
+    total = min(t for _, t in memory)
+    step = 256 << 20
+    pool = max(step, min(int(total * pool_fraction), free) // step * step)
+    return {"n_workers": len(memory), "threads_per_worker": 1, "rmm_pool_size": pool,
+            "rmm_allocator_external_lib_list": ["cupy"],
+            "device_memory_limit": min(int(total * spill_fraction), pool), "enable_cudf_spill": False,
+            "protocol": "tcp"}
+
+
+class GpuPlanning:
+    """The GPU backend as planning sees it: a name and the regex check. Needs no RAPIDS."""
+
+    name = "gpu"
+
+    def check_regex(self, pattern: str) -> str | None:
+        return check_regex(pattern)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-process tallies (the runner sums them over the workers with client.run)
 
 _LOCK = threading.Lock()
-FALLBACKS: Counter = Counter()
+FALLBACKS: Counter = Counter()           # reason -> rows or columns handed to the CPU kernels
+HOST_BYTES: Counter = Counter()          # reason -> bytes copied device -> host by gpuetl
+READS: Counter = Counter()               # "<path> reads" / "<path> bytes" -> count
 
 
 def count_fallback(what: str, rows: int = 1) -> None:
@@ -39,6 +148,59 @@ def fallback_counts() -> dict[str, int]:
 def reset_fallbacks() -> None:
     with _LOCK:
         FALLBACKS.clear()
+
+
+def count_host_bytes(reason: str, nbytes: int) -> None:
+    """The host-transfer ledger: called by the one function that copies device -> host."""
+    with _LOCK:
+        HOST_BYTES[reason] += int(nbytes)
+
+
+def count_read(path: str, nbytes: int) -> None:
+    """One file read of nbytes that took `path` ('kvikio gds', 'kvikio posix', 'host')."""
+    with _LOCK:
+        READS[f"{path} reads"] += 1
+        READS[f"{path} bytes"] += int(nbytes)
+
+
+def worker_tallies() -> dict[str, dict[str, int]]:
+    """This process's tallies (run on each worker by `client.run`)."""
+    with _LOCK:
+        return {"fallbacks": dict(FALLBACKS), "host_bytes": dict(HOST_BYTES), "reads": dict(READS)}
+
+
+def reset_tallies() -> None:
+    with _LOCK:
+        FALLBACKS.clear()
+        HOST_BYTES.clear()
+        READS.clear()
+
+
+def sum_tallies(parts) -> dict[str, dict[str, int]]:
+    total: dict[str, dict[str, int]] = {"fallbacks": {}, "host_bytes": {}, "reads": {}}
+    for part in parts:
+        for kind, counts in part.items():
+            for k, v in counts.items():
+                total[kind][k] = total[kind].get(k, 0) + v
+    return total
+
+
+def host_transfer_report(tallies: dict[str, dict[str, int]], input_bytes: int) -> dict:
+    """The manifest's `host_transfer` entry: gpuetl's own device -> host copies by reason and per
+    input byte, and the file reads by path. KvikIO's POSIX path reads through host bounce
+    buffers: those bytes are reported on their own line, not as gpuetl's copies."""
+    host = dict(sorted(tallies["host_bytes"].items()))
+    total = sum(host.values())
+    reads = tallies["reads"]
+    paths = sorted({k.rsplit(" ", 1)[0] for k in reads})
+    return {
+        "input_bytes": int(input_bytes),
+        "host_bytes": total,
+        "host_bytes_per_input_byte": (total / input_bytes) if input_bytes else 0.0,
+        "by_reason": host,
+        "reads": {p: {"reads": reads.get(f"{p} reads", 0), "bytes": reads.get(f"{p} bytes", 0)} for p in paths},
+        "bounce_buffer_bytes": reads.get("kvikio posix bytes", 0),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +253,7 @@ def to_cudf_regex(pattern: str) -> str:
             elif e == "A":
                 out.append(r"\A")
             elif e == "z":
-                out.append("$")       # without (?m), RE2's $ is \z, and so is libcudf's $
+                out.append(r"\Z")      # the end of the text (libcudf's $ also matches before a final \n)
             elif e in "bB":
                 raise Unsupported(r"word boundaries \b \B (libcudf uses Unicode word characters, RE2 ASCII)")
             elif e in "pP":
@@ -157,7 +319,7 @@ def to_cudf_regex(pattern: str) -> str:
             i += 1
             prev_open_or_bar = False
             continue
-        out.append(c)
+        out.append(r"\Z" if c == "$" else c)      # RE2's $ (no (?m)) is the end of the text
         prev_open_or_bar = False
         i += 1
     return "".join(out)
@@ -244,7 +406,7 @@ def timestamp_plan(fmt: str | None) -> TimestampPlan | None:
         body = (r"([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
                 r"(?:[T ]([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9])(?:\.([0-9]{1,6}))?)?"
                 r"(?:(Z)|([+-])([01][0-9]|2[0-3]):([0-5][0-9]))?")
-        return TimestampPlan("^" + _WS_RUN + body + _WS_RUN + "$",
+        return TimestampPlan("^" + _WS_RUN + body + _WS_RUN + r"\Z",
                              ("Y", "m", "d", "H", "M", "S", "f", "Z", "zs", "zh", "zm"), True)
     parts: list[str] = []
     fields: list[str] = []
@@ -278,7 +440,7 @@ def timestamp_plan(fmt: str | None) -> TimestampPlan | None:
         i += 1
     if "Y" not in fields or "d" not in fields or not ({"m", "b"} & set(fields)):
         return None
-    return TimestampPlan("^" + _WS_RUN + "".join(parts) + _WS_RUN + "$", tuple(fields), "zs" in fields)
+    return TimestampPlan("^" + _WS_RUN + "".join(parts) + _WS_RUN + r"\Z", tuple(fields), "zs" in fields)
 
 
 def civil_to_days(xp, y, m, d):
@@ -303,3 +465,48 @@ def civil_to_micros(xp, y, m, d, hh, mm, ss, micro, offset_minutes):
     days = civil_to_days(xp, y, m, d)
     seconds = days * 86400 + hh * 3600 + mm * 60 + ss - offset_minutes * 60
     return seconds * 1_000_000 + micro
+
+
+# ---------------------------------------------------------------------------------------------
+# exact conversions between typed numbers (Arrow's safe cast), decided from a column's range
+
+_FLOAT_EXACT = {"float64": 2 ** 53, "float32": 2 ** 24}       # integers a float holds exactly
+
+
+def integer_cast_loses(lo: int, hi: int, target: str) -> bool:
+    """Whether integers in [lo, hi] (a column's min and max, as Python ints) can lose a value
+    converted to `target`: out of an integer type's range (a round trip cannot see that: -1 ->
+    uint64 -> int64 gives -1 back), or past what a float holds exactly (Arrow's safe cast
+    refuses both)."""
+    import numpy as np
+
+    if target in _FLOAT_EXACT:
+        return max(abs(lo), abs(hi)) > _FLOAT_EXACT[target]
+    info = np.iinfo(target)
+    return lo < int(info.min) or hi > int(info.max)
+
+
+# ---------------------------------------------------------------------------------------------
+# UTF-8 validation as array operations (CuPy on the device; numpy runs it in the tests)
+
+
+def utf8_bad_bytes(xp, b):
+    """A bool per byte of `b` (uint8): True where the byte breaks UTF-8 (RFC 3629: no overlongs,
+    no surrogates, nothing past U+10FFFF, no stray or missing continuation bytes). A sequence
+    cut off by a newline or the end marks the byte that should have continued it."""
+    n = len(b)
+    cont = (b & 0xC0) == 0x80
+    length = xp.where((b >= 0xC2) & (b <= 0xDF), 2,
+                      xp.where((b >= 0xE0) & (b <= 0xEF), 3, xp.where((b >= 0xF0) & (b <= 0xF4), 4, 1)))
+    bad = (b == 0xC0) | (b == 0xC1) | (b >= 0xF5)
+    covered = xp.zeros(n, dtype=bool)
+    for k in (1, 2, 3):
+        leads = xp.flatnonzero(length > k)
+        at = leads + k
+        inside = at < n
+        covered[at[inside]] = True
+        bad[leads[~inside]] = True                      # cut off by the end of the buffer
+    nxt = xp.concatenate([b[1:], xp.zeros(1, dtype=b.dtype)])
+    bad |= (((b == 0xE0) & (nxt < 0xA0)) | ((b == 0xED) & (nxt > 0x9F)) |
+            ((b == 0xF0) & (nxt < 0x90)) | ((b == 0xF4) & (nxt > 0x8F)))
+    return bad | (cont & ~covered) | (covered & ~cont)

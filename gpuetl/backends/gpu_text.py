@@ -7,7 +7,8 @@ The CPU forms are in cpu_text.py; both must give the same values (tests/steps/*:
 from __future__ import annotations
 
 WHITESPACE = " \t\n\x0b\x0c\r"
-WHITESPACE_RUN = "[" + WHITESPACE + "]+"
+WHITESPACE_RUN = r"[ \t\n\x0b\f\r]+"     # the regex spelled with escapes: libcudf's compiler reads them
+NON_ASCII = r"[^\x00-\x7f]"                # escapes, not the characters: a real NUL never matches
 
 
 class GpuTextMixin:
@@ -31,11 +32,14 @@ class GpuTextMixin:
         import cudf
         import pyarrow.compute as pc
 
-        non_ascii = col.str.contains("[^\x00-\x7f]", regex=True).fillna(False)
-        if not bool(non_ascii.any()):
+        from .gpu import _flag, to_host_copy
+
+        non_ascii = col.str.contains(NON_ASCII, regex=True).fillna(False)
+        if not _flag(non_ascii):
             return col
         part = col[non_ascii]
-        fixed = cudf.Series.from_arrow(pc.utf8_normalize(part.to_arrow(), form="NFKC"))
+        fixed = cudf.Series.from_arrow(pc.utf8_normalize(to_host_copy(part, "normalize_text: non-ASCII rows (NFKC)"),
+                                                         form="NFKC"))
         fixed.index = part.index
         out = col.copy()
         out[non_ascii] = fixed
@@ -62,11 +66,10 @@ class GpuTextMixin:
             except TypeError as err:  # cuDF < 24.12: minhash(seeds, width), another scheme
                 raise RuntimeError("near_dedupe on the GPU needs cuDF >= 24.12 (nvtext minhash with "
                                    "permutation parameters a and b)") from err
-            flat = lists.fillna(0) if lists.null_count else lists
-            values = flat.list.leaves.values if hasattr(flat.list, "leaves") else flat.explode().values
+            # a null row comes back as an empty list: every row holds m values or none
+            full = cp.asarray((lists.list.len() == m).fillna(False).values)
             sig = cp.zeros((n, m), dtype=cp.uint32)
-            ok = cp.asarray(lists.notna().values)
-            sig[ok] = cp.asarray(values, dtype=cp.uint32).reshape(-1, m)
+            sig[full] = cp.asarray(lists.list.leaves.values, dtype=cp.uint32).reshape(-1, m)
             return sig, valid
         return self._word_minhash(col, seed, np.asarray(a, dtype=np.uint32), np.asarray(b, dtype=np.uint32), width), valid
 
@@ -78,6 +81,8 @@ class GpuTextMixin:
         import cupy as cp
         import cupyx
 
+        from .gpu import to_host_copy
+
         n = len(col)
         norm = col.str.replace(WHITESPACE_RUN, " ", regex=True).str.strip(WHITESPACE)
         words = norm.str.split(" ")
@@ -86,7 +91,7 @@ class GpuTextMixin:
         counts = cp.bincount(frame["row"].values, minlength=n)
         first = cp.concatenate([cp.zeros(1, dtype=cp.int64), cp.cumsum(counts)[:-1]])
         grams = cp.where(counts > 0, cp.maximum(counts - width + 1, 1), 0)
-        rows = cp.repeat(cp.arange(n), grams.get().tolist()) if n else cp.zeros(0, dtype=cp.int64)
+        rows = cp.repeat(cp.arange(n), to_host_copy(grams, "near_dedupe: shingle counts").tolist()) if n else cp.zeros(0, dtype=cp.int64)
         starts_of_row = cp.concatenate([cp.zeros(1, dtype=cp.int64), cp.cumsum(grams)[:-1]])
         k = cp.arange(len(rows)) - starts_of_row[rows]
         start_word = first[rows] + k

@@ -169,7 +169,7 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
                 bad = bad | cast_bad
     if source.provenance:
         names = backend.series([f.display for f in source.files], "string")
-        df["_file"] = names.take(backend.to_host(file_index)).reset_index(drop=True).set_axis(df.index)
+        df["_file"] = backend.series(names.take(file_index), "string", index=df.index)
         df["_offset"] = backend.series(offsets, "int64", index=df.index)
     n = len(df)
     df[FILE_INDEX] = backend.series(file_index, "int32", index=df.index)

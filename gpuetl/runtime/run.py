@@ -192,7 +192,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
             for i, part in enumerate(parts) if i not in finished}
     streamed = None
     if stream:
-        results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options, progress)
+        results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options, progress,
+                                            backend=backend)
     else:
         computed = executor.compute(list(maps.values()), progress=progress)
         results = sorted([*finished.values(), *computed], key=lambda r: r.partition)
@@ -217,7 +218,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
         write = dask.delayed(_write_and_record, pure=False)
         writes = [write(task, [r.pieces[task.split] for r in results if task.split in r.pieces], str(shard_state),
                         schema=schema, tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle,
-                        ranged=ranged, presorted=presorted,
+                        ranged=ranged, presorted=presorted, backend=backend,
                         dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
         shards += executor.compute(writes, progress=progress)
         order = {t.relpath: k for k, t in enumerate(tasks)}
@@ -234,6 +235,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
         log(f"warning: {warning}")
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
     manifest["fallbacks"] = backend.fallbacks(getattr(executor, "client", None))
+    manifest["host_transfer"] = backend.host_transfer(getattr(executor, "client", None), plan.input_bytes)
     manifest["notes"] = [*plan.notes, *warnings]
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
@@ -275,13 +277,14 @@ def _write_and_record(task: ShardTask, pieces: list[str], state_dir: str, **kwar
     return result
 
 
-def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp: Path, options, progress=False):
+def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp: Path, options, progress=False,
+                    *, backend):
     """Run the map tasks; feed each one's pieces, in partition order, to its split's writer."""
-    from ..sinks.parquet import ShardWriter
     from ..sinks.spill import read_ipc
 
     tasks = _shard_tasks(layout, [], False, plan.output_schema, options)
-    writers = {t.split: ShardWriter(str(run_tmp / "data" / t.relpath), plan.output_schema, options, t) for t in tasks}
+    writers = {t.split: backend.shard_writer(str(run_tmp / "data" / t.relpath), plan.output_schema, options, t)
+               for t in tasks}
     computed = executor.ordered(list(maps.values()), independent=len(plan.segments) == 1)
     results = []
     try:

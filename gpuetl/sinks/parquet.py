@@ -49,10 +49,12 @@ class ShardResult:
 
 
 def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: str, options: WriteOptions,
-                shuffle: bool, ranged: bool, presorted: bool = False) -> ShardResult:
+                shuffle: bool, ranged: bool, presorted: bool = False, backend=None) -> ShardResult:
     """Gather the shard's slice of each piece, order it, write it. With `presorted` the pieces,
-    taken in partition order, are already in input order and are streamed, never sorted."""
-    writer = ShardWriter(os.path.join(tmp_dir, "data", task.relpath), schema, options, task)
+    taken in partition order, are already in input order and are streamed, never sorted.
+    `backend`: whose Parquet writer encodes the shard (Backend.shard_writer; default pyarrow's)."""
+    make = backend.shard_writer if backend is not None else ShardWriter
+    writer = make(os.path.join(tmp_dir, "data", task.relpath), schema, options, task)
     if presorted:
         for path in pieces:
             writer.write(read_ipc(path))

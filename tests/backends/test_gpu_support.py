@@ -1,5 +1,6 @@
 """The GPU backend's pure-Python rules, checked on CPU: regex translation, strict timestamp forms,
-date arithmetic, cluster sizing, and NVML detection on a machine without a GPU."""
+date arithmetic, exact number conversions, UTF-8 validation, cluster sizing, the tallies and the
+host-transfer report, and NVML detection on a machine without a GPU."""
 
 import re
 
@@ -10,9 +11,11 @@ import pytest
 
 from gpuetl.backends import get_backend
 from gpuetl.backends.cpu import CpuBackend
-from gpuetl.backends.gpu import GpuBackend, cluster_settings, gpu_count
-from gpuetl.backends.gpu_support import (Unsupported, check_regex, civil_to_micros, drop_group_names,
-                                         timestamp_plan, to_cudf_regex)
+from gpuetl.backends.gpu_support import (GpuPlanning, Unsupported, check_regex, civil_to_micros, cluster_settings,
+                                         count_host_bytes, count_read, drop_group_names, gpu_count,
+                                         host_transfer_report, integer_cast_loses, reset_tallies, sum_tallies,
+                                         timestamp_plan, to_cudf_regex, utf8_bad_bytes, visible_devices,
+                                         worker_tallies)
 from gpuetl.errors import SpecError
 from gpuetl.parsing import PRESETS, preset, template_to_regex
 from gpuetl.samples import write_access_logs
@@ -45,12 +48,12 @@ def test_every_preset_runs_on_libcudf(name):
 def test_unsupported_constructs_are_named(pattern, why):
     reason = check_regex(pattern)
     assert reason and why in reason
-    assert GpuBackend().check_regex(pattern) == reason
+    assert get_backend("gpu", for_planning=True).check_regex(pattern) == reason
 
 
 def _captures(pattern, lines):
     arr = pa.array(lines, pa.string())
-    names = tuple(sorted(re.compile(pattern).groupindex, key=re.compile(pattern).groupindex.get))
+    names = tuple(re.findall(r"\(\?P<(\w+)>", pattern))        # RE2's \z is not Python's: no re.compile
     struct = pc.extract_regex(arr, pattern=pattern)
     return [struct.is_valid().to_pylist()] + [pc.struct_field(struct, n).to_pylist() for n in names]
 
@@ -60,8 +63,8 @@ def _renamed(translated, names):
     out, k = [], 0
     i = 0
     while i < len(translated):
-        if translated[i] == "\\":
-            out.append(translated[i:i + 2]); i += 2; continue
+        if translated[i] == "\\":     # libcudf's \Z is RE2's \z
+            out.append("\\z" if translated[i:i + 2] == "\\Z" else translated[i:i + 2]); i += 2; continue
         if translated[i] == "[":
             j = i + 1 + (translated[i + 1] == "^")
             j += translated[j] == "]"
@@ -145,13 +148,117 @@ def test_formats_outside_the_strict_set_go_to_the_cpu():
         assert timestamp_plan(fmt) is None, fmt
 
 
-def test_cluster_settings_are_sized_from_free_memory():
-    s = cluster_settings([(100 << 30, 141 << 30), (90 << 30, 141 << 30)])
-    assert s["n_workers"] == 2 and s["enable_cudf_spill"] is True
-    assert s["rmm_pool_size"] <= int(0.8 * (90 << 30)) and s["rmm_pool_size"] % (256 << 20) == 0
-    assert s["device_memory_limit"] == int(0.9 * (141 << 30))
+def test_cluster_settings_one_memory_design():
+    """An RMM pool as a fraction of device memory (never more than is free), CuPy allocating from
+    it, dask-cuda spilling below the pool, cuDF's own spilling off."""
+    s = cluster_settings([(130 << 30, 141 << 30), (120 << 30, 141 << 30)])
+    assert s["n_workers"] == 2 and s["enable_cudf_spill"] is False
+    assert s["rmm_allocator_external_lib_list"] == ["cupy"]
+    assert s["rmm_pool_size"] == int(0.8 * (141 << 30)) // (256 << 20) * (256 << 20)
+    assert s["rmm_pool_size"] % (256 << 20) == 0
+    assert s["device_memory_limit"] == int(0.6 * (141 << 30)) < s["rmm_pool_size"]
+    busy = cluster_settings([(10 << 30, 141 << 30)])
+    assert busy["rmm_pool_size"] == 10 << 30 and busy["device_memory_limit"] <= busy["rmm_pool_size"]
     with pytest.raises(ValueError):
         cluster_settings([])
+
+
+@pytest.mark.parametrize("env, count, expected", [
+    (None, 3, ["0", "1", "2"]),
+    ("", 3, []),
+    ("1", 3, ["1"]),
+    ("2,0", 3, ["2", "0"]),
+    ("0,7,1", 3, ["0"]),                      # the runtime stops at the first entry naming no device
+    ("1,1", 3, ["1"]),
+    ("GPU-8f3c,1", 2, ["GPU-8f3c", "1"]),
+    ("MIG-abcd", 1, ["MIG-abcd"]),
+    ("-1", 2, []),
+])
+def test_worker_count_honours_cuda_visible_devices(env, count, expected):
+    assert visible_devices(env, count) == expected
+
+
+def test_re2_end_of_text_is_libcudfs_capital_z():
+    """libcudf's $ also matches before a final newline; RE2's (no (?m)) and \\z only at the end."""
+    assert to_cudf_regex(r"^a$") == r"^a\Z"
+    assert to_cudf_regex(r"^a\z") == r"^a\Z"
+    assert to_cudf_regex(r"^[$]\$$") == r"^[$]\$\Z"
+    assert timestamp_plan(None).regex.endswith(r"\Z")
+    assert re.fullmatch(timestamp_plan("%Y-%m-%d").regex.replace(r"\x0b", "\x0b"), "2026-01-02") is not None
+
+
+@pytest.mark.parametrize("lo, hi, target, loses", [
+    (-1, 5, "uint64", True),                  # a round trip gives -1 back: the range does not
+    (0, 2**64 - 1, "int64", True),
+    (0, 2**63 - 1, "int64", False),
+    (-128, 127, "int8", False),
+    (-129, 0, "int8", True),
+    (0, 255, "uint8", False),
+    (0, 2**53, "float64", False),
+    (0, 2**53 + 1, "float64", True),
+    (-(2**24) - 1, 0, "float32", True),
+])
+def test_integer_conversions_check_the_range_not_a_round_trip(lo, hi, target, loses):
+    assert integer_cast_loses(lo, hi, target) is loses
+    arrow_refuses = False
+    try:
+        pa.array([lo, hi], pa.uint64() if hi > 2**63 - 1 else pa.int64()).cast(getattr(pa, target)())
+    except (pa.ArrowInvalid, OverflowError):
+        arrow_refuses = True
+    assert arrow_refuses is loses
+
+
+UTF8_CASES = [b"", b"plain ascii", "héllo € 𝄞".encode(), b"\xc0\x80", b"\xc1\xbf", b"\xed\xa0\x80",
+              b"\xf4\x90\x80\x80", b"\xe2\x82", b"ab\xe2\x82\ncd", b"\x80", b"\xe0\x9f\xbf",
+              b"\xf0\x8f\xbf\xbf", "\U0010ffff".encode(), b"\xf5\x80\x80\x80", b"\xff", b"\xc3\xa9\xa9"]
+
+
+@pytest.mark.parametrize("data", UTF8_CASES)
+def test_device_utf8_validation_agrees_with_pythons_decoder(data):
+    try:
+        data.decode("utf-8")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    assert (not utf8_bad_bytes(np, np.frombuffer(data, dtype=np.uint8)).any()) is valid
+
+
+def test_device_utf8_validation_on_random_bytes():
+    rng = np.random.default_rng(7)
+    alphabet = np.array([0x41, 0x0A, 0x80, 0x9F, 0xA0, 0xBF, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xC0],
+                        dtype=np.uint8)
+    for _ in range(3000):
+        data = bytes(rng.choice(alphabet, size=rng.integers(1, 7)))
+        try:
+            data.decode("utf-8")
+            valid = True
+        except UnicodeDecodeError:
+            valid = False
+        assert (not utf8_bad_bytes(np, np.frombuffer(data, dtype=np.uint8)).any()) is valid, data
+
+
+def test_tallies_sum_over_workers_and_report_host_bytes_per_input_byte():
+    reset_tallies()
+    try:
+        count_host_bytes("quarantined raw lines", 300)
+        count_host_bytes("bookkeeping columns", 700)
+        count_read("kvikio posix", 4000)
+        count_read("kvikio gds", 6000)
+        here = worker_tallies()
+        total = sum_tallies([here, here])
+        report = host_transfer_report(total, input_bytes=100_000)
+        assert report["host_bytes"] == 2000 and report["host_bytes_per_input_byte"] == 0.02
+        assert report["by_reason"] == {"bookkeeping columns": 1400, "quarantined raw lines": 600}
+        assert report["reads"] == {"kvikio gds": {"reads": 2, "bytes": 12000},
+                                   "kvikio posix": {"reads": 2, "bytes": 8000}}
+        assert report["bounce_buffer_bytes"] == 8000
+        assert host_transfer_report(sum_tallies([]), 0)["host_bytes_per_input_byte"] == 0.0
+    finally:
+        reset_tallies()
+
+
+def test_cpu_backend_reports_no_host_transfer():
+    assert CpuBackend().host_transfer(None, 123) == {}
 
 
 def test_unsupported_error_type():
@@ -162,12 +269,12 @@ def test_unsupported_error_type():
 def test_plan_notes_what_the_gpu_hands_to_the_cpu(tmp_path):
     """The plan says, before any data is read, which pattern the GPU backend cannot run."""
     from gpuetl import Pipeline
-    from gpuetl.backends.gpu import GpuBackend
 
     (tmp_path / "a.log").write_text("Hello\n")
     spec = {"version": 1, "name": "n", "source": {"type": "text", "path": "a.log"},
             "parse": {"regex": "(?i)^(?P<word>hello)$"}, "sink": {"path": "out"}}
     pipeline = Pipeline.from_dict(spec, base_dir=tmp_path)
-    notes = pipeline.plan(GpuBackend()).notes
+    notes = pipeline.plan(GpuPlanning()).notes
+    assert pipeline.plan("gpu").notes == notes
     assert len(notes) == 1 and "runs on the CPU (RE2)" in notes[0]
     assert pipeline.plan("cpu").notes == []
