@@ -29,3 +29,18 @@ def access_spec(**overrides):
         else:
             spec[section] = value
     return spec
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests need a GPU as well as RAPIDS: skipped cleanly where NVML sees none (a machine
+    with the RAPIDS extra but no device runs the `gpu_api` tier instead)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    from gpuetl.backends.gpu_support import gpu_count, rapids_available
+
+    if gpu_count() and rapids_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with RAPIDS (NVML sees no GPU, or RAPIDS is missing)")
+    for item in gpu_items:
+        item.add_marker(skip)

@@ -146,6 +146,10 @@ class Backend(ABC):
         client, summed over its workers. The CPU backend never falls back."""
         return {}
 
+    def start_reports(self, client: Any = None) -> None:
+        """Zero what fallbacks() and host_transfer() count (in this process, or on the client's
+        workers), so a run reports only its own work. The CPU backend counts nothing."""
+
     def host_transfer(self, client: Any = None, input_bytes: int = 0) -> dict:
         """Bytes copied from the device to the host, by reason, and per input byte; which path
         the file reads took. Nothing lives on a device on the CPU: {}."""

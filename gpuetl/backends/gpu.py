@@ -30,7 +30,7 @@ from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
-                          host_transfer_report, integer_cast_loses,
+                          host_transfer_report, integer_cast_loses, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_text import GpuTextMixin
 
@@ -155,6 +155,11 @@ class GpuBackend(GpuTextMixin, Backend):
         if client is None:
             return worker_tallies()
         return sum_tallies(client.run(worker_tallies).values())
+
+    def start_reports(self, client: Any = None) -> None:
+        reset_tallies()
+        if client is not None:
+            client.run(reset_tallies)
 
     def fallbacks(self, client: Any = None) -> dict[str, int]:
         return self._tallies(client)["fallbacks"]
@@ -333,7 +338,7 @@ class GpuBackend(GpuTextMixin, Backend):
         carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
                    if t["bytes_transferred"]}
         for name, nbytes in (carried or {"unattributed": got}).items():
-            count_read(f"kvikio {name}", nbytes)
+            count_read(f"kvikio {name.lower()}", nbytes)
         if got != len(dest):
             raise OSError(f"{path}: short read ({got} of {len(dest)} bytes at {file_offset})")
 

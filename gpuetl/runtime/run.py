@@ -173,6 +173,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
     file_names = [f.display for f in plan.files]
     options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
+    backend.start_reports(getattr(executor, "client", None))
 
     finished = {i: r for i in range(len(plan.partitions)) if (r := load_result(str(run_tmp), i)) is not None}
     # Rows still in input order (no shuffle; global steps drop rows in place) and one shard per

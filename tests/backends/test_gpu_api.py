@@ -1,0 +1,172 @@
+"""The GPU code checked against the real RAPIDS release, on a machine with RAPIDS but no GPU
+(`make gpu-api`, marker gpu_api; skipped cleanly where cuDF does not import):
+
+* the backend module imports with the real libraries;
+* every RAPIDS call the backend makes (gpu.RAPIDS_CALLS) exists and accepts the arguments used,
+  bound against the installed release's signature, or its .pyi stub for Cython classes;
+* every regex the presets, the templates, the dialect translator and the backend itself hand to
+  libcudf compiles in libcudf's own regex compiler (it runs on the host).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import os
+import re
+
+import pytest
+
+pytestmark = pytest.mark.gpu_api
+
+try:                                        # RAPIDS installed: import it without touching CUDA
+    os.environ.setdefault("RAPIDS_NO_INITIALIZE", "1")
+    import cudf  # noqa: F401
+    import pylibcudf as plc
+except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a broken install)
+    pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
+                allow_module_level=True)
+
+from gpuetl.backends import gpu  # noqa: E402
+from gpuetl.backends.gpu_support import check_regex, timestamp_plan, to_cudf_regex  # noqa: E402
+from gpuetl.parsing import PRESETS, preset, template_to_regex  # noqa: E402
+
+
+def test_the_backend_module_imports_with_the_real_libraries():
+    assert gpu.GpuBackend.name == "gpu" and gpu.GpuBackend.xd is cudf
+    assert len(gpu.RAPIDS_CALLS) >= 20
+
+
+# -- RAPIDS calls ------------------------------------------------------------------------------
+
+def _resolve(dotted: str):
+    """The object the backend's code reaches by that path: attributes first (as `plc.X` does),
+    importing a submodule only where no attribute has the name."""
+    parts = dotted.split(".")
+    obj = importlib.import_module(parts[0])
+    for k, name in enumerate(parts[1:], start=2):
+        obj = getattr(obj, name) if hasattr(obj, name) else importlib.import_module(".".join(parts[:k]))
+    return obj
+
+
+def _stub_signature(obj) -> inspect.Signature:
+    """A Cython class's or method's signature from the package's .pyi stub."""
+    owner = obj if inspect.isclass(obj) else getattr(obj, "__objclass__", None)
+    module = importlib.import_module((owner or obj).__module__)
+    stub = os.path.join(os.path.dirname(module.__file__), os.path.basename(module.__file__).split(".")[0] + ".pyi")
+    tree = ast.parse(open(stub).read())
+    cls_name = (owner or obj).__name__ if owner is not None else None
+    func_name = "__init__" if inspect.isclass(obj) else obj.__name__
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == func_name:
+                    return _from_ast(item, drop_first=not any(
+                        isinstance(d, ast.Name) and d.id == "staticmethod" for d in item.decorator_list))
+    raise LookupError(f"no stub for {obj!r} in {stub}")
+
+
+def _from_ast(fn: ast.FunctionDef, drop_first: bool) -> inspect.Signature:
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    params = [inspect.Parameter(a.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                default=inspect.Parameter.empty if d is None else None)
+              for a, d in zip(positional, defaults)]
+    if args.vararg:
+        params.append(inspect.Parameter(args.vararg.arg, inspect.Parameter.VAR_POSITIONAL))
+    params += [inspect.Parameter(a.arg, inspect.Parameter.KEYWORD_ONLY,
+                                 default=inspect.Parameter.empty if d is None else None)
+               for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    if args.kwarg:
+        params.append(inspect.Parameter(args.kwarg.arg, inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(params[1:] if drop_first and params else params)
+
+
+def _signature(obj) -> inspect.Signature:
+    try:
+        return inspect.signature(obj)
+    except (TypeError, ValueError):
+        return _stub_signature(obj)
+
+
+def _class_keywords(cls) -> set[str]:
+    """Keywords a class's constructor passes on through **kwargs: its bases' named parameters."""
+    names: set[str] = set()
+    for base in cls.__mro__[1:]:
+        try:
+            names |= set(inspect.signature(base.__init__).parameters)
+        except (TypeError, ValueError):
+            pass
+    return names
+
+
+@pytest.mark.parametrize("dotted, positional, keywords", gpu.RAPIDS_CALLS, ids=[c[0] for c in gpu.RAPIDS_CALLS])
+def test_every_rapids_call_exists_and_accepts_the_arguments_used(dotted, positional, keywords):
+    obj = _resolve(dotted)
+    sig = _signature(obj)
+    params = list(sig.parameters.values())
+    unbound_method = "." in dotted and inspect.isfunction(obj) and params and params[0].name == "self"
+    args = [None] * (positional + (1 if unbound_method else 0))
+    sig.bind(*args, **{k: None for k in keywords})
+    named = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    passed_on = set(keywords) - named
+    if passed_on:                # taken by **kwargs: a base class must name each one
+        assert inspect.isclass(obj), f"{dotted}: {sorted(passed_on)} vanish into **kwargs"
+        assert passed_on <= _class_keywords(obj), f"{dotted}: no base takes {sorted(passed_on - _class_keywords(obj))}"
+
+
+def test_the_signature_check_can_fail():
+    with pytest.raises(TypeError):
+        _signature(_resolve("pylibcudf.strings.extract.extract")).bind(None, None, nonexistent=1)
+    with pytest.raises(TypeError):
+        _signature(_resolve("pylibcudf.Column")).bind(None)
+
+
+# -- regexes -----------------------------------------------------------------------------------
+
+def _compile(pattern: str):
+    return plc.strings.regex_program.RegexProgram.create(pattern, plc.strings.regex_flags.RegexFlags.DEFAULT)
+
+
+TEMPLATES = ["<Date> <Time> <Level>: <Content>", r"\[<Time>\] <Level> <Component> - <Content>",
+             r"\(<A>\) (?:x|y)<B> [(]<C>", "<<PRI>> ?<Msg>", "<Content>", r"<Component>\[<PID>\]?: <Content>"]
+FORMATS = [None, "%d/%b/%Y:%H:%M:%S %z", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d", "%d %b %Y", "%Y/%m/%d %H:%M:%S%%"]
+USER_PATTERNS = [r"^(?P<a>\d+)\s+(?P<b>\S*)\W(?P<c>[\w.-]+)$", r"\d{3}-\d{4}", r"[^\s@]+@[^\s@]+\.[a-z]{2,}",
+                 r"(?:ab|cd)+\z", r"^\x41[\x00-\x1f]*$", r"a{0,999}", r"\$\{[A-Z_]+\}", r"[\]\[\\-]",
+                 r"(?P<k>[A-Za-z_]+)=(?P<v>\"[^\"]*\"|\S+)", r"^\A\t\n\r\f\v"]
+
+
+def _translated_patterns():
+    out = []
+    for name in sorted(PRESETS):
+        if name != "json":
+            out.append((f"preset {name}", to_cudf_regex(preset(name).regex)))
+    out += [(f"template {t!r}", to_cudf_regex(template_to_regex(t)[0])) for t in TEMPLATES]
+    out += [(f"user {p!r}", to_cudf_regex(p)) for p in USER_PATTERNS]
+    out += [(f"timestamp {f!r}", timestamp_plan(f).regex) for f in FORMATS]
+    out += [(f"backend #{i}", p) for i, p in enumerate(gpu.device_patterns())]
+    return out
+
+
+@pytest.mark.parametrize("what, pattern", _translated_patterns(), ids=[w for w, _ in _translated_patterns()])
+def test_every_regex_handed_to_libcudf_compiles_there(what, pattern):
+    assert _compile(pattern) is not None
+
+
+def test_user_patterns_are_ones_the_dialect_accepts():
+    assert all(check_regex(p) is None for p in USER_PATTERNS)
+
+
+@pytest.mark.parametrize("pattern", [r"(?=x)", r"a**", r"(ab", r"[z-a]"])
+def test_libcudfs_compiler_refuses_what_it_cannot_run(pattern):
+    """The compile check above can fail: libcudf raises for patterns it cannot run."""
+    with pytest.raises(RuntimeError):
+        _compile(pattern)
+
+
+def test_no_real_control_characters_reach_the_compiler():
+    """A pattern must spell control characters as escapes (a raw NUL never matches in libcudf)."""
+    for what, pattern in _translated_patterns():
+        assert not re.search(r"[\x00-\x08\x0e-\x1f]", pattern), what
