@@ -1,8 +1,11 @@
-"""Every Backend method on the GPU against the CPU backend on the same inputs (same values).
-Needs cuDF and a GPU: `pytest -m gpu`; skipped cleanly elsewhere."""
+"""Every Backend method on the GPU against the CPU backend on the same inputs (same values), and
+the device-only parts: the shard writer's row groups, the host-transfer ledger, the per-read
+KvikIO path, the cluster. Where the device path is expected the fallback counters must stay
+zero, so a silent fall back to the CPU fails. Needs cuDF and a GPU: `pytest -m gpu`."""
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 cudf = pytest.importorskip("cudf")
@@ -10,7 +13,7 @@ cp = pytest.importorskip("cupy")
 
 from gpuetl.backends.cpu import CpuBackend  # noqa: E402
 from gpuetl.backends.gpu import GpuBackend  # noqa: E402
-from gpuetl.backends.gpu_support import fallback_counts, reset_fallbacks  # noqa: E402
+from gpuetl.backends.gpu_support import fallback_counts, reset_fallbacks, reset_tallies, worker_tallies  # noqa: E402
 from gpuetl.hashing import hash_columns  # noqa: E402
 from gpuetl.parsing import preset  # noqa: E402
 from gpuetl.samples import write_access_logs  # noqa: E402
@@ -24,6 +27,14 @@ CPU, GPU = CpuBackend(), None
 @pytest.fixture(scope="module")
 def gpu():
     return GpuBackend()
+
+
+@pytest.fixture
+def on_device():
+    """Zero the tallies; after the test, assert nothing was handed to the CPU kernels."""
+    reset_tallies()
+    yield
+    assert fallback_counts() == {}, "the device path fell back to the CPU"
 
 
 def host(values):
@@ -81,6 +92,25 @@ def test_astype_exact(gpu):
     with pytest.raises(Exception):
         gpu.astype(g, "int8")
     assert host(gpu.astype(g, "string")) == host(CPU.astype(CPU.series([1, None, 300], "int64"), "string"))
+
+
+def test_crlf_with_valid_utf8_stays_on_the_device(gpu, on_device):
+    data = "GET /é 200\r\nPOST /ü 404\r\n\r\n日本語 ok\r\nlast\r".encode()
+    g, c = gpu.split_lines(data, 0), CPU.split_lines(data, 0)
+    assert host(g.text) == host(c.text) == ["GET /é 200", "POST /ü 404", "日本語 ok", "last"]
+    assert host(g.offsets) == c.offsets.tolist() and not any(host(g.bad_utf8))
+    assert "invalid UTF-8 lines" not in worker_tallies()["host_bytes"]
+
+
+def test_invalid_utf8_lines_alone_cross_to_the_host(gpu):
+    reset_tallies()
+    good = "ok é line\n".encode() * 1000
+    data = good + b"bad \xff\xfe line\r\n" + good
+    g, c = gpu.split_lines(data, 0), CPU.split_lines(data, 0)
+    assert host(g.text) == host(c.text) and host(g.bad_utf8) == c.bad_utf8.tolist()
+    moved = worker_tallies()["host_bytes"]["invalid UTF-8 lines"]
+    assert 0 < moved < 100                     # one line's bytes and bounds, not the block
+    assert fallback_counts() == {"split_lines: invalid UTF-8 lines decoded on the host": 1}
 
 
 def test_split_lines(gpu, tmp_path):
@@ -164,3 +194,106 @@ def test_parse_json_and_csv(gpu):
 def test_io_path_and_versions(gpu):
     assert gpu.io_path().startswith(("kvikio", "posix"))
     assert "cudf" in gpu.versions()
+
+
+def test_integer_conversions_refuse_signed_unsigned_wrap(gpu):
+    with pytest.raises(ValueError):
+        gpu.astype(gpu.series([-1, 5], "int64"), "uint64")          # a round trip gives -1 back
+    with pytest.raises(ValueError):
+        gpu.astype(gpu.series([2**63], "uint64"), "int64")
+    with pytest.raises(ValueError):
+        gpu.astype(gpu.series([1.5], "float64"), "int32")
+    assert host(gpu.astype(gpu.series([0, None, 255], "int64"), "uint8")) == [0, None, 255]
+    assert host(gpu.astype(gpu.series([2.0, None], "float64"), "int8")) == [2, None]
+
+
+def test_provenance_file_names_on_the_device(gpu, tmp_path, on_device):
+    from gpuetl import Pipeline
+
+    write_access_logs(tmp_path / "a.log", lines=300, seed=1)
+    write_access_logs(tmp_path / "b.log", lines=300, seed=2)
+    spec = {"version": 1, "name": "p", "source": {"type": "text", "path": "*.log", "blocksize": "8KiB",
+                                                  "provenance": True},
+            "parse": {"preset": "apache_combined"}, "sink": {"path": "out", "mode": "overwrite"}}
+    result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="gpu", scheduler="sync")
+    table = pa.concat_tables([pq.read_table(tmp_path / "out" / s["path"]) for s in result.shards])
+    assert sorted(set(table.column("_file").to_pylist())) == ["a.log", "b.log"]
+
+
+def test_minhash_null_rows_and_nfkc_on_the_device(gpu):
+    a = np.arange(1, 5, dtype=np.uint32)
+    b = np.arange(7, 11, dtype=np.uint32)
+    col = gpu.series(["hello world", None, "", "abcdefgh"], "string")
+    sig, valid = gpu.minhash(col, seed=3, a=a, b=b, width=3)
+    csig, cvalid = CPU.minhash(CPU.series(["hello world", None, "", "abcdefgh"], "string"), seed=3, a=a, b=b, width=3)
+    assert host(valid) == cvalid.tolist()
+    assert [r for r, v in zip(host(sig), cvalid) if v] == [r for r, v in zip(csig.tolist(), cvalid) if v]
+    reset_tallies()
+    text = ["ﬁne ＡＢＣ", "plain", None]
+    g = gpu.normalize_text(gpu.series(text, "string"), nfkc=True, lower=False, collapse_whitespace=False, strip=False)
+    c = CPU.normalize_text(CPU.series(text, "string"), nfkc=True, lower=False, collapse_whitespace=False, strip=False)
+    assert host(g) == host(c) == ["fine ABC", "plain", None]
+    assert worker_tallies()["host_bytes"].get("normalize_text: non-ASCII rows (NFKC)", 0) > 0
+
+
+def test_shard_writer_cuts_row_groups_at_fixed_counts_however_rows_arrive(gpu, tmp_path):
+    from gpuetl.sinks.parquet import ShardTask, WriteOptions
+
+    schema = {"k": "int64", "s": "string", "t": "timestamp"}
+    n = 2500
+    frame = cudf.DataFrame({"k": cp.arange(n, dtype=cp.int64), "s": cudf.Series([f"v{i % 7}" for i in range(n)]),
+                            "t": gpu.series(cp.arange(n, dtype=cp.int64) * 1_000_000, "int64").astype("datetime64[us]")
+                            .dt.tz_localize("UTC")})
+    options = WriteOptions("zstd", 1000, None)
+    digests = []
+    for cuts in ([n], [1, 999, 1000, 500], [700, 700, 700, 400]):
+        writer = gpu.shard_writer(str(tmp_path / f"{len(cuts)}" / "part-00000.parquet"), schema, options,
+                                  ShardTask(0, "", 0, 0, 0, "part-00000.parquet"))
+        at = 0
+        for size in cuts:
+            writer.write(frame.iloc[at:at + size])
+            at += size
+        result = writer.close()
+        meta = pq.ParquetFile(tmp_path / f"{len(cuts)}" / "part-00000.parquet").metadata
+        assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1000, 1000, 500]
+        assert meta.row_group(0).column(0).compression == "ZSTD"
+        assert result.rows == n
+        digests.append(result.sha256)
+    assert len(set(digests)) == 1
+    table = pq.read_table(tmp_path / "1" / "part-00000.parquet")
+    assert table.schema.field("t").type == pa.timestamp("us", tz="UTC")
+    assert table.column("k").to_pylist() == list(range(n))
+
+
+def test_kvikio_reads_are_counted_by_the_path_taken(gpu, tmp_path):
+    write_access_logs(tmp_path / "a.log", lines=2000, seed=4)
+    files = resolve_inputs(["*"], tmp_path, "infer")
+    reset_tallies()
+    total = 0
+    for part in plan_partitions(files, 1 << 14):
+        block = gpu.read_block(files, part.ranges)
+        total += len(block.data)
+    reads = worker_tallies()["reads"]
+    by_path = {k: v for k, v in reads.items() if k.startswith("kvikio") and k.endswith("bytes")}
+    assert set(by_path) <= {"kvikio gds bytes", "kvikio posix bytes"}, reads
+    assert sum(by_path.values()) >= total - len(list(plan_partitions(files, 1 << 14)))   # added newlines
+
+
+@pytest.mark.slow
+def test_local_cuda_cluster_smoke(tmp_path):
+    """Two partitions through the real dask-cuda cluster with its RMM pool: counts, fallbacks
+    zero, the host-transfer report gathered from the workers."""
+    from gpuetl import Pipeline
+
+    write_access_logs(tmp_path / "a.log", lines=4000, seed=9, bad_every=100)
+    size = (tmp_path / "a.log").stat().st_size
+    spec = {"version": 1, "name": "c", "source": {"type": "text", "path": "a.log", "blocksize": size // 2 + 1},
+            "parse": {"preset": "apache_combined"}, "sink": {"path": "out", "mode": "overwrite"}}
+    result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="gpu", scheduler="local")
+    expected = Pipeline.from_dict(spec | {"sink": {"path": "cpu", "mode": "overwrite"}}, base_dir=tmp_path).run(
+        backend="cpu", scheduler="sync")
+    assert result.counts == expected.counts and result.counts["rows_in"] == 4000
+    assert result.manifest["fallbacks"] == {}
+    moved = result.manifest["host_transfer"]
+    assert sum(r["reads"] for p, r in moved["reads"].items() if p.startswith("kvikio")) >= 2
+    assert moved["input_bytes"] == size
