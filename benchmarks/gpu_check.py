@@ -1,20 +1,29 @@
 #!/usr/bin/env python
-"""The GPU check, in one run on a GPU machine (issue 3):
+"""The GPU check: everything a lent GPU machine should run, in one call, in priority order.
 
-1. `pytest -m gpu` (the GPU backend's own tests and the CPU/GPU parity tests);
-2. an access log of --size (default 4 GB) from gpuetl.samples.write_access_logs, page cache warmed;
-3. KvikIO's read bandwidth for that file (CuFile.pread into device memory, best of 3);
-4. the access-log job (benchmarks/access_logs.yaml) with --backend gpu, then --backend cpu on all
-   cores (on --cpu-size bytes, a prefix of the same file, default the whole file);
-5. the workers' peak host RSS for the GPU job on each of --rss-sizes (default 1GB,4GB), to show
-   it stays flat as the input grows;
-6. a table on stdout and JSON at --out (default $OUT/gpu_check.json, else benchmarks/results/).
+Each section writes its JSON under --out (default $OUT, else benchmarks/results/gpu_check/) as
+soon as it finishes, so a call cut short still reports what it got:
+
+  01_tests.json         pytest -m gpu tests/ (all of them: backend, parity through sync and the
+                        cluster, steps' GPU kernels), with the summary line and the failures
+  02_inputs.json        the access logs: one generated file of the smallest size, the larger ones
+                        made of whole copies of it; page cache warmed
+  03_read.json          KvikIO read bandwidth of the comparison-size file into device memory
+                        (best of 3), and which path KvikIO took (GDS or POSIX)
+  04_gpu_<size>.json    the access-log job (benchmarks/access_logs.yaml) on the GPU backend, each
+                        size on ONE warm LocalCUDACluster (start-up timed on its own), timed from
+                        Pipeline.run to its return (_SUCCESS written); rows, GB/s, host bytes per
+                        input byte (the manifest's host_transfer), fallbacks, worker peak RSS
+  05_cpu.json           the same job on the CPU backend on all cores, comparison size
+  06_polars.json        polars' scan -> regex -> sink_parquet (bench_access_logs.py's worker)
+  07_summary.json       the ratios against the goals (docs/gpu.md)
 
     PYTHONPATH=$PWD:/tmp/site python3 benchmarks/gpu_check.py --out $OUT
-    python3 benchmarks/gpu_check.py --size 1GB --rss-sizes 1GB,2GB --skip-tests   # a quick one
+    python3 benchmarks/gpu_check.py --smoke        # the whole script on the CPU backend, tiny
 
-Each job runs in a fresh subprocess (so the client never creates a CUDA context and memory is
-returned between jobs). Not imported by the package.
+--smoke runs every section on the CPU backend at a tiny size with a plain host read for the
+bandwidth section, so the script itself is tested in `make test` (tests/test_gpu_check.py) and
+cannot fail on first contact with a GPU. Not imported by the package.
 """
 
 from __future__ import annotations
@@ -40,9 +49,113 @@ def size_of(text: str) -> int:
     return int(float(num) * UNITS[t[len(num):]])
 
 
-# ------------------------------------------------------------------------------- subprocess workers
+def label(size: int) -> str:
+    for unit, n in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if size >= n:
+            return f"{size / n:g}{unit}"
+    return f"{size}B"
 
-def worker_job(backend: str, src: str, out: str) -> dict:
+
+class Report:
+    """Sections written as they finish: <out>/<name>.json."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.sections: dict[str, dict] = {}
+
+    def write(self, name: str, data: dict) -> dict:
+        self.sections[name] = data
+        (self.out / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))
+        status = "ERROR " + str(data["error"]).strip().splitlines()[-1][:120] if "error" in data else "ok"
+        print(f"[{time.strftime('%H:%M:%S')}] {name}: {status}", flush=True)
+        return data
+
+
+# ---------------------------------------------------------------------------------- sections
+
+def run_tests(paths: list[str], timeout: int) -> dict:
+    started = time.perf_counter()
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rfEs", *paths]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired as err:
+        return {"error": f"timed out after {timeout}s", "tail": (err.stdout or b"")[-6000:]}
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    # pytest exits 5 when every test was deselected or skipped away: not a failure of the script
+    return {"ok": proc.returncode in (0, 5), "returncode": proc.returncode, "command": " ".join(cmd[1:]),
+            "summary": lines[-1] if lines else proc.stderr[-500:], "seconds": round(time.perf_counter() - started, 1),
+            "tail": "\n".join(lines[-60:])}
+
+
+def make_inputs(data: Path, sizes: list[int]) -> dict[int, Path]:
+    """The smallest size is generated (gpuetl.samples); each larger one is whole copies of it,
+    so generation costs one small file's time. Page cache warmed."""
+    from gpuetl.samples import write_access_logs
+
+    data.mkdir(parents=True, exist_ok=True)
+    base_size = min(sizes)
+    base = data / f"access-{label(base_size)}.log"
+    if not base.exists():
+        write_access_logs(base, target_bytes=base_size, seed=0)
+    out = {base_size: base}
+    for size in sorted(set(sizes) - {base_size}):
+        path = data / f"access-{label(size)}.log"
+        copies = max(1, round(size / base_size))
+        if not path.exists() or path.stat().st_size != copies * base.stat().st_size:
+            with open(path, "wb") as dst:
+                for _ in range(copies):
+                    with open(base, "rb") as src:
+                        shutil.copyfileobj(src, dst, 1 << 24)
+        out[size] = path
+    for path in out.values():
+        with open(path, "rb") as fh:
+            while fh.read(1 << 26):
+                pass
+    return out
+
+
+def read_bandwidth(src: Path, device: bool, repeats: int = 3) -> dict:
+    """KvikIO into device memory (GDS or its POSIX path, as KvikIO decides); on --smoke a plain
+    host read of the same file, labelled as such."""
+    size = src.stat().st_size
+    best = None
+    if device:
+        import cupy as cp
+        import kvikio
+
+        chunk = min(size, 1 << 30)
+        buf = cp.empty(chunk, dtype=cp.uint8)
+        monitor = kvikio.SummaryMonitor()
+        before = monitor.get()
+        with kvikio.CuFile(str(src), "r") as fh:
+            for _ in range(repeats):
+                cp.cuda.runtime.deviceSynchronize()
+                t0 = time.perf_counter()
+                pos = 0
+                while pos < size:
+                    n = min(chunk, size - pos)
+                    fh.pread(buf[:n], n, pos).get()
+                    pos += n
+                cp.cuda.runtime.deviceSynchronize()
+                best = min(best or 1e30, time.perf_counter() - t0)
+        paths = {k: v["bytes_transferred"] for k, v in monitor.since(before).by_backend.items() if v["bytes_transferred"]}
+        how = f"kvikio {paths}"
+    else:
+        buf = bytearray(min(size, 1 << 26))
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            with open(src, "rb", buffering=0) as fh:
+                while fh.readinto(buf):
+                    pass
+            best = min(best or 1e30, time.perf_counter() - t0)
+        how = "host read (smoke: no device)"
+    return {"bytes": size, "seconds": best, "gbps": size / best / 1e9, "path": how}
+
+
+def job_series(backend: str, files: list[tuple[int, Path]], out_root: Path, report: Report, prefix: str,
+               smoke: bool) -> list[dict]:
+    """The access-log job at each size on one warm cluster; a JSON per size as it finishes."""
     import resource
 
     from distributed import Client, LocalCluster
@@ -50,210 +163,144 @@ def worker_job(backend: str, src: str, out: str) -> dict:
     from gpuetl import Pipeline
     from gpuetl.backends import get_backend
 
-    pipeline = Pipeline.from_file(HERE / "access_logs.yaml",
-                                  overrides=[f"source.path={src}", f"sink.path={out}", "sink.mode=overwrite"])
     chosen = get_backend(backend)
-    if backend == "gpu":
+    t0 = time.perf_counter()
+    if smoke:
+        cluster_cm = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
+    elif backend == "gpu":
         cluster_cm = chosen.local_cluster()
     else:
         cluster_cm = LocalCluster(n_workers=os.cpu_count(), threads_per_worker=1, processes=True,
                                   dashboard_address=None)
+    results = []
     with cluster_cm as cluster, Client(cluster) as client:
-        client.run(lambda: None)                      # workers up before the clock starts
-        started = time.perf_counter()
-        result = pipeline.run(backend=backend, client=client)
-        seconds = time.perf_counter() - started
-        rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-        fallbacks = chosen.fallbacks(client)
-        io = chosen.io_path()
-    return {"backend": backend, "seconds": seconds, "input_bytes": os.path.getsize(src),
-            "gbps": os.path.getsize(src) / seconds / 1e9, "rows_out": result.counts["rows_out"],
-            "counts": result.counts, "workers": len(rss), "worker_peak_rss": max(rss.values()),
-            "worker_rss": list(rss.values()), "fallbacks": fallbacks, "io": io,
-            "shards": [(s["path"], s["sha256"]) for s in result.shards]}
+        client.run(lambda: None)
+        start_seconds = time.perf_counter() - t0
+        for size, src in files:
+            name = f"{prefix}_{label(size)}"
+            try:
+                pipeline = Pipeline.from_file(HERE / "access_logs.yaml", overrides=[
+                    f"source.path={src}", f"sink.path={out_root / name}", "sink.mode=overwrite"])
+                started = time.perf_counter()
+                result = pipeline.run(backend=backend, client=client)
+                seconds = time.perf_counter() - started
+                rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+                entry = {"backend": backend, "input_bytes": src.stat().st_size, "seconds": seconds,
+                         "gbps": src.stat().st_size / seconds / 1e9, "cluster_start_seconds": start_seconds,
+                         "workers": len(rss), "worker_peak_rss": max(rss.values()), "counts": result.counts,
+                         "fallbacks": result.manifest.get("fallbacks", {}),
+                         "host_transfer": result.manifest.get("host_transfer", {}),
+                         "io": result.manifest.get("io"), "versions": result.manifest.get("versions"),
+                         "shards": [(s["path"], s["rows"], s["sha256"]) for s in result.shards]}
+            except Exception as err:       # noqa: BLE001 (reported, and the next size still runs)
+                entry = {"error": f"{type(err).__name__}: {err}"}
+            results.append(report.write(name, entry))
+    return results
 
 
-def worker_kvikio(src: str, repeats: int = 3) -> dict:
-    import cupy as cp
-    import kvikio
-
-    size = os.path.getsize(src)
-    chunk = min(size, 1 << 30)
-    buf = cp.empty(chunk, dtype=cp.uint8)
-    best = None
-    with kvikio.CuFile(src, "r") as fh:
-        for _ in range(repeats):
-            cp.cuda.runtime.deviceSynchronize()
-            t0 = time.perf_counter()
-            pos = 0
-            while pos < size:
-                n = min(chunk, size - pos)
-                fh.pread(buf[:n], n, pos).get()
-                pos += n
-            cp.cuda.runtime.deviceSynchronize()
-            dt = time.perf_counter() - t0
-            best = dt if best is None else min(best, dt)
-    from gpuetl.backends.gpu import GpuBackend
-
-    return {"bytes": size, "seconds": best, "gbps": size / best / 1e9, "io": GpuBackend().io_path()}
-
-
-def run_worker(kind: str, *args, timeout: int) -> dict:
-    cmd = [sys.executable, __file__, "--worker", kind, *args]
+def polars_job(src: Path, out: Path, timeout: int) -> dict:
+    cmd = [sys.executable, str(HERE / "bench_access_logs.py"), "--worker", "polars", "--input", str(src),
+           "--output", str(out)]
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout}s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            out = json.loads(line)
-            out["wall_with_startup"] = time.perf_counter() - started
-            return out
-    return {"error": (proc.stderr or proc.stdout)[-3000:], "returncode": proc.returncode}
-
-
-# ------------------------------------------------------------------------------- the check
-
-def make_inputs(data: Path, sizes: list[int]) -> dict[int, Path]:
-    """One generated file of the largest size; smaller ones are its prefixes (the generator's
-    output for a smaller target_bytes is a prefix of a larger one)."""
-    from gpuetl.samples import write_access_logs
-
-    data.mkdir(parents=True, exist_ok=True)
-    largest = max(sizes)
-    big = data / f"access-{largest}.log"
-    if not big.exists():
-        t0 = time.perf_counter()
-        write_access_logs(big, target_bytes=largest, seed=0)
-        print(f"generated {big} ({largest / 1e9:.1f} GB) in {time.perf_counter() - t0:.0f}s", flush=True)
-    out = {largest: big}
-    for s in sorted(set(sizes) - {largest}):
-        p = data / f"access-{s}.log"
-        if not p.exists():
-            with open(big, "rb") as src, open(p, "wb") as dst:
-                shutil.copyfileobj(_Limited(src, s), dst)
-                dst.write(src.readline())          # finish the line, as target_bytes does
-        out[s] = p
-    for p in out.values():                          # warm the page cache
-        with open(p, "rb") as fh:
-            while fh.read(1 << 26):
-                pass
-    return out
-
-
-class _Limited:
-    def __init__(self, fh, n):
-        self.fh, self.left = fh, n
-
-    def read(self, k=-1):
-        k = self.left if k < 0 else min(k, self.left)
-        data = self.fh.read(k)
-        self.left -= len(data)
-        return data
-
-
-def run_tests(timeout: int) -> dict:
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                               "tests/backends"], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        return {"summary": f"timed out after {timeout}s", "ok": False}
-    lines = [l for l in proc.stdout.splitlines() if l.strip()]
-    return {"ok": proc.returncode == 0, "summary": lines[-1] if lines else proc.stderr[-500:],
-            "seconds": round(time.perf_counter() - t0, 1), "tail": "\n".join(lines[-40:])}
+    seconds = time.perf_counter() - started
+    if proc.returncode:
+        return {"error": proc.stderr[-3000:] or f"exit {proc.returncode}"}
+    return {"input_bytes": src.stat().st_size, "seconds": seconds, "gbps": src.stat().st_size / seconds / 1e9,
+            "note": "wall time of the process, start-up included"}
 
 
 def machine() -> dict:
     info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
-        from gpuetl.backends.gpu import gpu_memory
+        from gpuetl.backends.gpu_support import gpu_memory
 
         import pynvml
 
         pynvml.nvmlInit()
-        info["gpus"] = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+        info["gpus"] = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                        for i in range(pynvml.nvmlDeviceGetCount())]
         info["gpu_memory"] = gpu_memory()
         pynvml.nvmlShutdown()
-    except Exception as err:
-        info["gpus"] = f"unknown ({err})"
+    except Exception as err:       # noqa: BLE001 (no NVML: a CPU machine, the smoke run)
+        info["gpus"] = f"none seen ({type(err).__name__})"
     return info
 
 
-def main() -> int:
+def summary(r: Report, compare: int) -> dict:
+    s = r.sections
+    gpu = s.get(f"04_gpu_{label(compare)}", {})
+    cpu, pol, read = s.get("05_cpu", {}), s.get("06_polars", {}), s.get("03_read", {})
+    out: dict = {"goals": {"gpu_gbps": 10.0, "gpu_vs_cpu": 10.0, "gpu_vs_read": 0.5, "host_bytes_per_input_byte": 0.01}}
+    if "gbps" in gpu:
+        out["gpu_gbps"] = gpu["gbps"]
+        out["host_bytes_per_input_byte"] = gpu["host_transfer"].get("host_bytes_per_input_byte")
+        if "gbps" in cpu:
+            out["gpu_vs_cpu"] = gpu["gbps"] / cpu["gbps"]
+        if "gbps" in pol:
+            out["gpu_vs_polars"] = gpu["gbps"] / pol["gbps"]
+        if "gbps" in read:
+            out["gpu_vs_read"] = gpu["gbps"] / read["gbps"]
+    rss = {k.split("_", 2)[2]: v["worker_peak_rss"] for k, v in s.items() if k.startswith("04_gpu_") and "worker_peak_rss" in v}
+    out["worker_peak_rss_by_size"] = rss
+    if "gbps" in gpu and "shards" in cpu:
+        out["same_rows_as_cpu"] = [x[1] for x in gpu["shards"]] == [x[1] for x in cpu["shards"]]
+    out["tests"] = s.get("01_tests", {}).get("summary")
+    return out
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="4GB")
-    ap.add_argument("--cpu-size", default=None, help="bytes for the CPU backend's run (default: --size)")
-    ap.add_argument("--rss-sizes", default="1GB,4GB")
+    ap.add_argument("--sizes", default="1GB,4GB,8GB", help="GPU backend sizes, one warm cluster")
+    ap.add_argument("--compare-size", default="4GB", help="size for the CPU backend, polars and the read")
     ap.add_argument("--data", default="/tmp/gpuetl-check")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--skip-tests", action="store_true")
-    ap.add_argument("--timeout", type=int, default=300, help="seconds per job")
-    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.worker:
-        kind, *rest = args.worker
-        out = worker_job(*rest) if kind == "job" else worker_kvikio(*rest)
-        print(json.dumps(out))
-        return 0
+    ap.add_argument("--tests", default="tests/", help="what `pytest -m gpu` runs ('' to skip)")
+    ap.add_argument("--timeout", type=int, default=420, help="seconds for the test section")
+    ap.add_argument("--smoke", action="store_true", help="CPU backend, tiny sizes: checks the script itself")
+    args = ap.parse_args(argv)
 
-    size = size_of(args.size)
-    cpu_size = size_of(args.cpu_size) if args.cpu_size else size
-    rss_sizes = [size_of(s) for s in args.rss_sizes.split(",") if s]
-    report: dict = {"machine": machine(), "size": size, "cpu_size": cpu_size, "rss_sizes": rss_sizes}
-    if not args.skip_tests:
-        report["tests"] = run_tests(args.timeout)
-        print("pytest -m gpu:", report["tests"]["summary"], flush=True)
-    files = make_inputs(Path(args.data), [size, cpu_size, *rss_sizes])
+    backend = "cpu" if args.smoke else "gpu"
+    if args.smoke:
+        sizes, compare = [100_000, 200_000], 200_000
+    else:
+        sizes, compare = [size_of(x) for x in args.sizes.split(",") if x], size_of(args.compare_size)
+    out = Path(args.out or os.environ.get("OUT") or HERE / "results" / "gpu_check")
+    report = Report(out)
+    report.write("00_machine", {**machine(), "backend": backend, "sizes": sizes, "compare_size": compare,
+                                "smoke": args.smoke})
+    # smoke: the section's code runs, on one small module (the whole suite is `make test`'s job)
+    tests = "tests/backends/test_gpu_support.py" if args.smoke and args.tests == "tests/" else args.tests
+    if tests:
+        report.write("01_tests", run_tests(tests.split(), args.timeout))
+    try:
+        files = make_inputs(Path(args.data), [*sizes, compare])
+        report.write("02_inputs", {label(k): {"path": str(v), "bytes": v.stat().st_size} for k, v in files.items()})
+    except Exception as err:               # noqa: BLE001
+        report.write("02_inputs", {"error": f"{type(err).__name__}: {err}"})
+        return 1
+    try:
+        report.write("03_read", read_bandwidth(files[compare], device=not args.smoke))
+    except Exception as err:               # noqa: BLE001
+        report.write("03_read", {"error": f"{type(err).__name__}: {err}"})
     out_root = Path(args.data) / "out"
-    report["kvikio"] = run_worker("kvikio", str(files[size]), timeout=args.timeout)
-    report["gpu"] = run_worker("job", "gpu", str(files[size]), str(out_root / "gpu"), timeout=args.timeout)
-    report["cpu"] = run_worker("job", "cpu", str(files[cpu_size]), str(out_root / "cpu"), timeout=args.timeout)
-    report["rss"] = {}
-    for s in rss_sizes:
-        report["rss"][s] = (report["gpu"] if s == size and "error" not in report["gpu"] else
-                            run_worker("job", "gpu", str(files[s]), str(out_root / f"gpu-{s}"), timeout=args.timeout))
-    if cpu_size == size and "shards" in report["gpu"] and "shards" in report["cpu"]:
-        report["same_bytes"] = report["gpu"]["shards"] == report["cpu"]["shards"]
-    g, c, k = report["gpu"], report["cpu"], report["kvikio"]
-    if "gbps" in g and "gbps" in c:
-        report["gpu_vs_cpu"] = g["gbps"] / c["gbps"]
-    if "gbps" in g and "gbps" in k:
-        report["gpu_vs_kvikio"] = g["gbps"] / k["gbps"]
-    print_table(report)
-    dest = Path(args.out or os.environ.get("OUT") or HERE / "results")
-    dest = dest / "gpu_check.json" if dest.suffix != ".json" else dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(report, indent=2, default=str))
-    print(f"JSON: {dest}")
-    ok = report.get("tests", {}).get("ok", True) and "error" not in g
-    return 0 if ok else 1
-
-
-def print_table(r: dict) -> None:
-    def row(name, d, extra=""):
-        if "error" in d:
-            print(f"{name:<22} ERROR {d['error'].strip().splitlines()[-1][:100]}")
-            return
-        rss = f"{d['worker_peak_rss'] / 2**20:9.0f}" if "worker_peak_rss" in d else " " * 9
-        print(f"{name:<22} {d['input_bytes' if 'input_bytes' in d else 'bytes'] / 1e9:7.2f} {d['seconds']:8.2f} "
-              f"{d['gbps']:8.2f} {rss}  {extra}")
-
-    print(f"\n{'what':<22} {'GB':>7} {'seconds':>8} {'GB/s':>8} {'RSS MiB':>9}  note")
-    print("-" * 78)
-    row("kvikio read", r["kvikio"], r["kvikio"].get("io", ""))
-    row("gpuetl --backend gpu", r["gpu"], f"{r['gpu'].get('workers', '?')} worker(s); fallbacks {r['gpu'].get('fallbacks', {})}")
-    row("gpuetl --backend cpu", r["cpu"], f"{r['cpu'].get('workers', '?')} workers")
-    for s, d in r["rss"].items():
-        row(f"gpu RSS @ {s / 1e9:g} GB", d)
-    for key in ("gpu_vs_cpu", "gpu_vs_kvikio"):
-        if key in r:
-            print(f"{key}: {r[key]:.2f}x")
-    if "same_bytes" in r:
-        print("GPU and CPU shards byte-identical:", r["same_bytes"])
-    if "tests" in r:
-        print("pytest -m gpu:", r["tests"]["summary"])
+    try:
+        job_series(backend, [(s, files[s]) for s in sizes], out_root, report, "04_gpu", args.smoke)
+    except Exception as err:               # noqa: BLE001 (the cluster did not start)
+        report.write("04_gpu", {"error": f"{type(err).__name__}: {err}"})
+    try:
+        report.write("05_cpu", job_series("cpu", [(compare, files[compare])], out_root, report, "05_cpu_run",
+                                          args.smoke)[0])
+    except Exception as err:               # noqa: BLE001
+        report.write("05_cpu", {"error": f"{type(err).__name__}: {err}"})
+    report.write("06_polars", polars_job(files[compare], out_root / "polars", timeout=600))
+    result = report.write("07_summary", summary(report, compare))
+    print(json.dumps(result, indent=2, default=str))
+    tests_ok = report.sections.get("01_tests", {}).get("ok", True)
+    return 0 if tests_ok and "gpu_gbps" in result else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,31 @@
+"""benchmarks/gpu_check.py, the one call a lent GPU machine runs, exercised on the CPU backend at
+a tiny size (--smoke): every section runs and writes its JSON, so the script cannot fail on first
+contact with a GPU for a reason a CPU machine could have shown."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = ["00_machine", "01_tests", "02_inputs", "03_read", "04_gpu_100KB", "04_gpu_200KB", "05_cpu",
+            "06_polars", "07_summary"]
+
+
+@pytest.mark.slow
+def test_gpu_check_smoke_writes_every_section(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--out", str(out),
+                           "--data", str(tmp_path / "data")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    written = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    for name in SECTIONS:
+        assert name in written and "error" not in written[name], (name, written.get(name))
+    assert written["01_tests"]["ok"] is True
+    assert written["04_gpu_200KB"]["counts"]["rows_in"] > 0
+    assert written["04_gpu_200KB"]["counts"] == written["05_cpu"]["counts"]
+    summary = written["07_summary"]
+    assert summary["same_rows_as_cpu"] is True and summary["gpu_gbps"] > 0
+    assert set(summary["worker_peak_rss_by_size"]) == {"100KB", "200KB"}
