@@ -55,6 +55,8 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.Column", 7, ()),
     ("pylibcudf.Column.from_cuda_array_interface", 1, ()),
     ("pylibcudf.DataType", 1, ()),
+    ("pylibcudf.Scalar.from_py", 2, ()),
+    ("pylibcudf.Column.from_scalar", 2, ()),
     ("pylibcudf.gpumemoryview", 1, ()),
     ("pylibcudf.strings.regex_program.RegexProgram.create", 2, ()),
     ("pylibcudf.strings.contains.contains_re", 2, ()),
@@ -242,7 +244,10 @@ class GpuBackend(GpuTextMixin, Backend):
         return s.astype(self.dtype(type_name))
 
     def nulls(self, n: int, type_name: str, index=None):
-        return self.series(pa.nulls(n, ARROW_TYPES[type_name]), type_name, index=index)
+        """n nulls made on the device (a null scalar broadcast by libcudf)."""
+        kind = plc.DataType(_PLC_TYPES[type_name])
+        column = plc.Column.from_scalar(plc.Scalar.from_py(None, kind), n)
+        return self._finish(cudf.Series.from_pylibcudf(column), type_name, index)
 
     def astype(self, col, type_name: str):
         """Exact conversion, as Arrow's safe cast: numbers on the device with a round-trip check;
@@ -590,6 +595,13 @@ class GpuBackend(GpuTextMixin, Backend):
         offsets = cp.asarray(child.data()).view(cp.int64 if width == 8 else cp.int32)[off:off + n + 1]
         data = cp.asarray(plc_col.data()) if plc_col.data() is not None else cp.zeros(0, dtype=cp.uint8)
         return offsets.astype(cp.int64), data.view(cp.uint8), valid
+
+
+_PLC_TYPES = {"bool": plc.TypeId.BOOL8, "int8": plc.TypeId.INT8, "int16": plc.TypeId.INT16,
+              "int32": plc.TypeId.INT32, "int64": plc.TypeId.INT64, "uint8": plc.TypeId.UINT8,
+              "uint16": plc.TypeId.UINT16, "uint32": plc.TypeId.UINT32, "uint64": plc.TypeId.UINT64,
+              "float32": plc.TypeId.FLOAT32, "float64": plc.TypeId.FLOAT64, "string": plc.TypeId.STRING,
+              "timestamp": plc.TypeId.TIMESTAMP_MICROSECONDS}
 
 
 # -- helpers (device) ----------------------------------------------------------------------------

@@ -34,8 +34,11 @@ from gpuetl.parsing import PRESETS, preset, template_to_regex  # noqa: E402
 
 
 def test_the_backend_module_imports_with_the_real_libraries():
+    from gpuetl.types import ARROW_TYPES
+
     assert gpu.GpuBackend.name == "gpu" and gpu.GpuBackend.xd is cudf
     assert len(gpu.RAPIDS_CALLS) >= 20
+    assert set(gpu._PLC_TYPES) == set(ARROW_TYPES)        # every contract type has device nulls
 
 
 # -- RAPIDS calls ------------------------------------------------------------------------------

@@ -237,6 +237,28 @@ def test_device_utf8_validation_on_random_bytes():
         assert (not utf8_bad_bytes(np, np.frombuffer(data, dtype=np.uint8)).any()) is valid, data
 
 
+def test_device_utf8_validation_blames_the_right_line():
+    """Bad bytes are mapped to lines as split_lines does: a sequence cut by a newline is the
+    first line's fault, the next line's stray continuation bytes its own."""
+    rng = np.random.default_rng(11)
+    alphabet = np.array([0x41, 0x0A, 0x0A, 0x82, 0xAC, 0xE2, 0xC3, 0xA9, 0xF0, 0x9F], dtype=np.uint8)
+    for _ in range(2000):
+        data = bytes(rng.choice(alphabet, size=rng.integers(1, 12))) + b"\n"
+        lines = data.split(b"\n")[:-1]
+        expected = []
+        for line in lines:
+            try:
+                line.decode("utf-8")
+                expected.append(False)
+            except UnicodeDecodeError:
+                expected.append(True)
+        buf = np.frombuffer(data, dtype=np.uint8)
+        starts = np.concatenate([[0], np.flatnonzero(buf == 10)[:-1] + 1])
+        got = np.zeros(len(starts), dtype=bool)
+        got[np.searchsorted(starts, np.flatnonzero(utf8_bad_bytes(np, buf)), side="right") - 1] = True
+        assert got.tolist() == expected, data
+
+
 def test_tallies_sum_over_workers_and_report_host_bytes_per_input_byte():
     reset_tallies()
     try:
