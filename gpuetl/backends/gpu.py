@@ -86,11 +86,13 @@ def integer_pattern(unsigned: bool) -> str:
 
 def device_patterns() -> list[str]:
     """Every fixed regex this backend hands to libcudf (the user's go through to_cudf_regex)."""
-    from .cpu_clf import REQUEST_RE
+    from ..parsing import preset
+    from .cpu_clf import REQUEST_RE, outer_regex
     from .gpu_text import NON_ASCII, WHITESPACE_RUN
 
+    clf = [to_cudf_regex(outer_regex(preset(name).regex)) for name in ("apache_common", "apache_combined")]
     return [FLOAT_PATTERN, BOOL_PATTERN, integer_pattern(False), integer_pattern(True),
-            to_cudf_regex(REQUEST_RE), NON_ASCII, WHITESPACE_RUN]
+            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN]
 
 
 # -- the host-transfer ledger ---------------------------------------------------------------------
@@ -800,7 +802,10 @@ class GpuShardWriter:
         self.writer = cudf.io.parquet.ParquetWriter(
             self.path + ".partial", index=False, compression=compression, statistics="ROWGROUP",
             row_group_size_rows=self.rows_per_group, max_page_size_rows=min(20_000, self.rows_per_group),
-            use_dictionary=True, store_schema=True)
+            use_dictionary=True, store_schema=False)
+        # store_schema=False: libcudf's stored Arrow schema types strings as Utf8View; without it
+        # readers take the Parquet logical types (string, timestamp[us, tz=UTC], int16, ...),
+        # the CPU backend's Arrow schema.
         return self.writer
 
     def _flush(self, final: bool) -> None:
