@@ -158,6 +158,11 @@ class Backend(ABC):
     def io_path(self) -> str:
         return "posix (python file reads)"
 
+    def keep_rows(self, df: Any, split: np.ndarray) -> dict[int, Any] | None:
+        """A streamed partition's live rows per split, as this backend's shard writer takes them,
+        kept in this process; None: set them aside as host Arrow (the CPU's writer reads Arrow)."""
+        return None
+
     def shard_writer(self, path: str, schema: Schema, options: Any, task: Any) -> Any:
         """The writer of one Parquet shard (sinks.parquet.ShardWriter's interface: write(rows),
         close() -> ShardResult, abort()). The CPU's encodes with pyarrow."""

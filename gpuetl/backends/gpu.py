@@ -27,7 +27,7 @@ import pyarrow as pa
 import pylibcudf as plc
 
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
-from .base import Backend, Lines
+from .base import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED, Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
                           host_transfer_report, integer_cast_loses, reset_tallies,
@@ -201,6 +201,14 @@ class GpuBackend(GpuTextMixin, Backend):
         with LocalCUDACluster(**settings, **extra, dashboard_address=":8787", silence_logs=logging.ERROR) as cluster:
             yield cluster
 
+    def keep_rows(self, df, split):
+        """Streamed in this process, the rows stay on the device until libcudf encodes them."""
+        present = np.unique(split)
+        if len(present) == 1:
+            return {int(present[0]): df}
+        where = cp.asarray(split)
+        return {int(s): df[cudf.Series(where == s, index=df.index)] for s in present}
+
     def shard_writer(self, path: str, schema: Schema, options, task):
         """libcudf's Parquet writer: pages encoded and compressed on the device."""
         return GpuShardWriter(path, schema, options, task)
@@ -271,6 +279,24 @@ class GpuBackend(GpuTextMixin, Backend):
         if len(frames) == 1:
             return frames[0]
         return cudf.concat(frames, ignore_index=True)
+
+    def separate(self, df):
+        """Backend.separate on the device: only the dropped rows' tallies (a few numbers per
+        stage) come to the host, not the status column."""
+        status = df[STATUS]
+        live = status == STATUS_LIVE
+        if not _flag(~live, "control: rows left"):
+            return df, df.iloc[:0], {}
+        bad = status == STATUS_QUARANTINED
+        quarantined = df[bad] if _flag(bad, "control: quarantined") else df.iloc[:0]
+        dropped = ~live & ~bad
+        tallies: dict[tuple[int, int], int] = {}
+        if _flag(dropped, "control: dropped"):
+            sums = df[dropped].groupby([STAGE, STATUS], sort=True)[COUNT].sum().reset_index()
+            host = to_host_copy(sums, "tallies of dropped rows")
+            tallies = {(int(st), int(s)): int(n) for st, s, n in zip(*(host.column(c).to_pylist()
+                                                                       for c in (STAGE, STATUS, COUNT)))}
+        return df[live], quarantined, tallies
 
     def to_arrow(self, df, schema: Schema) -> pa.Table:
         arrays = [_to_arrow(df[name], "to_arrow: frame to host Arrow").cast(ARROW_TYPES[t])

@@ -74,6 +74,9 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
     if order is not None:
         live[ORDER] = backend.series(order, "uint64", index=live.index)
     split_host = backend.to_host(split)
+    if in_memory and not ranged and (kept := backend.keep_rows(live, split_host)) is not None:
+        result.tables, result.rows = kept, {s: len(rows) for s, rows in kept.items()}
+        return result             # rows stay where the backend holds them (a device), for its writer
     extra = {FILE_INDEX: "int32", OFFSET: "int64", PLACE: "uint64"}
     if order is not None:
         extra[ORDER] = "uint64"
