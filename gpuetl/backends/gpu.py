@@ -215,7 +215,7 @@ class GpuBackend(GpuTextMixin, Backend):
 
     # -- frames --------------------------------------------------------------------------------
     def dtype(self, type_name: str):
-        if type_name == "string":
+        if type_name in ("string", "binary"):     # libcudf strings hold any bytes: binary is one
             return _string_dtype()
         if type_name == "timestamp":
             import pandas as pd
@@ -629,7 +629,7 @@ _PLC_TYPES = {"bool": plc.TypeId.BOOL8, "int8": plc.TypeId.INT8, "int16": plc.Ty
               "int32": plc.TypeId.INT32, "int64": plc.TypeId.INT64, "uint8": plc.TypeId.UINT8,
               "uint16": plc.TypeId.UINT16, "uint32": plc.TypeId.UINT32, "uint64": plc.TypeId.UINT64,
               "float32": plc.TypeId.FLOAT32, "float64": plc.TypeId.FLOAT64, "string": plc.TypeId.STRING,
-              "timestamp": plc.TypeId.TIMESTAMP_MICROSECONDS}
+              "binary": plc.TypeId.STRING, "timestamp": plc.TypeId.TIMESTAMP_MICROSECONDS}
 
 
 # -- helpers (device) ----------------------------------------------------------------------------
@@ -700,6 +700,12 @@ def _from_arrow(arr, type_name: str):
     if type_name == "timestamp" or pa.types.is_timestamp(arr.type):
         naive = arr.cast(pa.timestamp("us", tz="UTC")).cast(pa.timestamp("us")) if arr.type.tz else arr.cast(pa.timestamp("us"))
         return cudf.Series.from_arrow(naive).dt.tz_localize("UTC")
+    if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
+        # exact bytes (the quarantine's raw records): the same buffers seen as a strings column,
+        # which libcudf never checks for UTF-8; to_arrow casts back to binary (no copy)
+        arr = pa.Array.from_buffers(pa.large_string() if pa.types.is_large_binary(arr.type) else pa.string(),
+                                    len(arr), arr.buffers(), offset=arr.offset)
+        return cudf.Series.from_arrow(arr)
     target = ARROW_TYPES.get(type_name)
     if target is not None and arr.type != target and not (pa.types.is_large_string(arr.type) and type_name == "string"):
         arr = arr.cast(target)
