@@ -259,7 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default="/tmp/gpuetl-check")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tests", default="tests/", help="what `pytest -m gpu` runs ('' to skip)")
-    ap.add_argument("--timeout", type=int, default=420, help="seconds for the test section")
+    ap.add_argument("--timeout", type=int, default=300,
+                    help="seconds for the test section (the device tool allows 600 s a call: the rest is the benchmark's)")
     ap.add_argument("--smoke", action="store_true", help="CPU backend, tiny sizes: checks the script itself")
     args = ap.parse_args(argv)
 
