@@ -46,7 +46,23 @@ class GpuTextMixin:
         return out
 
     def replace_regex(self, col, pattern, replacement):
-        return col.str.replace(pattern, replacement, regex=True)
+        """The pattern in libcudf's dialect (gpu_support.to_cudf_regex); one libcudf cannot run
+        with RE2's meaning is replaced by the CPU kernel on the host, counted."""
+        from .gpu import to_host_copy
+        from .gpu_support import Unsupported, count_fallback, to_cudf_regex
+
+        try:
+            return col.str.replace(to_cudf_regex(pattern), replacement, regex=True)
+        except Unsupported as err:
+            import cudf
+
+            from . import cpu_text
+
+            count_fallback(f"mask regex: {err}", len(col))
+            fixed = cudf.Series.from_arrow(cpu_text.replace_regex(to_host_copy(col, "mask: regex on the host"),
+                                                                  pattern, replacement))
+            fixed.index = col.index
+            return fixed
 
     def minhash(self, col, *, seed, a, b, width, shingle="char"):
         import cudf

@@ -150,6 +150,9 @@ def _translated_patterns():
     out += [(f"user {p!r}", to_cudf_regex(p)) for p in USER_PATTERNS]
     out += [(f"timestamp {f!r}", timestamp_plan(f).regex) for f in FORMATS]
     out += [(f"backend #{i}", p) for i, p in enumerate(gpu.device_patterns())]
+    from gpuetl.steps.mask import PATTERNS
+
+    out += [(f"mask {k}", to_cudf_regex(p)) for k, p in sorted(PATTERNS.items())]
     return out
 
 

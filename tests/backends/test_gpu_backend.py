@@ -331,3 +331,17 @@ def test_streamed_run_in_process_keeps_rows_on_the_device(gpu, tmp_path, on_devi
         backend="cpu", scheduler="sync")
     assert pq.read_table(tmp_path / "out" / result.shards[0]["path"]).equals(
         pq.read_table(tmp_path / "cpu" / cpu.shards[0]["path"]))
+
+
+def test_mask_patterns_go_through_the_dialect(gpu):
+    """\\d is ASCII in RE2 (the CPU's engine) and Unicode in libcudf: translated, the Arabic-Indic
+    digit stays; a pattern libcudf cannot run is replaced on the host, counted."""
+    values = ["call 555-1234", "٣٣٣-٣٣٣٣", None, "end$"]
+    reset_tallies()
+    g = gpu.replace_regex(gpu.series(values, "string"), r"\d{3}-\d{4}", "<PHONE>")
+    c = CPU.replace_regex(CPU.series(values, "string"), r"\d{3}-\d{4}", "<PHONE>")
+    assert host(g) == host(c) == ["call <PHONE>", "٣٣٣-٣٣٣٣", None, "end$"]
+    assert fallback_counts() == {}
+    g = gpu.replace_regex(gpu.series(values, "string"), r"(?i)CALL", "x")
+    c = CPU.replace_regex(CPU.series(values, "string"), r"(?i)CALL", "x")
+    assert host(g) == host(c) and list(fallback_counts()) == ["mask regex: inline flags, lookarounds or other (?...) groups"]
