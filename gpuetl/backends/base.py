@@ -257,6 +257,11 @@ class Backend(ABC):
         ASCII white space at both ends; nulls stay null."""
         raise NotImplementedError(f"{self.name} backend: normalize_text")
 
+    def contains_regex(self, col: Any, pattern: str) -> Any:
+        """Whether the RE2 `pattern` matches anywhere in each value (the `matches()` expression
+        function); null for null. A backend whose engine reads RE2 differently translates it."""
+        return col.str.contains(pattern, regex=True)
+
     def replace_regex(self, col: Any, pattern: str, replacement: str) -> Any:
         """Replace every match of `pattern` (the RE2 subset cuDF also runs: no lookarounds, no
         backreferences) with the literal `replacement`."""

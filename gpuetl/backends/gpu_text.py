@@ -45,6 +45,23 @@ class GpuTextMixin:
         out[non_ascii] = fixed
         return out
 
+    def contains_regex(self, col, pattern):
+        """matches(): the pattern in libcudf's dialect, or RE2 on the host (counted)."""
+        from .gpu import to_host_copy
+        from .gpu_support import Unsupported, count_fallback, to_cudf_regex
+
+        try:
+            return col.str.contains(to_cudf_regex(pattern), regex=True)
+        except Unsupported as err:
+            import cudf
+            import pyarrow.compute as pc
+
+            count_fallback(f"matches regex: {err}", len(col))
+            hit = cudf.Series.from_arrow(pc.match_substring_regex(to_host_copy(col, "matches: regex on the host"),
+                                                                  pattern))
+            hit.index = col.index
+            return hit
+
     def replace_regex(self, col, pattern, replacement):
         """The pattern in libcudf's dialect (gpu_support.to_cudf_regex); one libcudf cannot run
         with RE2's meaning is replaced by the CPU kernel on the host, counted."""

@@ -345,3 +345,14 @@ def test_mask_patterns_go_through_the_dialect(gpu):
     g = gpu.replace_regex(gpu.series(values, "string"), r"(?i)CALL", "x")
     c = CPU.replace_regex(CPU.series(values, "string"), r"(?i)CALL", "x")
     assert host(g) == host(c) and list(fallback_counts()) == ["mask regex: inline flags, lookarounds or other (?...) groups"]
+
+
+def test_matches_patterns_go_through_the_dialect(gpu):
+    values = ["line\n", "٣", "7", None]
+    reset_tallies()
+    for pattern in (r"^\d$", r"e$"):
+        assert host(gpu.contains_regex(gpu.series(values, "string"), pattern)) == \
+               host(CPU.contains_regex(CPU.series(values, "string"), pattern))
+    assert fallback_counts() == {}
+    assert host(gpu.contains_regex(gpu.series(values, "string"), r"(?i)LINE")) == [True, False, False, None]
+    assert list(fallback_counts()) == ["matches regex: inline flags, lookarounds or other (?...) groups"]
