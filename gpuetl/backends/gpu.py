@@ -42,10 +42,22 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.Series.from_arrow", 1, ()),
     ("cudf.DataFrame.from_arrow", 1, ()),
     ("cudf.concat", 1, ("ignore_index",)),
-    ("cudf.io.parquet.ParquetWriter", 1, ("index", "compression", "statistics", "row_group_size_rows",
-                                          "max_page_size_rows", "use_dictionary", "store_schema")),
-    ("cudf.io.parquet.ParquetWriter.write_table", 1, ()),
-    ("cudf.io.parquet.ParquetWriter.close", 0, ()),
+    ("pylibcudf.Table", 1, ()),
+    ("pylibcudf.io.SinkInfo", 1, ()),
+    ("pylibcudf.io.types.TableInputMetadata", 1, ()),
+    ("pylibcudf.io.types.ColumnInMetadata.set_name", 1, ()),
+    ("pylibcudf.io.types.ColumnInMetadata.set_nullability", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriterOptions.builder", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriterOptions.set_dictionary_policy", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriterOptionsBuilder.metadata", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriterOptionsBuilder.compression", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriterOptionsBuilder.stats_level", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriterOptionsBuilder.row_group_size_rows", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriterOptionsBuilder.max_page_size_rows", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriterOptionsBuilder.build", 0, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriter.from_options", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriter.write", 1, ()),
+    ("pylibcudf.io.parquet.ChunkedParquetWriter.close", 1, ()),
     ("cudf.core.accessors.string.StringMethods.minhash", 1, ("a", "b", "width")),
     ("cudf.core.accessors.string.StringMethods.rstrip", 1, ()),
     ("cudf.core.accessors.string.StringMethods.replace", 2, ("regex",)),
@@ -833,24 +845,39 @@ class GpuShardWriter:
         self.rows_per_group = max(1, int(self.options.row_group_bytes // per_row))
         self.sized = True
 
-    def _open(self):
-        compression = None if self.options.compression == "none" else self.options.compression.upper()
-        self.writer = cudf.io.parquet.ParquetWriter(
-            self.path + ".partial", index=False, compression=compression, statistics="ROWGROUP",
-            row_group_size_rows=self.rows_per_group, max_page_size_rows=min(20_000, self.rows_per_group),
-            use_dictionary=True, store_schema=False)
-        # store_schema=False: libcudf's stored Arrow schema types strings as Utf8View; without it
-        # readers take the Parquet logical types (string, timestamp[us, tz=UTC], int16, ...),
-        # the CPU backend's Arrow schema.
+    def _table(self, frame):
+        """The frame's output columns as a pylibcudf table (views, no copy)."""
+        return plc.Table([frame[name].to_pylibcudf()[0] for name in self.schema])
+
+    def _open(self, first):
+        """libcudf's chunked writer, every column declared nullable (as pyarrow writes them: the
+        Arrow schema read back is the CPU backend's, and a later chunk with nulls is accepted)."""
+        meta = plc.io.types.TableInputMetadata(self._table(first))
+        for column, name in zip(meta.column_metadata, self.schema):
+            column.set_name(name)
+            column.set_nullability(True)
+        kinds = plc.io.types.CompressionType
+        compression = kinds.NONE if self.options.compression == "none" else getattr(kinds, self.options.compression.upper())
+        options = (plc.io.parquet.ChunkedParquetWriterOptions.builder(plc.io.SinkInfo([self.path + ".partial"]))
+                   .metadata(meta).compression(compression)
+                   .stats_level(plc.io.types.StatisticsFreq.STATISTICS_ROWGROUP)
+                   .row_group_size_rows(self.rows_per_group)
+                   .max_page_size_rows(min(20_000, self.rows_per_group))
+                   .build())
+        options.set_dictionary_policy(plc.io.types.DictionaryPolicy.ADAPTIVE)
+        # No Arrow schema is stored (libcudf's types strings as Utf8View): readers take the
+        # Parquet logical types (string, timestamp[us, tz=UTC] as libcudf marks UTC, int16...).
+        self.writer = plc.io.parquet.ChunkedParquetWriter.from_options(options)
         return self.writer
 
     def _flush(self, final: bool) -> None:
         frame = self.pending[0] if len(self.pending) == 1 else cudf.concat(self.pending, ignore_index=True)
         size = self.rows_per_group
         full = len(frame) if final else len(frame) - len(frame) % size
-        writer = self.writer or self._open()
+        writer = self.writer or self._open(frame)
         for start in range(0, full, size):
-            writer.write_table(frame.iloc[start:min(start + size, full)])
+            chunk = frame.iloc[start:min(start + size, full)]
+            writer.write(self._table(chunk))
         rest = frame.iloc[full:]
         self.pending = [rest] if len(rest) else []
         self.pending_rows = len(rest)
@@ -860,7 +887,7 @@ class GpuShardWriter:
         if not self.closed:
             self.closed = True
             if self.writer is not None:
-                self.writer.close()
+                self.writer.close([])
 
     def close(self):
         from ..sinks.parquet import ShardResult
@@ -870,8 +897,9 @@ class GpuShardWriter:
                 self._size_groups()
             self._flush(final=True)
         if self.writer is None:           # no rows: an empty file with the schema
-            self._open().write_table(GpuBackend().empty(self.schema))
-        self.writer.close()
+            empty = GpuBackend().empty(self.schema)
+            self._open(empty).write(self._table(empty))
+        self.writer.close([])
         self.closed = True
         digest = hashlib.sha256()
         with open(self.path + ".partial", "rb") as fh:

@@ -110,7 +110,7 @@ def test_every_rapids_call_exists_and_accepts_the_arguments_used(dotted, positio
     obj = _resolve(dotted)
     sig = _signature(obj)
     params = list(sig.parameters.values())
-    unbound_method = "." in dotted and inspect.isfunction(obj) and params and params[0].name == "self"
+    unbound_method = not inspect.isclass(obj) and params and params[0].name == "self"   # taken from the class
     args = [None] * (positional + (1 if unbound_method else 0))
     sig.bind(*args, **{k: None for k in keywords})
     named = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
@@ -176,3 +176,14 @@ def test_no_real_control_characters_reach_the_compiler():
     """A pattern must spell control characters as escapes (a raw NUL never matches in libcudf)."""
     for what, pattern in _translated_patterns():
         assert not re.search(r"[\x00-\x08\x0e-\x1f]", pattern), what
+
+
+def test_every_sink_compression_has_a_libcudf_codec():
+    import typing
+
+    from gpuetl.spec.models import Sink
+
+    choices = typing.get_args(Sink.model_fields["compression"].annotation)
+    assert "zstd" in choices
+    for name in choices:
+        assert name == "none" or hasattr(plc.io.types.CompressionType, name.upper()), name
