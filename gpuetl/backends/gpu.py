@@ -66,6 +66,9 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.Series.hash_values", 0, ("method", "seed")),
     ("pylibcudf.Column", 7, ()),
     ("pylibcudf.Column.from_cuda_array_interface", 1, ()),
+    ("cupy.cuda.UnownedMemory", 3, ()),
+    ("cupy.cuda.MemoryPointer", 2, ()),
+    ("cupy.ndarray", 1, ("dtype", "memptr")),
     ("pylibcudf.DataType", 1, ()),
     ("pylibcudf.Scalar.from_py", 2, ()),
     ("pylibcudf.Column.from_scalar", 2, ()),
@@ -636,8 +639,8 @@ class GpuBackend(GpuTextMixin, Backend):
             return cp.zeros(n + 1, dtype=cp.int64), cp.zeros(0, dtype=cp.uint8), valid
         child = plc_col.child(0)
         width = 8 if child.type().id() == plc.TypeId.INT64 else 4
-        offsets = cp.asarray(child.data()).view(cp.int64 if width == 8 else cp.int32)[off:off + n + 1]
-        data = cp.asarray(plc_col.data()) if plc_col.data() is not None else cp.zeros(0, dtype=cp.uint8)
+        offsets = _span_bytes(child.data()).view(cp.int64 if width == 8 else cp.int32)[off:off + n + 1]
+        data = _span_bytes(plc_col.data()) if plc_col.data() is not None else cp.zeros(0, dtype=cp.uint8)
         return offsets.astype(cp.int64), data.view(cp.uint8), valid
 
 
@@ -740,7 +743,14 @@ def _device_values(col):
              plc.TypeId.UINT16: cp.uint16, plc.TypeId.UINT32: cp.uint32, plc.TypeId.UINT64: cp.uint64,
              plc.TypeId.FLOAT32: cp.float32, plc.TypeId.FLOAT64: cp.float64,
              plc.TypeId.TIMESTAMP_MICROSECONDS: cp.int64}
-    return cp.asarray(plc_col.data()).view(kinds[tid])[off:off + n]
+    return _span_bytes(plc_col.data()).view(kinds[tid])[off:off + n]
+
+
+def _span_bytes(span):
+    """A CuPy uint8 view of a pylibcudf buffer: any Span (ptr and size; a gpumemoryview or
+    another buffer type), kept alive by the view."""
+    memory = cp.cuda.UnownedMemory(span.ptr, span.size, span)
+    return cp.ndarray(span.size, dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(memory, 0))
 
 
 def _strings_from_buffers(buf, bounds, n):

@@ -87,11 +87,30 @@ def _from_ast(fn: ast.FunctionDef, drop_first: bool) -> inspect.Signature:
     return inspect.Signature(params[1:] if drop_first and params else params)
 
 
+def _doc_signature(obj) -> inspect.Signature:
+    """A Cython class's signature from the first line of its docstring (Cython's embedsignature:
+    `UnownedMemory(intptr_t ptr, size_t size, owner, int device_id=-1)`), C types dropped."""
+    for line in (obj.__doc__ or "").splitlines():
+        m = re.match(r"\s*(?:\w+)\((.*)\)\s*$", line)
+        if m:
+            params = []
+            for item in filter(None, (x.strip() for x in m.group(1).split(","))):
+                name, _, default = item.partition("=")
+                params.append(inspect.Parameter(name.split()[-1], inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                default=None if default else inspect.Parameter.empty))
+            return inspect.Signature(params)
+    raise LookupError(f"no signature for {obj!r}")
+
+
 def _signature(obj) -> inspect.Signature:
     try:
         return inspect.signature(obj)
     except (TypeError, ValueError):
+        pass
+    try:
         return _stub_signature(obj)
+    except (OSError, LookupError):
+        return _doc_signature(obj)
 
 
 def _class_keywords(cls) -> set[str]:
@@ -109,6 +128,9 @@ def _class_keywords(cls) -> set[str]:
 def test_every_rapids_call_exists_and_accepts_the_arguments_used(dotted, positional, keywords):
     obj = _resolve(dotted)
     sig = _signature(obj)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()) and keywords \
+            and not set(keywords) & set(sig.parameters):
+        sig = _doc_signature(obj)          # a bare (*args, **kwargs) wrapper: the docstring's
     params = list(sig.parameters.values())
     unbound_method = not inspect.isclass(obj) and params and params[0].name == "self"   # taken from the class
     args = [None] * (positional + (1 if unbound_method else 0))
@@ -125,6 +147,9 @@ def test_the_signature_check_can_fail():
         _signature(_resolve("pylibcudf.strings.extract.extract")).bind(None, None, nonexistent=1)
     with pytest.raises(TypeError):
         _signature(_resolve("pylibcudf.Column")).bind(None)
+    with pytest.raises(TypeError):
+        _doc_signature(_resolve("cupy.ndarray")).bind(None, memptr=None, nonexistent=1)
+    assert list(_doc_signature(_resolve("cupy.cuda.UnownedMemory")).parameters) == ["ptr", "size", "owner", "device_id"]
 
 
 # -- regexes -----------------------------------------------------------------------------------
