@@ -57,8 +57,8 @@ class Plan:
 def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     """With a backend, also note what it will hand to the CPU (regexes it cannot run)."""
     spec = loaded.spec
-    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression)
     notes: list[str] = []
+    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes)
     if spec.source.type == "parquet":
         partitions = plan_row_groups(files, spec.source.blocksize)
     else:
