@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -202,9 +203,11 @@ class CpuBackend(Backend):
         """Fast path: pyarrow's JSON reader over the whole block. If the block holds a bad record,
         parse record by record to find it (errors are rare; correctness first)."""
         arr = _arrow(text)
-        arrow_schema = pa.schema([(n, ARROW_TYPES[t] if t != "timestamp" else pa.string()) for n, t in schema.items()])
+        arrow_schema = _json_arrow_schema(schema)
         import pyarrow.json as pj
 
+        if not _one_object_per_line(arr):
+            return self._parse_json_slowly(arr, schema, text.index)
         try:
             body = _joined_lines(arr)
             table = pj.read_json(
@@ -221,26 +224,44 @@ class CpuBackend(Backend):
         return self._parse_json_slowly(arr, schema, text.index)
 
     def _parse_json_slowly(self, arr: pa.Array, schema: Schema, index):
+        """Record by record with Python's json: a record it cannot read, however it fails (too
+        deeply nested, an integer of thousands of digits, two objects on one line), is
+        quarantined with the reason; the run goes on."""
         n = len(arr)
         ok = np.ones(n, dtype=bool)
         reasons: list[str | None] = [None] * n
         columns: dict[str, list] = {name: [None] * n for name in schema}
+        arrow_schema = _json_arrow_schema(schema)
         for i, line in enumerate(arr.to_pylist()):
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, TypeError) as err:
-                ok[i], reasons[i] = False, f"invalid JSON: {err.msg if hasattr(err, 'msg') else err}"
+            except json.JSONDecodeError as err:
+                why = "text after the first JSON value (one line must be one record)" if err.msg == "Extra data" else err.msg
+                ok[i], reasons[i] = False, f"invalid JSON: {why}"
+                continue
+            except RecursionError:
+                obj = _one_record_as_arrow_reads_it(line, arrow_schema, "invalid JSON: nested too deeply to read")
+            except (ValueError, TypeError) as err:       # e.g. an integer over Python's digit limit
+                obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {str(err)[:200]}")
+            if isinstance(obj, _Unreadable):
+                ok[i], reasons[i] = False, obj.reason
                 continue
             if not isinstance(obj, dict):
-                ok[i], reasons[i] = False, f"expected a JSON object, got {type(obj).__name__}"
+                ok[i], reasons[i] = False, f"expected a JSON object, got {_JSON_KINDS.get(type(obj), 'a value')}"
                 continue
             for name, t in schema.items():
                 value = obj.get(name)
-                problem = _json_value_problem(value, t)
+                try:
+                    problem = _json_value_problem(value, t)
+                    if not problem and t == "string" and value is not None and not isinstance(value, str):
+                        value = json.dumps(value)
+                except (RecursionError, ValueError) as err:
+                    problem = "nested too deeply to write back as text" if isinstance(err, RecursionError) \
+                        else str(err)[:200]
                 if problem:
                     ok[i], reasons[i] = False, f"field {name!r}: {problem}"
                     break
-                columns[name][i] = value if t != "string" or value is None or isinstance(value, str) else json.dumps(value)
+                columns[name][i] = value
         cols = {}
         for name, t in schema.items():
             values = [v if ok[i] else None for i, v in enumerate(columns[name])]
@@ -501,6 +522,49 @@ def _next_newline(view: memoryview, pos: int) -> int:
             return pos + k
         pos += 65536
     return -1
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
+               type(None): "null"}
+
+
+def _json_arrow_schema(schema: Schema) -> pa.Schema:
+    return pa.schema([(n, ARROW_TYPES[t] if t != "timestamp" else pa.string()) for n, t in schema.items()])
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    reason: str
+
+
+def _one_record_as_arrow_reads_it(line: str, arrow_schema: pa.Schema, reason: str):
+    """A record Python's json cannot hold (nested deeper than its recursion limit, an integer
+    over its digit limit) as pyarrow's reader reads it, so the record gets what the whole-block
+    reader gives it in a batch without bad records; _Unreadable(reason) when that fails too."""
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(pa.BufferReader(line.encode() + b"\n"), parse_options=pj.ParseOptions(
+            explicit_schema=arrow_schema, unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _Unreadable(reason)
+    if table.num_rows != 1:
+        return _Unreadable(reason)
+    return {k: v for k, v in table.to_pylist()[0].items() if v is not None}
+
+
+def _one_object_per_line(arr: pa.Array) -> bool:
+    """Whether every record is one brace-delimited text (white space around it allowed): the
+    condition under which pyarrow's reader, which reads values across line breaks and several
+    values on one line, gives exactly one row per line. Then a row count equal to the line count
+    means one object per line; anything else goes record by record."""
+    if not len(arr):
+        return True
+    ok = pc.and_(pc.starts_with(arr, "{"), pc.ends_with(arr, "}"))
+    if pc.all(ok).as_py():
+        return True
+    rest = pc.utf8_trim(arr.filter(pc.invert(ok)), " \t\r")
+    return bool(pc.all(pc.and_(pc.starts_with(rest, "{"), pc.ends_with(rest, "}"))).as_py())
 
 
 def _joined_lines(arr: pa.Array) -> bytes:

@@ -201,7 +201,7 @@ def _sample_json(loaded: LoadedSpec, files: list[InputFile]) -> Schema:
     for line in _first_lines(files, JSON_SAMPLE_LINES):
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):       # bad, too deep, too many digits: the run quarantines it
             continue
         if isinstance(obj, dict):
             for k, v in obj.items():

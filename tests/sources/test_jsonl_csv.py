@@ -79,7 +79,7 @@ def test_jsonl_typed_columns(tmp_path, blocksize):
     q = quarantine(result)
     reasons = {r["_raw"]: r["_reason"] for r in q}
     assert reasons["not json"].startswith("invalid JSON")
-    assert reasons["[1, 2]"] == "expected a JSON object, got list"
+    assert reasons["[1, 2]"] == "expected a JSON object, got an array"
     assert reasons['{"id": "three", "name": "c"}'] == "field 'id': expected int64, got \"three\""
     assert reasons['{"id": 4.5}'] == "field 'id': expected int64, got 4.5"
     assert reasons['{"id": 6, "ok": "yes"}'].startswith("field 'ok': expected bool")
