@@ -270,43 +270,58 @@ class CpuBackend(Backend):
         return cols, pd.Series(ok, index=index), pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=index)
 
     def parse_csv(self, text, names, delimiter):
-        import pyarrow.csv as pcsv
-
+        """pyarrow's CSV reader over the batch, trusted only where a record is one row to it: a
+        record with an unbalanced quote would run into the next line (it is bad), and one that
+        holds a carriage return may be two rows to the reader, so those are read one by one.
+        The reader's rows are counted against the records; should they ever differ, every
+        record is read on its own rather than values shifting onto other records."""
         arr = _arrow(text)
-        bad_rows: list[int] = []
-        # A record is one line: an unbalanced quote would make the reader run into the next line.
+        n = len(arr)
         unbalanced = _bool_mask(pc.equal(pc.bit_wise_and(pc.count_substring(arr, '"'), 1), 1))
-        if unbalanced.any():
-            arr = pc.if_else(pa.array(unbalanced), pa.scalar(delimiter * (len(names) - 1)), arr)
-
-        def on_invalid(row):
-            bad_rows.append(row.number)
-            return "skip"
-
-        body = _joined_lines(arr)
-        table = pcsv.read_csv(
-            pa.BufferReader(body),
-            read_options=pcsv.ReadOptions(column_names=list(names), use_threads=False,
-                                          block_size=max(1 << 20, len(body) + 1)),
-            parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=False,
-                                            invalid_row_handler=on_invalid),
-            convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
-                                                strings_can_be_null=False, quoted_strings_can_be_null=False),
-        ) if body else None
-        parsed = np.ones(len(arr), dtype=bool)       # rows the reader kept (placeholders included)
-        if bad_rows:
-            parsed[np.array(bad_rows, dtype=np.int64) - 1] = False
-        ok = parsed & ~unbalanced
+        alone = np.zeros(n, dtype=bool)
+        if _has_any_byte(arr, (b"\r",)):
+            alone = _bool_mask(pc.match_substring(arr, "\r")) & ~unbalanced
+        together = ~unbalanced & ~alone
+        read = _read_csv_rows(arr if together.all() else arr.filter(pa.array(together)), names, delimiter)
+        if read is None:                 # the reader's rows do not match the records: one by one
+            alone, together = ~unbalanced, np.zeros(n, dtype=bool)
+            read = _read_csv_rows(arr.filter(pa.array(together)), names, delimiter)
+        table, parsed = read
+        ok = np.zeros(n, dtype=bool)
+        ok[together] = parsed
+        row_of = np.zeros(n, dtype=np.int64)
+        row_of[together] = _gather_index(parsed).to_numpy()
+        reasons: list[str | None] = [None] * n
+        few_fields = f"CSV record does not have {len(names)} fields"
+        for i in np.flatnonzero(together & ~ok):
+            reasons[i] = few_fields
+        for i in np.flatnonzero(unbalanced):
+            reasons[i] = "CSV record has an unbalanced quote (a quoted field must end on its line)"
+        extra_rows: list[list] = []
+        for i in np.flatnonzero(alone):
+            values, why = _read_one_csv_record(arr[int(i)].as_py(), names, delimiter)
+            if values is None:
+                reasons[i] = why or few_fields
+            else:
+                ok[i], row_of[i] = True, table.num_rows + len(extra_rows)
+                extra_rows.append(values)
+        if extra_rows:
+            extra = pa.table({name: pa.array([r[k] for r in extra_rows], pa.string()) for k, name in enumerate(names)})
+            table = pa.concat_tables([table, extra]) if table.num_rows else extra
         cols = {}
         for name in names:
-            if table is None or table.num_rows == 0:
-                full = pa.nulls(len(arr), pa.string())
+            if table.num_rows == 0:
+                full = pa.nulls(n, pa.string())
             else:
-                values = pc.take(table.column(name).combine_chunks(), _gather_index(parsed))
+                values = pc.take(table.column(name).combine_chunks(), pa.array(row_of))
                 full = pc.if_else(pa.array(ok), values, pa.scalar(None, pa.string()))
             cols[name] = self.series(full, "string", index=text.index)
-        expected = len(names)
-        return cols, pd.Series(ok, index=text.index), f"CSV record does not have {expected} fields"
+        distinct = {r for r in reasons if r is not None}
+        if len(distinct) <= 1:
+            reason = distinct.pop() if distinct else few_fields
+        else:
+            reason = pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=text.index)
+        return cols, pd.Series(ok, index=text.index), reason
 
     # -- casts ---------------------------------------------------------------------------
     def cast(self, col, type_name: str, *, fmt=None, timezone=None):
@@ -573,6 +588,54 @@ def _joined_lines(arr: pa.Array) -> bytes:
         return b""
     lists = pa.ListArray.from_arrays(pa.array([0, len(arr)], type=pa.int32()), arr.cast(pa.string()))
     return pc.binary_join(lists, "\n")[0].as_buffer().to_pybytes() + b"\n"
+
+
+def _read_csv_rows(arr: pa.Array, names, delimiter: str) -> tuple[pa.Table, np.ndarray] | None:
+    """(the rows pyarrow's reader made of these records, which records it took), or None when
+    its rows and rejected rows do not add up to one per record."""
+    import pyarrow.csv as pcsv
+
+    names = list(names)
+    if len(arr) == 0:
+        return pa.table({name: pa.array([], pa.string()) for name in names}), np.zeros(0, dtype=bool)
+    rejected: list[int] = []
+
+    def on_invalid(row):
+        rejected.append(row.number)
+        return "skip"
+
+    body = _joined_lines(arr)
+    table = pcsv.read_csv(
+        pa.BufferReader(body),
+        read_options=pcsv.ReadOptions(column_names=names, use_threads=False, block_size=max(1 << 20, len(body) + 1)),
+        parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=False, invalid_row_handler=on_invalid),
+        convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
+                                            strings_can_be_null=False, quoted_strings_can_be_null=False),
+    )
+    where = np.array(rejected, dtype=np.int64) - 1          # physical line numbers, from 1
+    if (table.num_rows + len(where) != len(arr) or len(np.unique(where)) != len(where)
+            or (len(where) and (where.min() < 0 or where.max() >= len(arr)))):
+        return None
+    parsed = np.ones(len(arr), dtype=bool)
+    parsed[where] = False
+    return table, parsed
+
+
+def _read_one_csv_record(line: str, names, delimiter: str) -> tuple[list | None, str | None]:
+    """One record's values as the reader gives them, or (None, why). A carriage return the
+    reader treats as a line break (one outside quotes) makes the record bad: it would cut the
+    record in two."""
+    read = _read_csv_rows(pa.array([line], pa.string()), names, delimiter)
+    cut = "CSV record holds a carriage return (\\r) outside quotes: one line must be one record"
+    if read is None:
+        return None, cut if "\r" in line else None
+    table, parsed = read
+    if not parsed[0]:
+        return None, None
+    values = [table.column(name)[0].as_py() for name in names]
+    if sum(v.count("\r") for v in values) != line.count("\r"):
+        return None, cut
+    return values, None
 
 
 def _gather_index(ok: np.ndarray) -> pa.Array:
