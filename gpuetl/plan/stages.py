@@ -122,7 +122,7 @@ def _join_pieces(pieces: list, backend):
 def _parse_lines(text, file_index, offsets, bad_utf8, extra_bad, segment: Segment, backend):
     """Parse and type records (one batch's, or a partition's), with their bookkeeping."""
     source = segment.source
-    cols, ok, reason = source.parser.parse(text, backend)
+    cols, ok, reason = source.parser.parse(text, backend, file_index)
     df = backend.xd.DataFrame(cols, index=text.index)
     bad = backend.series(bad_utf8, "bool", index=text.index)
     reasons = backend.nulls(len(text), "string", index=text.index)
