@@ -139,32 +139,38 @@ class CpuBackend(Backend):
         binary_type = pa.binary() if bounds.dtype == np.int32 else pa.large_binary()
         raw = pa.Array.from_buffers(binary_type, len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)])
         string_type = pa.string() if binary_type == pa.binary() else pa.large_string()
+        exact = None
         try:
             text = raw.cast(string_type)
             bad = np.zeros(len(starts), dtype=bool)
         except pa.ArrowInvalid:
-            text, bad = self._decode_slowly(raw, string_type)
+            text, bad, exact = self._decode_slowly(raw, string_type)
         text = pc.utf8_rtrim(text, characters="\r\n", memory_pool=_scratch_pool())
         keep = _bool_mask(pc.greater(pc.binary_length(text), 0))
         if not keep.all():           # blank lines are not records (a filter copies every byte)
             text = text.filter(pa.array(keep))
             starts, bad = starts[keep], bad[keep]
+            exact = exact.filter(pa.array(keep)) if exact is not None else None
         if string_type != pa.string():
             text = text.cast(pa.string())
-        return Lines(text=self.series(text, "string"), offsets=starts + base_offset, bad_utf8=bad)
+        return Lines(text=self.series(text, "string"), offsets=starts + base_offset, bad_utf8=bad,
+                     raw=self.series(exact, "binary") if exact is not None else None)
 
     @staticmethod
-    def _decode_slowly(raw: pa.Array, string_type) -> tuple[pa.Array, np.ndarray]:
-        """Only when a block holds invalid UTF-8: find which records, keep them (with U+FFFD)."""
-        values, bad = [], []
+    def _decode_slowly(raw: pa.Array, string_type) -> tuple[pa.Array, np.ndarray, pa.Array]:
+        """Only when a block holds invalid UTF-8: find which records, keep them (with U+FFFD in
+        the text) and their exact bytes, less the line ending (the quarantine's `_raw`)."""
+        values, bad, exact = [], [], []
         for item in raw.to_pylist():
             try:
                 values.append(item.decode("utf-8"))
                 bad.append(False)
+                exact.append(None)
             except UnicodeDecodeError:
                 values.append(item.decode("utf-8", errors="replace"))
                 bad.append(True)
-        return pa.array(values, type=string_type), np.array(bad, dtype=bool)
+                exact.append(item.rstrip(b"\r\n"))
+        return pa.array(values, type=string_type), np.array(bad, dtype=bool), pa.array(exact, type=pa.binary())
 
     def extract_fields(self, text, regex, names, *, kernel=None, dash_is_null=False):
         """In Arrow: no pandas round trip per column (this is the parser's hot path). The text
