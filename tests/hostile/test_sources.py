@@ -103,6 +103,17 @@ def test_jsonl_two_objects_on_one_line_are_quarantined_not_shifted(tmp_path, sur
     assert result.counts["rows_in"] == len(lines)
 
 
+def test_jsonl_null_line_before_an_object_does_not_reach_the_block_reader(tmp_path, surroundings):
+    """pyarrow's JSON reader (26.0.1) crashes the process (SIGSEGV) on a block that starts with
+    `null` followed by an object: such a block is read record by record."""
+    data = b'null\n{"a": 1}\n null{}\n'
+    (tmp_path / "a.jsonl").write_bytes(data)
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run(tmp_path, spec({"type": "jsonl", "path": "a.jsonl"}, columns={"a": "int64"}))
+    assert [(r["a"], r["_offset"]) for r in rows(result)] == [(1, 5)]
+    assert [(r["_offset"], r["_raw"]) for r in quarantine(result)] == [(0, b"null"), (14, b" null{}")]
+
+
 # -- JSONL: records Python's json cannot hold (#12 item 10) --------------------------------------
 
 @pytest.mark.parametrize("columns", [{"a": "int64", "b": "string"}, None])
@@ -219,3 +230,78 @@ def test_errors_name_inputs_as_the_user_does(tmp_path):
         run(tmp_path / "pipe", spec({"type": "jsonl", "path": "../a.jsonl"}, columns={"a": "int64"},
                                     on_error="fail"))
     assert os.path.join("..", "a.jsonl") + ", byte offset 0" in str(info.value)
+
+
+# -- fuzz: the text/CSV/JSONL source and parse path --------------------------------------------
+
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = [b"{", b"}", b'"', b",", b"\r", b"\r\n", b"\n", b" ", b"\t", b"\xff", b"\xc3", b"\xc3\xa9", b"null",
+           b'{"a": 1, "b": "x"}', b'{"a": 2}{"a": 3}', b'"q""uote"', b"1,a", b"2,b,c", b"[[[", b"]]]", b"9" * 30]
+_WHOLE = [b'{"a": 1, "b": "x"}', b'{"a": 2}{"a": 3}', b'{"a": 4} {"a": 5}', b" ", b"\t", b"null", b'{"a":', b"6}",
+          b"1,a", b"1,a\r2,b", b'"1","a\rb"', b"2,b,c", b'"open,x', b"\xff\xfe", b"\r", b"3,caf\xc3\xa9"]
+_GOOD = {"text": [b"a line", b"  indented\t"], "csv": [b"1,a", b'"2","b c"', b"3,"],
+         "jsonl": [b'{"a": 1, "b": "x"}', b'{"b": "y", "a": 7}', b' {"a": 8} ']}
+_NOISE = st.lists(st.one_of(st.sampled_from(_PIECES), st.binary(max_size=6)), max_size=6).map(b"".join)
+
+
+@st.composite
+def _inputs(draw):
+    """A source kind and its lines: mostly good records of that kind (so that whole batches take
+    the fast readers), with hostile lines and random bytes among them."""
+    kind = draw(st.sampled_from(["text", "csv", "jsonl"]))
+    line = st.one_of(st.sampled_from(_GOOD[kind] * 3 + _WHOLE), _NOISE)
+    return kind, draw(st.lists(line, max_size=12))
+
+
+def _records(data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, bytes less the line ending) of every record: a line with more than a line ending."""
+    out, pos = [], 0
+    for line in data.split(b"\n"):
+        body = line.rstrip(b"\r\n")
+        if body:
+            out.append((pos, body))
+        pos += len(line) + 1
+    return out
+
+
+@pytest.mark.slow
+@settings(derandomize=True, max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(given=_inputs(), blocksize=st.sampled_from([16, 40, 1 << 20]))
+@example(given=("jsonl", [b'{"a": 1}', b'{"a": 2}{"a": 3}', b" ", b'{"a": 4}']), blocksize=1 << 20)   # #12 item 9
+@example(given=("jsonl", [b'{"a":', b'6}{"a": 7}']), blocksize=1 << 20)
+@example(given=("csv", [b"1,a\r2,b", b"3,c", b"4,d"]), blocksize=1 << 20)                         # #12 item 8
+@example(given=("jsonl", [b"null", b'{"a": 1}']), blocksize=1 << 20)           # crashed pyarrow's reader
+def test_fuzz_every_line_ends_in_the_output_or_the_quarantine_once(given, blocksize):
+    import tempfile
+    from pathlib import Path
+
+    kind, lines = given
+
+    header = b"a,b\n" if kind == "csv" else b""
+    data = header + b"\n".join(lines)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        (base / "in.x").write_bytes(data)
+        s = spec({"type": kind, "path": "in.x", "blocksize": blocksize})
+        if kind == "jsonl":
+            s["columns"] = {"a": "int64", "b": "string"}
+        result = run(base, s)                      # never an error: every record has a place
+        records = dict(_records(data)[1:] if kind == "csv" else _records(data))
+        out = rows(result) if result.counts["rows_out"] else []
+        bad = quarantine(result)
+        seen = [r["_offset"] for r in out] + [r["_offset"] for r in bad]
+        assert sorted(seen) == sorted(records), "each record exactly once, in the output or the quarantine"
+        assert result.counts["rows_in"] == len(records)
+        for r in bad:
+            assert r["_raw"] == records[r["_offset"]] and r["_reason"]
+        for r in out:                              # a value belongs to the record at its offset
+            line = records[r["_offset"]].decode("utf-8")
+            if kind == "text":
+                assert r["line"] == line
+            elif kind == "jsonl":
+                obj = json.loads(line)              # a live row is one JSON object Python reads too
+                assert isinstance(obj, dict) and r["a"] == obj.get("a")
+            else:
+                assert all(v is None or v.replace('"', "") in line.replace('"', "") for v in (r["a"], r["b"]))
