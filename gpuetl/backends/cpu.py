@@ -297,17 +297,15 @@ class CpuBackend(Backend):
         ok[together] = parsed
         row_of = np.zeros(n, dtype=np.int64)
         row_of[together] = _gather_index(parsed).to_numpy()
-        reasons: list[str | None] = [None] * n
         few_fields = f"CSV record does not have {len(names)} fields"
-        for i in np.flatnonzero(together & ~ok):
-            reasons[i] = few_fields
+        reasons: dict[int, str] = {int(i): few_fields for i in np.flatnonzero(together & ~ok)}
         for i in np.flatnonzero(unbalanced):
-            reasons[i] = "CSV record has an unbalanced quote (a quoted field must end on its line)"
+            reasons[int(i)] = "CSV record has an unbalanced quote (a quoted field must end on its line)"
         extra_rows: list[list] = []
         for i in np.flatnonzero(alone):
             values, why = _read_one_csv_record(arr[int(i)].as_py(), names, delimiter)
             if values is None:
-                reasons[i] = why or few_fields
+                reasons[int(i)] = why or few_fields
             else:
                 ok[i], row_of[i] = True, table.num_rows + len(extra_rows)
                 extra_rows.append(values)
@@ -322,11 +320,12 @@ class CpuBackend(Backend):
                 values = pc.take(table.column(name).combine_chunks(), pa.array(row_of))
                 full = pc.if_else(pa.array(ok), values, pa.scalar(None, pa.string()))
             cols[name] = self.series(full, "string", index=text.index)
-        distinct = {r for r in reasons if r is not None}
+        distinct = set(reasons.values())
         if len(distinct) <= 1:
             reason = distinct.pop() if distinct else few_fields
         else:
-            reason = pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=text.index)
+            every = [reasons.get(i) for i in range(n)]
+            reason = pd.Series(pd.array(every, dtype=pd.ArrowDtype(pa.string())), index=text.index)
         return cols, pd.Series(ok, index=text.index), reason
 
     # -- casts ---------------------------------------------------------------------------
@@ -512,6 +511,8 @@ def _has_any_byte(arr: pa.Array, chars: tuple[bytes, ...]) -> bool:
     if data_buf is None or offsets[-1] == offsets[0]:
         return False
     data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0]: offsets[-1]]
+    if len(chars) == 1:               # one byte: a comparison, ~10x faster than isin
+        return bool((data == chars[0][0]).any())
     return bool(np.isin(data, np.frombuffer(b"".join(chars), dtype=np.uint8)).any())
 
 
