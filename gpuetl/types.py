@@ -21,6 +21,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "float64": pa.float64(),
     "string": pa.string(),
     "timestamp": pa.timestamp("us", tz="UTC"),
+    "binary": pa.binary(),     # not a column type of pipeline files: the quarantine's exact input bytes
 }
 
 Schema = dict[str, str]  # column name -> type name
@@ -35,7 +36,7 @@ def type_name_of(arrow_type: pa.DataType) -> str:
     if pa.types.is_boolean(arrow_type):
         return "bool"
     for name, known in ARROW_TYPES.items():
-        if name not in ("string", "timestamp", "bool") and arrow_type == known:
+        if name not in ("string", "timestamp", "bool", "binary") and arrow_type == known:
             return name
     if pa.types.is_floating(arrow_type):
         return "float64"

@@ -23,12 +23,12 @@ OFFSET = "__off"         # int64: byte offset of the record's first byte (uncomp
 STATUS = "__st"          # int8: one of the STATUS_* values
 COUNT = "__n"            # int64: records this row stands for (1, or a tally of dropped records)
 STAGE = "__stage"        # int16: index of the stage that dropped the row, -1 for live rows
-RAW = "__raw"            # string: the raw record, kept for quarantined rows only
+RAW = "__raw"            # binary: the record's exact input bytes, kept for quarantined rows only
 REASON = "__reason"      # string: why a row was quarantined or dropped
 INTERNAL = (FILE_INDEX, OFFSET, STATUS, COUNT, STAGE, RAW, REASON)
 INTERNAL_TYPES: Schema = {
     FILE_INDEX: "int32", OFFSET: "int64", STATUS: "int8", COUNT: "int64",
-    STAGE: "int16", RAW: "string", REASON: "string",
+    STAGE: "int16", RAW: "binary", REASON: "string",
 }
 
 STATUS_LIVE, STATUS_QUARANTINED, STATUS_FILTERED, STATUS_DEDUPLICATED, STATUS_DROPPED = 0, 1, 2, 3, 4
@@ -45,6 +45,8 @@ class Lines:
     text: Any            # backend Series of strings (invalid UTF-8 replaced by U+FFFD)
     offsets: Any         # xp int64 array: byte offset of each record's first byte
     bad_utf8: Any        # xp bool array
+    raw: Any = None      # where some record is not UTF-8: a binary Series, those records' exact
+                         # bytes (less the line ending), null for the others; else None
 
 
 class Backend(ABC):

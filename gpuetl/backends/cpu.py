@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -138,32 +139,38 @@ class CpuBackend(Backend):
         binary_type = pa.binary() if bounds.dtype == np.int32 else pa.large_binary()
         raw = pa.Array.from_buffers(binary_type, len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)])
         string_type = pa.string() if binary_type == pa.binary() else pa.large_string()
+        exact = None
         try:
             text = raw.cast(string_type)
             bad = np.zeros(len(starts), dtype=bool)
         except pa.ArrowInvalid:
-            text, bad = self._decode_slowly(raw, string_type)
+            text, bad, exact = self._decode_slowly(raw, string_type)
         text = pc.utf8_rtrim(text, characters="\r\n", memory_pool=_scratch_pool())
         keep = _bool_mask(pc.greater(pc.binary_length(text), 0))
         if not keep.all():           # blank lines are not records (a filter copies every byte)
             text = text.filter(pa.array(keep))
             starts, bad = starts[keep], bad[keep]
+            exact = exact.filter(pa.array(keep)) if exact is not None else None
         if string_type != pa.string():
             text = text.cast(pa.string())
-        return Lines(text=self.series(text, "string"), offsets=starts + base_offset, bad_utf8=bad)
+        return Lines(text=self.series(text, "string"), offsets=starts + base_offset, bad_utf8=bad,
+                     raw=self.series(exact, "binary") if exact is not None else None)
 
     @staticmethod
-    def _decode_slowly(raw: pa.Array, string_type) -> tuple[pa.Array, np.ndarray]:
-        """Only when a block holds invalid UTF-8: find which records, keep them (with U+FFFD)."""
-        values, bad = [], []
+    def _decode_slowly(raw: pa.Array, string_type) -> tuple[pa.Array, np.ndarray, pa.Array]:
+        """Only when a block holds invalid UTF-8: find which records, keep them (with U+FFFD in
+        the text) and their exact bytes, less the line ending (the quarantine's `_raw`)."""
+        values, bad, exact = [], [], []
         for item in raw.to_pylist():
             try:
                 values.append(item.decode("utf-8"))
                 bad.append(False)
+                exact.append(None)
             except UnicodeDecodeError:
                 values.append(item.decode("utf-8", errors="replace"))
                 bad.append(True)
-        return pa.array(values, type=string_type), np.array(bad, dtype=bool)
+                exact.append(item.rstrip(b"\r\n"))
+        return pa.array(values, type=string_type), np.array(bad, dtype=bool), pa.array(exact, type=pa.binary())
 
     def extract_fields(self, text, regex, names, *, kernel=None, dash_is_null=False):
         """In Arrow: no pandas round trip per column (this is the parser's hot path). The text
@@ -202,9 +209,11 @@ class CpuBackend(Backend):
         """Fast path: pyarrow's JSON reader over the whole block. If the block holds a bad record,
         parse record by record to find it (errors are rare; correctness first)."""
         arr = _arrow(text)
-        arrow_schema = pa.schema([(n, ARROW_TYPES[t] if t != "timestamp" else pa.string()) for n, t in schema.items()])
+        arrow_schema = _json_arrow_schema(schema)
         import pyarrow.json as pj
 
+        if not _one_object_per_line(arr):
+            return self._parse_json_slowly(arr, schema, text.index)
         try:
             body = _joined_lines(arr)
             table = pj.read_json(
@@ -221,26 +230,44 @@ class CpuBackend(Backend):
         return self._parse_json_slowly(arr, schema, text.index)
 
     def _parse_json_slowly(self, arr: pa.Array, schema: Schema, index):
+        """Record by record with Python's json: a record it cannot read, however it fails (too
+        deeply nested, an integer of thousands of digits, two objects on one line), is
+        quarantined with the reason; the run goes on."""
         n = len(arr)
         ok = np.ones(n, dtype=bool)
         reasons: list[str | None] = [None] * n
         columns: dict[str, list] = {name: [None] * n for name in schema}
+        arrow_schema = _json_arrow_schema(schema)
         for i, line in enumerate(arr.to_pylist()):
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, TypeError) as err:
-                ok[i], reasons[i] = False, f"invalid JSON: {err.msg if hasattr(err, 'msg') else err}"
+            except json.JSONDecodeError as err:
+                why = "text after the first JSON value (one line must be one record)" if err.msg == "Extra data" else err.msg
+                ok[i], reasons[i] = False, f"invalid JSON: {why}"
+                continue
+            except RecursionError:
+                obj = _one_record_as_arrow_reads_it(line, arrow_schema, "invalid JSON: nested too deeply to read")
+            except (ValueError, TypeError) as err:       # e.g. an integer over Python's digit limit
+                obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {str(err)[:200]}")
+            if isinstance(obj, _Unreadable):
+                ok[i], reasons[i] = False, obj.reason
                 continue
             if not isinstance(obj, dict):
-                ok[i], reasons[i] = False, f"expected a JSON object, got {type(obj).__name__}"
+                ok[i], reasons[i] = False, f"expected a JSON object, got {_JSON_KINDS.get(type(obj), 'a value')}"
                 continue
             for name, t in schema.items():
                 value = obj.get(name)
-                problem = _json_value_problem(value, t)
+                try:
+                    problem = _json_value_problem(value, t)
+                    if not problem and t == "string" and value is not None and not isinstance(value, str):
+                        value = json.dumps(value)
+                except (RecursionError, ValueError) as err:
+                    problem = "nested too deeply to write back as text" if isinstance(err, RecursionError) \
+                        else str(err)[:200]
                 if problem:
                     ok[i], reasons[i] = False, f"field {name!r}: {problem}"
                     break
-                columns[name][i] = value if t != "string" or value is None or isinstance(value, str) else json.dumps(value)
+                columns[name][i] = value
         cols = {}
         for name, t in schema.items():
             values = [v if ok[i] else None for i, v in enumerate(columns[name])]
@@ -249,43 +276,57 @@ class CpuBackend(Backend):
         return cols, pd.Series(ok, index=index), pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=index)
 
     def parse_csv(self, text, names, delimiter):
-        import pyarrow.csv as pcsv
-
+        """pyarrow's CSV reader over the batch, trusted only where a record is one row to it: a
+        record with an unbalanced quote would run into the next line (it is bad), and one that
+        holds a carriage return may be two rows to the reader, so those are read one by one.
+        The reader's rows are counted against the records; should they ever differ, every
+        record is read on its own rather than values shifting onto other records."""
         arr = _arrow(text)
-        bad_rows: list[int] = []
-        # A record is one line: an unbalanced quote would make the reader run into the next line.
+        n = len(arr)
         unbalanced = _bool_mask(pc.equal(pc.bit_wise_and(pc.count_substring(arr, '"'), 1), 1))
-        if unbalanced.any():
-            arr = pc.if_else(pa.array(unbalanced), pa.scalar(delimiter * (len(names) - 1)), arr)
-
-        def on_invalid(row):
-            bad_rows.append(row.number)
-            return "skip"
-
-        body = _joined_lines(arr)
-        table = pcsv.read_csv(
-            pa.BufferReader(body),
-            read_options=pcsv.ReadOptions(column_names=list(names), use_threads=False,
-                                          block_size=max(1 << 20, len(body) + 1)),
-            parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=False,
-                                            invalid_row_handler=on_invalid),
-            convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
-                                                strings_can_be_null=False, quoted_strings_can_be_null=False),
-        ) if body else None
-        parsed = np.ones(len(arr), dtype=bool)       # rows the reader kept (placeholders included)
-        if bad_rows:
-            parsed[np.array(bad_rows, dtype=np.int64) - 1] = False
-        ok = parsed & ~unbalanced
+        alone = np.zeros(n, dtype=bool)
+        if _has_any_byte(arr, (b"\r",)):
+            alone = _bool_mask(pc.match_substring(arr, "\r")) & ~unbalanced
+        together = ~unbalanced & ~alone
+        read = _read_csv_rows(arr if together.all() else arr.filter(pa.array(together)), names, delimiter)
+        if read is None:                 # the reader's rows do not match the records: one by one
+            alone, together = ~unbalanced, np.zeros(n, dtype=bool)
+            read = _read_csv_rows(arr.filter(pa.array(together)), names, delimiter)
+        table, parsed = read
+        ok = np.zeros(n, dtype=bool)
+        ok[together] = parsed
+        row_of = np.zeros(n, dtype=np.int64)
+        row_of[together] = _gather_index(parsed).to_numpy()
+        few_fields = f"CSV record does not have {len(names)} fields"
+        reasons: dict[int, str] = {int(i): few_fields for i in np.flatnonzero(together & ~ok)}
+        for i in np.flatnonzero(unbalanced):
+            reasons[int(i)] = "CSV record has an unbalanced quote (a quoted field must end on its line)"
+        extra_rows: list[list] = []
+        for i in np.flatnonzero(alone):
+            values, why = _read_one_csv_record(arr[int(i)].as_py(), names, delimiter)
+            if values is None:
+                reasons[int(i)] = why or few_fields
+            else:
+                ok[i], row_of[i] = True, table.num_rows + len(extra_rows)
+                extra_rows.append(values)
+        if extra_rows:
+            extra = pa.table({name: pa.array([r[k] for r in extra_rows], pa.string()) for k, name in enumerate(names)})
+            table = pa.concat_tables([table, extra]) if table.num_rows else extra
         cols = {}
         for name in names:
-            if table is None or table.num_rows == 0:
-                full = pa.nulls(len(arr), pa.string())
+            if table.num_rows == 0:
+                full = pa.nulls(n, pa.string())
             else:
-                values = pc.take(table.column(name).combine_chunks(), _gather_index(parsed))
+                values = pc.take(table.column(name).combine_chunks(), pa.array(row_of))
                 full = pc.if_else(pa.array(ok), values, pa.scalar(None, pa.string()))
             cols[name] = self.series(full, "string", index=text.index)
-        expected = len(names)
-        return cols, pd.Series(ok, index=text.index), f"CSV record does not have {expected} fields"
+        distinct = set(reasons.values())
+        if len(distinct) <= 1:
+            reason = distinct.pop() if distinct else few_fields
+        else:
+            every = [reasons.get(i) for i in range(n)]
+            reason = pd.Series(pd.array(every, dtype=pd.ArrowDtype(pa.string())), index=text.index)
+        return cols, pd.Series(ok, index=text.index), reason
 
     # -- casts ---------------------------------------------------------------------------
     def cast(self, col, type_name: str, *, fmt=None, timezone=None):
@@ -470,6 +511,8 @@ def _has_any_byte(arr: pa.Array, chars: tuple[bytes, ...]) -> bool:
     if data_buf is None or offsets[-1] == offsets[0]:
         return False
     data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0]: offsets[-1]]
+    if len(chars) == 1:               # one byte: a comparison, ~10x faster than isin
+        return bool((data == chars[0][0]).any())
     return bool(np.isin(data, np.frombuffer(b"".join(chars), dtype=np.uint8)).any())
 
 
@@ -503,12 +546,103 @@ def _next_newline(view: memoryview, pos: int) -> int:
     return -1
 
 
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
+               type(None): "null"}
+
+
+def _json_arrow_schema(schema: Schema) -> pa.Schema:
+    return pa.schema([(n, ARROW_TYPES[t] if t != "timestamp" else pa.string()) for n, t in schema.items()])
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    reason: str
+
+
+def _one_record_as_arrow_reads_it(line: str, arrow_schema: pa.Schema, reason: str):
+    """A record Python's json cannot hold (nested deeper than its recursion limit, an integer
+    over its digit limit) as pyarrow's reader reads it, so the record gets what the whole-block
+    reader gives it in a batch without bad records; _Unreadable(reason) when that fails too."""
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(pa.BufferReader(line.encode() + b"\n"), parse_options=pj.ParseOptions(
+            explicit_schema=arrow_schema, unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _Unreadable(reason)
+    if table.num_rows != 1:
+        return _Unreadable(reason)
+    return {k: v for k, v in table.to_pylist()[0].items() if v is not None}
+
+
+def _one_object_per_line(arr: pa.Array) -> bool:
+    """Whether every record is one brace-delimited text (white space around it allowed): the
+    condition under which pyarrow's reader, which reads values across line breaks and several
+    values on one line, gives exactly one row per line. Then a row count equal to the line count
+    means one object per line; anything else goes record by record."""
+    if not len(arr):
+        return True
+    ok = pc.and_(pc.starts_with(arr, "{"), pc.ends_with(arr, "}"))
+    if pc.all(ok).as_py():
+        return True
+    rest = pc.utf8_trim(arr.filter(pc.invert(ok)), " \t\r")
+    return bool(pc.all(pc.and_(pc.starts_with(rest, "{"), pc.ends_with(rest, "}"))).as_py())
+
+
 def _joined_lines(arr: pa.Array) -> bytes:
     """One buffer, records separated by newlines (the readers' input)."""
     if len(arr) == 0:
         return b""
     lists = pa.ListArray.from_arrays(pa.array([0, len(arr)], type=pa.int32()), arr.cast(pa.string()))
     return pc.binary_join(lists, "\n")[0].as_buffer().to_pybytes() + b"\n"
+
+
+def _read_csv_rows(arr: pa.Array, names, delimiter: str) -> tuple[pa.Table, np.ndarray] | None:
+    """(the rows pyarrow's reader made of these records, which records it took), or None when
+    its rows and rejected rows do not add up to one per record."""
+    import pyarrow.csv as pcsv
+
+    names = list(names)
+    if len(arr) == 0:
+        return pa.table({name: pa.array([], pa.string()) for name in names}), np.zeros(0, dtype=bool)
+    rejected: list[int] = []
+
+    def on_invalid(row):
+        rejected.append(row.number)
+        return "skip"
+
+    body = _joined_lines(arr)
+    table = pcsv.read_csv(
+        pa.BufferReader(body),
+        read_options=pcsv.ReadOptions(column_names=names, use_threads=False, block_size=max(1 << 20, len(body) + 1)),
+        parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=False, invalid_row_handler=on_invalid),
+        convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
+                                            strings_can_be_null=False, quoted_strings_can_be_null=False),
+    )
+    where = np.array(rejected, dtype=np.int64) - 1          # physical line numbers, from 1
+    if (table.num_rows + len(where) != len(arr) or len(np.unique(where)) != len(where)
+            or (len(where) and (where.min() < 0 or where.max() >= len(arr)))):
+        return None
+    parsed = np.ones(len(arr), dtype=bool)
+    parsed[where] = False
+    return table, parsed
+
+
+def _read_one_csv_record(line: str, names, delimiter: str) -> tuple[list | None, str | None]:
+    """One record's values as the reader gives them, or (None, why). A carriage return the
+    reader treats as a line break (one outside quotes) makes the record bad: it would cut the
+    record in two."""
+    read = _read_csv_rows(pa.array([line], pa.string()), names, delimiter)
+    cut = "CSV record holds a carriage return (\\r) outside quotes: one line must be one record"
+    if read is None:
+        return None, cut if "\r" in line else None
+    table, parsed = read
+    if not parsed[0]:
+        return None, None
+    values = [table.column(name)[0].as_py() for name in names]
+    if sum(v.count("\r") for v in values) != line.count("\r"):
+        return None, cut
+    return values, None
 
 
 def _gather_index(ok: np.ndarray) -> pa.Array:

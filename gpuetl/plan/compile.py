@@ -14,7 +14,7 @@ from ..errors import SpecError
 from ..parsing import preset as preset_rule
 from ..parsing import template_to_regex
 from ..sources.files import InputFile, resolve_inputs
-from ..sources.parsers import CsvParser, JsonParser, LineParser, RegexParser
+from ..sources.parsers import JsonParser, LineParser, RegexParser, csv_parser
 from ..sources.parquet import parquet_columns, plan_row_groups
 from ..sources.ranges import ByteRange, Partition, plan_partitions, read_range
 from ..spec.loader import LoadedSpec
@@ -57,8 +57,8 @@ class Plan:
 def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     """With a backend, also note what it will hand to the CPU (regexes it cannot run)."""
     spec = loaded.spec
-    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression)
     notes: list[str] = []
+    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes)
     if spec.source.type == "parquet":
         partitions = plan_row_groups(files, spec.source.blocksize)
     else:
@@ -138,7 +138,8 @@ def _source_stage(loaded: LoadedSpec, files: list[InputFile], notes: list[str]) 
         declared = {n: c for n, c in declared.items() if c.type == "timestamp"}
         casts = {n: ColumnSpec(type="timestamp") for n, t in fields.items() if t == "timestamp"}
     elif src.type == "csv":
-        parser = CsvParser(_csv_header(loaded, files), src.delimiter)
+        parser, header_notes = csv_parser(files, src.delimiter, f"{loaded.path}: source.path")
+        notes.extend(header_notes)
         skip_header = True
     elif src.type == "parquet":
         parser, skipped = parquet_columns(files, f"{loaded.path}: source.path")
@@ -201,7 +202,7 @@ def _sample_json(loaded: LoadedSpec, files: list[InputFile]) -> Schema:
     for line in _first_lines(files, JSON_SAMPLE_LINES):
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):       # bad, too deep, too many digits: the run quarantines it
             continue
         if isinstance(obj, dict):
             for k, v in obj.items():
@@ -222,19 +223,6 @@ def _sample_json(loaded: LoadedSpec, files: list[InputFile]) -> Schema:
         else:
             out[name] = "string"
     return out
-
-
-def _csv_header(loaded: LoadedSpec, files: list[InputFile]) -> tuple[str, ...]:
-    import csv
-
-    lines = _first_lines(files[:1], 1)
-    if not lines:
-        raise SpecError(f"{loaded.path}: source.path: the first CSV file has no header line")
-    names = next(csv.reader([lines[0].lstrip("\ufeff")], delimiter=loaded.spec.source.delimiter))
-    names = [n.strip() for n in names]
-    if len(set(names)) != len(names) or not all(names):
-        raise SpecError(f"{loaded.path}: the CSV header {lines[0]!r} has empty or repeated names")
-    return tuple(names)
 
 
 def _source_detail(loaded: LoadedSpec) -> str:

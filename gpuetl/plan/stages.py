@@ -88,16 +88,16 @@ def read_partition(partition: Partition, segment: Segment, backend):
 
 
 def _split_batch(block, position: int, data, headers: set, backend):
-    """(text, file index, offset, bad UTF-8) of the records in one batch of whole lines that
-    starts at `position` in the block. `headers`: files whose first record (a csv header) is
-    still to be skipped; emptied as found."""
+    """(text, file index, offset, bad UTF-8, exact bytes of the records that are not UTF-8 or
+    None) of the records in one batch of whole lines that starts at `position` in the block.
+    `headers`: files whose first record (a csv header) is still to be skipped; emptied as found."""
     xp = backend.xp
     lines = backend.split_lines(data, position)
     pos = xp.asarray(block.seg_pos, dtype=xp.int64)
     which = xp.searchsorted(pos, lines.offsets, side="right") - 1
     file_index = xp.asarray(block.seg_file, dtype=xp.int32)[which]
     offsets = lines.offsets - pos[which] + xp.asarray(block.seg_start, dtype=xp.int64)[which]
-    text, bad_utf8 = lines.text, lines.bad_utf8
+    text, bad_utf8, exact = lines.text, lines.bad_utf8, lines.raw
     if headers and len(text):
         # a file's header is its first record, wherever it starts (after blank lines, say)
         host_fi = backend.to_host(file_index)
@@ -107,22 +107,29 @@ def _split_batch(block, position: int, data, headers: set, backend):
         body = np.ones(len(host_fi), dtype=bool)
         body[first] = False
         text = text[body].reset_index(drop=True)
+        if exact is not None:
+            exact = exact[body].reset_index(drop=True)
         body = xp.asarray(body)
         file_index, offsets, bad_utf8 = file_index[body], offsets[body], bad_utf8[body]
-    return text, file_index, offsets, bad_utf8
+    return text, file_index, offsets, bad_utf8, exact
 
 
 def _join_pieces(pieces: list, backend):
     """The batches' records as one run: the texts joined without a copy (one chunk each)."""
     xp = backend.xp
     text = backend.concat([p[0] for p in pieces]).reset_index(drop=True)
-    return (text, *(xp.concatenate([p[k] for p in pieces]) for k in (1, 2, 3)))
+    exact = None
+    if any(p[4] is not None for p in pieces):
+        exact = backend.concat([p[4] if p[4] is not None else backend.nulls(len(p[0]), "binary")
+                                for p in pieces]).reset_index(drop=True)
+    return (text, *(xp.concatenate([p[k] for p in pieces]) for k in (1, 2, 3)), exact)
 
 
-def _parse_lines(text, file_index, offsets, bad_utf8, extra_bad, segment: Segment, backend):
-    """Parse and type records (one batch's, or a partition's), with their bookkeeping."""
+def _parse_lines(text, file_index, offsets, bad_utf8, exact, extra_bad, segment: Segment, backend):
+    """Parse and type records (one batch's, or a partition's), with their bookkeeping. `exact`:
+    the exact bytes of records that are not UTF-8 (their text holds U+FFFD), or None."""
     source = segment.source
-    cols, ok, reason = source.parser.parse(text, backend)
+    cols, ok, reason = source.parser.parse(text, backend, file_index)
     df = backend.xd.DataFrame(cols, index=text.index)
     bad = backend.series(bad_utf8, "bool", index=text.index)
     reasons = backend.nulls(len(text), "string", index=text.index)
@@ -136,7 +143,7 @@ def _parse_lines(text, file_index, offsets, bad_utf8, extra_bad, segment: Segmen
             else:
                 reasons = reasons.fillna(reason.where(not_ok))
             bad = bad | not_ok
-    return _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment, backend)
+    return _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment, backend, exact)
 
 
 def _read_parquet_partition(partition: Partition, segment: Segment, backend):
@@ -155,8 +162,10 @@ def _read_parquet_partition(partition: Partition, segment: Segment, backend):
                                     segment, backend), segment, backend)
 
 
-def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment: Segment, backend):
-    """Casts, provenance and the bookkeeping columns (the caller runs the segment's steps)."""
+def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment: Segment, backend,
+                   exact=None):
+    """Casts, provenance and the bookkeeping columns (the caller runs the segment's steps). A
+    bad record's raw form is its exact input bytes: the line (`exact` where it is not UTF-8)."""
     source = segment.source
     xp = backend.xp
     as_read = df                 # cast_columns returns a new frame: a typed record's raw form is this
@@ -178,9 +187,9 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
     stage = backend.series(xp.full(n, -1, dtype=xp.int16), "int16", index=df.index)
     if bool(bad.any()):
         status, stage = status.mask(bad, STATUS_QUARANTINED), stage.mask(bad, source.index)
-        raw = text.where(bad) if text is not None else _raw_of(as_read, bad, backend)
+        raw = _raw_lines(text, bad, exact, backend) if text is not None else _raw_of(as_read, bad, backend)
     else:
-        raw = backend.nulls(n, "string", index=df.index)
+        raw = backend.nulls(n, "binary", index=df.index)
     df[STATUS] = status
     df[COUNT] = backend.series(xp.ones(n, dtype=xp.int64), "int64", index=df.index)
     df[STAGE] = stage
@@ -194,9 +203,17 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
     return df
 
 
+def _raw_lines(text, bad, exact, backend):
+    """The bad records' lines as bytes: the text's UTF-8, or `exact` where the line was not UTF-8."""
+    raw = backend.astype(text.where(bad), "binary")
+    if exact is not None:
+        raw = exact.where(exact.notna(), raw)
+    return raw
+
+
 def _raw_of(df, bad, backend):
-    """Typed sources have no raw line: a bad record's values, as JSON."""
-    raw = backend.nulls(len(df), "string", index=df.index)
+    """Typed sources have no raw line: a bad record's values, as JSON (UTF-8 bytes)."""
+    raw = backend.nulls(len(df), "binary", index=df.index)
     if bool(bad.any()):
         raw[bad] = _row_json(df[bad], backend)
     return raw
@@ -210,7 +227,7 @@ def _quarantine_rows(rows, schema: Schema, stage: int, backend):
     out[STATUS] = backend.series([STATUS_QUARANTINED] * n, "int8")
     out[COUNT] = backend.series([1] * n, "int64")
     out[STAGE] = backend.series([stage] * n, "int16")
-    out[RAW] = backend.series([r[2] for r in rows], "string")
+    out[RAW] = backend.series([r[2] for r in rows], "binary")
     out[REASON] = backend.series([r[3] for r in rows], "string")
     return backend.xd.DataFrame(out)
 
@@ -219,7 +236,8 @@ def _fail(df, files: list[InputFile]):
     bad = df[df[STATUS] == STATUS_QUARANTINED].sort_values([FILE_INDEX, OFFSET]).head(1)
     first = bad.to_pandas() if hasattr(bad, "to_pandas") else bad
     row = first.iloc[0]
-    raw = str(row[RAW])
+    raw = row[RAW]
+    raw = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
     raw = raw if len(raw) <= 200 else raw[:200] + "…"
     raise DataError(
         f"{files[int(row[FILE_INDEX])].display}, byte offset {int(row[OFFSET])}: {row[REASON]}\n  record: {raw}",
@@ -309,15 +327,15 @@ def tally_row(count: int, status: int, stage: int, backend, reason: str | None =
     return backend.xd.DataFrame({
         FILE_INDEX: backend.series([-1], "int32"), OFFSET: backend.series([-1], "int64"),
         STATUS: backend.series([status], "int8"), COUNT: backend.series([count], "int64"),
-        STAGE: backend.series([stage], "int16"), RAW: backend.nulls(1, "string"),
+        STAGE: backend.series([stage], "int16"), RAW: backend.nulls(1, "binary"),
         REASON: backend.series([reason], "string"),
     })
 
 
 def _row_json(rows, backend):
-    """A later step's bad row has no raw line any more: keep its values as JSON instead."""
+    """A later step's bad row has no raw line any more: keep its values as JSON (UTF-8 bytes)."""
     data = [c for c in rows.columns if not c.startswith("__")]
     host = rows[data].to_pandas() if hasattr(rows, "to_pandas") else rows[data]
     texts = [json.dumps({k: (None if pd.isna(v) else str(v)) for k, v in rec.items()}, ensure_ascii=False)
-             for rec in host.to_dict(orient="records")]
-    return backend.series(texts, "string", index=rows.index)
+             .encode("utf-8", "surrogatepass") for rec in host.to_dict(orient="records")]
+    return backend.series(texts, "binary", index=rows.index)

@@ -193,7 +193,7 @@ def write_parquet(table: pa.Table, path: str, options: WriteOptions, relpath: st
 def _schema_of(table: pa.Table) -> Schema:
     from ..types import type_name_of
 
-    return {f.name: type_name_of(f.type) for f in table.schema}
+    return {f.name: "binary" if pa.types.is_binary(f.type) else type_name_of(f.type) for f in table.schema}
 
 
 def write_quarantine(pieces: list[str], tmp_dir: str, options: WriteOptions) -> list[ShardResult]:

@@ -17,7 +17,7 @@ from .layout import BUCKETS, Layout, bucket_of, coarse_of
 
 PLACE = "__p"
 ORDER = "__order"
-QUARANTINE_SCHEMA = pa.schema([("_file", pa.string()), ("_offset", pa.int64()), ("_raw", pa.string()),
+QUARANTINE_SCHEMA = pa.schema([("_file", pa.string()), ("_offset", pa.int64()), ("_raw", pa.binary()),
                                ("_reason", pa.string()), ("_stage", pa.string())])
 
 
@@ -177,7 +177,7 @@ def _write_ipc(table: pa.Table, path: str) -> None:
 
 
 def _write_quarantine(bad, partition, tmp_dir, file_names, stage_names, backend) -> str:
-    table = backend.to_arrow(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: "string", REASON: "string",
+    table = backend.to_arrow(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: "binary", REASON: "string",
                                    STAGE: "int16"})
     fi = table.column(FILE_INDEX).to_numpy()
     names = np.asarray(file_names, dtype=object)

@@ -1,63 +1,207 @@
-"""Input files: glob expansion, a stable order, and what the manifest records about each."""
+"""Input files: glob expansion, a stable order, and what the manifest records about each.
+
+Globs are expanded here, not with `glob.glob`: its `**` follows a symlink to a parent folder
+round and round (one file read dozens of times; two such links never finish). Here each real
+folder is walked once per pattern position, each real file is read once, and only regular
+files are inputs (a FIFO or a link to /dev/zero would block or never end): what is skipped is
+said in the plan's notes."""
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputsNotFound, SpecError
 
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
+MAX_NOTED = 5          # skipped paths named in a note; the rest are counted
 
 
 @dataclass(frozen=True)
 class InputFile:
     index: int
     path: str          # absolute
-    display: str       # as the user knows it: relative to the pipeline folder where possible
+    display: str       # as the user knows it: relative to the pipeline folder (absolute on another drive)
     size: int
     mtime_ns: int
     compression: str | None
 
 
-def resolve_inputs(patterns: list[str], base_dir: Path, compression: str) -> list[InputFile]:
-    """Expand globs ('**' allowed) relative to base_dir; sorted, de-duplicated, files only."""
+def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
+                   notes: list[str] | None = None) -> list[InputFile]:
+    """Expand globs ('**' allowed) relative to base_dir: sorted, each real file once, regular
+    files only. What is left out (other kinds of files, the same file by another name) is
+    added to `notes`."""
     found: dict[str, None] = {}
+    skipped: dict[str, list[str]] = {}
     for pattern in patterns:
-        full = pattern if os.path.isabs(pattern) else str(base_dir / pattern)
-        # The pipeline's folder is a place, not a pattern: '[' in it must not act as a glob.
-        pattern_full = pattern if os.path.isabs(pattern) else os.path.join(glob.escape(str(base_dir)), pattern)
-        matches = sorted(glob.glob(pattern_full, recursive=True))
+        full = pattern if os.path.isabs(pattern) else os.path.join(str(base_dir), pattern)
+        matches = sorted(expand(pattern, base_dir)) if glob.has_magic(pattern) else []
         if not matches and os.path.lexists(full):
-            matches = [full]                    # an exact name that holds glob characters
-        matches = [m for m in matches if not os.path.isdir(m)]
-        if not matches:
-            if os.path.isdir(full):
-                raise SpecError(f"source.path: {full} is a folder, not a file",
-                                hint=f"name the files in it, e.g. {os.path.join(pattern, '*')!r}")
+            matches = [full]                    # a plain name, or an exact name with glob characters
+            kind = _kind(full)
+            if kind:
+                raise SpecError(f"source.path: {full} is {kind}, not a regular file",
+                                hint="gpuetl reads regular files (it must know their size); copy the data "
+                                     "into a file first" if kind != "a folder" else
+                                     f"name the files in it, e.g. {os.path.join(pattern, '*')!r}")
+        files = []
+        for m in matches:
+            kind = _kind(m)
+            if kind == "a folder":               # '**' and '*' match folders too: not inputs
+                continue
+            if kind:
+                skipped.setdefault(kind, []).append(_display(os.path.abspath(m), base_dir))
+            else:
+                files.append(m)
+        if not files:
+            if skipped and any(_kind(m) != "a folder" for m in matches):
+                raise InputsNotFound(f"source.path: the pattern {pattern!r} matches no regular file "
+                                     f"({_skipped_text(skipped)})", hint="check the pattern")
             if glob.has_magic(pattern):
                 raise InputsNotFound(f"source.path: the pattern {pattern!r} matches no file (looked in {base_dir})",
-                                hint="check the pattern; relative paths are relative to the pipeline file's folder")
+                                     hint="check the pattern; relative paths are relative to the pipeline file's folder")
             raise InputsNotFound(f"source.path: no such file: {full}",
-                            hint="relative paths are relative to the pipeline file's folder")
-        for m in matches:
+                                 hint="relative paths are relative to the pipeline file's folder")
+        for m in files:
             found[os.path.abspath(m)] = None
-    files = []
-    for index, path in enumerate(sorted(found)):
+    result: list[InputFile] = []
+    seen: dict[tuple[int, int], str] = {}
+    duplicates: list[str] = []
+    for path in sorted(found):
         try:
             st = os.stat(path)
         except OSError as err:
             raise SpecError(f"source.path: cannot read {path}: {err.strerror}") from None
-        try:
-            display = os.path.relpath(path, base_dir)
-        except ValueError:
-            display = path
-        if display.startswith(".."):
-            display = path
-        files.append(InputFile(index, path, display, st.st_size, st.st_mtime_ns, _compression(path, compression)))
-    return files
+        display = _display(path, base_dir)
+        first = seen.setdefault((st.st_dev, st.st_ino), display)
+        if first != display:             # the same file by another name (a link): read once
+            duplicates.append(f"{display} (= {first})")
+            continue
+        result.append(InputFile(len(result), path, display, st.st_size, st.st_mtime_ns, _compression(path, compression)))
+    if notes is not None:
+        for kind, paths in sorted(skipped.items()):
+            notes.append(f"source: skipped {len(paths)} path(s) that are {kind}, not regular files: "
+                         + _names(paths))
+        if duplicates:
+            notes.append(f"source: {len(duplicates)} path(s) name a file already read, read once: "
+                         + _names(duplicates))
+    return result
+
+
+def _names(paths: list[str]) -> str:
+    more = len(paths) - MAX_NOTED
+    return ", ".join(paths[:MAX_NOTED]) + (f" and {more} more" if more > 0 else "")
+
+
+def _skipped_text(skipped: dict[str, list[str]]) -> str:
+    return "; ".join(f"{kind}: {_names(paths)}" for kind, paths in sorted(skipped.items()))
+
+
+def _display(path: str, base_dir: Path) -> str:
+    """The path relative to the pipeline folder (`../x` included); absolute only where no
+    relative path leads there (another drive)."""
+    try:
+        return os.path.relpath(path, base_dir)
+    except ValueError:
+        return path
+
+
+def _kind(path: str) -> str | None:
+    """None for a regular file (links followed); else what it is, in words."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:              # a dangling link, no permission: the caller's stat says which
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+# -- glob expansion ------------------------------------------------------------------------------
+
+def expand(pattern: str, base_dir: Path) -> list[str]:
+    """The paths a glob matches, as glob.glob(recursive=True) would name them (hidden names
+    only where a part of the pattern starts with '.'), but each real folder is listed at most
+    once per part of the pattern, so links that lead back up end the walk instead of looping."""
+    if os.path.isabs(pattern):
+        root, rest = os.path.splitdrive(pattern)[0] + os.sep, pattern
+    else:
+        root, rest = str(base_dir), pattern
+    parts = [p for p in re.split(r"[\\/]+" if os.sep == "\\" else r"/+", rest) if p and p != "."]
+    out: list[str] = []
+    seen: set[tuple[int, int, int]] = set()
+    _walk(root, parts, 0, seen, out)
+    return out
+
+
+def _walk(folder: str, parts: list[str], k: int, seen: set, out: list[str]) -> None:
+    if k == len(parts):
+        out.append(folder)
+        return
+    part = parts[k]
+    if not glob.has_magic(part):
+        path = os.path.join(folder, part)
+        if k == len(parts) - 1:
+            if os.path.lexists(path):
+                out.append(path)
+        elif os.path.isdir(path):
+            _walk(path, parts, k + 1, seen, out)
+        return
+    if not _first_visit(folder, k, seen):
+        return
+    entries = _listdir(folder)
+    if part == "**":
+        _walk(folder, parts, k + 1, seen, out)            # '**' matches no folder at all, too
+        for name in entries:
+            if name.startswith("."):
+                continue
+            path = os.path.join(folder, name)
+            if k == len(parts) - 1:
+                out.append(path)                          # a trailing '**' matches files as well
+            if os.path.isdir(path):
+                _walk(path, parts, k, seen, out)
+        return
+    hidden = part.startswith(".")
+    for name in entries:
+        if (hidden or not name.startswith(".")) and fnmatch.fnmatchcase(name, part):
+            path = os.path.join(folder, name)
+            if k == len(parts) - 1:
+                out.append(path)
+            elif os.path.isdir(path):
+                _walk(path, parts, k + 1, seen, out)
+
+
+def _first_visit(folder: str, k: int, seen: set) -> bool:
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return False
+    key = (k, st.st_dev, st.st_ino)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def _listdir(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
 
 
 def _compression(path: str, setting: str) -> str | None:

@@ -1,13 +1,19 @@
 """Turn records (lines) into string or typed columns: raw lines, regex/preset/template, JSON, CSV.
 
-Every parser has `schema`, `parse(text, backend)` and `whole_partition` (whether a partition's
-batches are handed to it at once: plan/stages.py, read_partition)."""
+Every parser has `schema`, `parse(text, backend, file_index)` (file_index: each record's input
+file) and `whole_partition` (whether a partition's batches are handed to it at once:
+plan/stages.py, read_partition)."""
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 
+import numpy as np
+
+from ..errors import SourceError, SpecError
 from ..types import Schema
+from .files import InputFile
 
 
 @dataclass(frozen=True)
@@ -21,7 +27,7 @@ class LineParser:
     def schema(self) -> Schema:
         return {self.column: "string"}
 
-    def parse(self, text, backend):
+    def parse(self, text, backend, file_index=None):
         return {self.column: text}, None, None
 
 
@@ -51,7 +57,7 @@ class RegexParser:
         (plan/stages.py: read_partition)."""
         return self.kernel is not None
 
-    def parse(self, text, backend):
+    def parse(self, text, backend, file_index=None):
         if self.strip:
             text = text.str.strip()
         cols, matched = backend.extract_fields(text, self.regex, self.names, kernel=self.kernel,
@@ -70,7 +76,7 @@ class JsonParser:
     def schema(self) -> Schema:
         return {name: ("string" if t == "timestamp" else t) for name, t in self.fields}
 
-    def parse(self, text, backend):
+    def parse(self, text, backend, file_index=None):
         cols, ok, reasons = backend.parse_json(text, dict(self.fields))
         if reasons is None:     # the whole-block reader took every record: no per-record reasons
             reasons = "invalid JSON record"
@@ -80,15 +86,126 @@ class JsonParser:
 @dataclass(frozen=True)
 class CsvParser:
     """CSV with a header line per file; every field a string until `columns` types it.
-    Quoted fields must not contain newlines (a record is a line)."""
+    Quoted fields must not contain newlines (a record is a line).
+
+    Fields are taken by each file's header names, not by position: the columns are the first
+    file's header; a file whose header orders them differently is read by its own header, a
+    column its header lacks is null in its records (the plan notes both that and any extra
+    column, which is not read)."""
 
     names: tuple[str, ...]
     delimiter: str = ","
+    layouts: tuple[tuple[str, ...], ...] = ()   # the other headers found, when some file's differs
+    layout_of: tuple[int, ...] = ()            # per input file: -1 (the header is `names`) or a layout
     whole_partition = False
 
     @property
     def schema(self) -> Schema:
         return {name: "string" for name in self.names}
 
-    def parse(self, text, backend):
-        return backend.parse_csv(text, self.names, self.delimiter)
+    def parse(self, text, backend, file_index=None):
+        if not self.layouts or file_index is None or not len(text):
+            return backend.parse_csv(text, self.names, self.delimiter)
+        which = np.asarray(self.layout_of, dtype=np.int64)[np.asarray(backend.to_host(file_index), dtype=np.int64)]
+        present = np.unique(which)
+        if len(present) == 1:
+            return self._by_header(text, int(present[0]), backend)
+        parts = []
+        for k in present:
+            rows = backend.series(backend.xp.asarray(which == k), "bool", index=text.index)
+            sub = text[rows]
+            cols, ok, reason = self._by_header(sub, int(k), backend)
+            part = backend.xd.DataFrame(cols, index=sub.index)
+            part["__ok"] = ok
+            part["__why"] = backend.series([reason] * len(sub), "string", index=sub.index) \
+                if isinstance(reason, str) else reason
+            parts.append(part)
+        whole = backend.xd.concat(parts).sort_index()
+        return ({name: whole[name] for name in self.names}, whole["__ok"], whole["__why"])
+
+    def _by_header(self, text, layout: int, backend):
+        """Records of files that share one header, read by it; declared columns it lacks are null."""
+        header = self.names if layout < 0 else self.layouts[layout]
+        cols, ok, reason = backend.parse_csv(text, header, self.delimiter)
+        return ({name: cols[name] if name in cols else backend.nulls(len(text), "string", index=text.index)
+                 for name in self.names}, ok, reason)
+
+
+MAX_HEADER_BYTES = 1 << 20
+
+
+def csv_parser(files: list[InputFile], delimiter: str, where: str) -> tuple[CsvParser, list[str]]:
+    """The parser for these files (their headers read now) and the plan's notes about headers
+    that differ from the first file's."""
+    headers = [read_csv_header(f, delimiter, where) for f in files]
+    names = next((h for h in headers if h is not None), None)
+    if names is None:
+        raise SpecError(f"{where}: the CSV files have no header line")
+    layouts: list[tuple[str, ...]] = []
+    layout_of: list[int] = []
+    for header in headers:
+        if header is None or header == names:
+            layout_of.append(-1)
+            continue
+        if header not in layouts:
+            layouts.append(header)
+        layout_of.append(layouts.index(header))
+    notes = []
+    for k, header in enumerate(layouts):
+        users = [f.display for f, j in zip(files, layout_of) if j == k]
+        shown = ", ".join(users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
+        missing = [n for n in names if n not in header]
+        extra = [n for n in header if n not in names]
+        if missing:
+            notes.append(f"source: {shown}: the header lacks {', '.join(missing)} (of the first file's header): "
+                         "null in these files' records")
+        if extra:
+            notes.append(f"source: {shown}: the header has {', '.join(extra)}, which the first file's header "
+                         "lacks: not read")
+        if not missing and not extra:
+            notes.append(f"source: {shown}: the header orders the columns differently; read by name")
+    if not layouts:
+        return CsvParser(names, delimiter), notes
+    return CsvParser(names, delimiter, tuple(layouts), tuple(layout_of)), notes
+
+
+def read_csv_header(f: InputFile, delimiter: str, where: str) -> tuple[str, ...] | None:
+    """A file's header: its first record (the first line with more than a line ending), the
+    record the source stage skips; None for a file without one."""
+    line = first_record(f)
+    if line is None:
+        return None
+    text = line.decode("utf-8", "replace").lstrip("\ufeff")
+    names = tuple(n.strip() for n in next(csv.reader([text], delimiter=delimiter)))
+    if len(set(names)) != len(names) or not all(names):
+        raise SpecError(f"{where}: the CSV header of {f.display}, {text[:200]!r}, has empty or repeated names")
+    return names
+
+
+def first_record(f: InputFile) -> bytes | None:
+    """The first line of a file (decompressed as a stream: only its start is read) less its
+    line ending; lines that are only a line ending are skipped, as the source stage does."""
+    import bz2
+    import gzip
+
+    def _zstd(path, mode):
+        import zstandard
+
+        return zstandard.open(path, mode)
+
+    opener = {None: open, "gzip": gzip.open, "bz2": bz2.open, "zstd": _zstd}[f.compression]
+    try:
+        with opener(f.path, "rb") as fh:
+            while True:
+                line = fh.readline(MAX_HEADER_BYTES + 1)
+                if not line:
+                    return None
+                if len(line) > MAX_HEADER_BYTES:
+                    raise SourceError(f"{f.display}: the first line (the CSV header) is over {MAX_HEADER_BYTES} bytes")
+                line = line.rstrip(b"\r\n")
+                if line:
+                    return line
+    except SourceError:
+        raise
+    except Exception as err:         # unreadable or not the compression it claims
+        raise SourceError(f"{f.display}: cannot read the CSV header: {err}") from None

@@ -97,7 +97,7 @@ class Block:
     seg_pos: list[int]
     seg_start: list[int]
     seg_file: list[int]
-    extra_bad: list[tuple[int, int, str, str]]   # (file index, offset, raw, reason) of cut-off records
+    extra_bad: list[tuple[int, int, bytes, str]]   # (file index, offset, raw bytes, reason) of cut-off records
 
 
 def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
@@ -106,11 +106,11 @@ def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
     if got.truncated:          # only decompressed (bytes) data is ever cut off
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
-            extra_bad.append((f.index, got.start + cut, data[cut:].decode("utf-8", "replace"),
+            extra_bad.append((f.index, got.start + cut, bytes(data[cut:]),
                               f"{f.display}: {got.truncated}; the last record is incomplete"))
             data = data[:cut]
         else:
-            extra_bad.append((f.index, got.start + len(data), "",
+            extra_bad.append((f.index, got.start + len(data), b"",
                               f"{f.display}: {got.truncated}; records after this point are lost"))
     if len(data) and data[-1] != 10:
         data = bytes(data) + b"\n"

@@ -78,7 +78,7 @@ def test_a_step_rejecting_a_row_keeps_its_values_and_names_its_place(tmp_path, b
     result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
     bad = pq.read_table(tmp_path / "out" / "_quarantine").to_pylist()
     assert [(b["_file"], b["_offset"]) for b in bad] == [("a.csv", 28)]
-    assert '"amount": "x"' in bad[0]["_raw"] and bad[0]["_stage"].endswith(":cast")
+    assert b'"amount": "x"' in bad[0]["_raw"] and bad[0]["_stage"].endswith(":cast")
     assert result.stages[-1]["quarantined"] == 1
     with pytest.raises(DataError, match=r"a\.csv, byte offset 28: column 'amount'"):
         Pipeline.from_dict({**spec, "on_error": "fail"}, base_dir=tmp_path).run(backend="cpu", scheduler="sync")

@@ -1,0 +1,45 @@
+"""Glob expansion: the same names as glob.glob(recursive=True) on trees without links, and a
+finite walk where links lead back up."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from gpuetl.sources.files import expand, resolve_inputs
+
+TREE = ["a.log", "b.txt", ".hidden.log", "sub/c.log", "sub/deep/d.log", "sub/.dot/e.log", ".git/f.log",
+        "x[1]/g.log", "sub/deep/h.txt"]
+PATTERNS = ["*.log", "**/*.log", "**", "sub/**/*.log", "sub/*/*.log", "*/*.log", ".*", "**/.*", "sub/**",
+            "**/deep/*", "s?b/*.log", "[ab].*", "sub/.dot/*.log", "nothing/**/*.log", "a.log", "sub//c.log"]
+
+
+@pytest.fixture
+def tree(tmp_path):
+    for name in TREE:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_expand_names_what_glob_names(tree, pattern):
+    want = {os.path.normpath(p) for p in glob.glob(os.path.join(glob.escape(str(tree)), pattern), recursive=True)}
+    got = {os.path.normpath(p) for p in expand(pattern, tree)}
+    assert got == want
+
+
+def test_absolute_patterns(tree):
+    assert sorted(expand(str(tree / "sub" / "*.log"), tree / "elsewhere")) == [str(tree / "sub" / "c.log")]
+
+
+def test_links_back_up_end_the_walk(tree):
+    os.symlink("..", tree / "sub" / "deep" / "up")
+    os.symlink(str(tree), tree / "sub" / "root")
+    found = expand("**/*.log", tree)
+    assert len(found) < 20                              # finite; glob.glob names dozens
+    files = resolve_inputs(["**/*.log"], tree, "infer")
+    assert [f.display for f in files] == ["a.log", "sub/c.log", "sub/deep/d.log", "x[1]/g.log"]
