@@ -21,8 +21,8 @@ from ..spec.sizes import format_size
 
 INPUT_CHUNK = 1 << 20        # compressed bytes read from the file at a time
 OUTPUT_CHUNK = 1 << 20       # at most this many bytes decoded per gzip/bz2 call
-ZSTD_FEED = 1 << 10          # zstd's decoder has no output bound: feed it 1 KiB at a time (a
-                             # 1 KiB RLE frame can decode to ~32 MiB, a bomb's worst case per call)
+ZSTD_FEED = 256              # zstd's decoder has no output bound: feed it 256 bytes at a time
+                             # (RLE blocks decode ~32,000x: a bomb's worst case is ~8 MiB per call)
 RATIO_FLOOR = 1 << 20        # files that decode to less than this are never refused for their
                              # ratio: a small file of one repeated line legitimately compresses 1000x
 

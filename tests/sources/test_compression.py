@@ -1,5 +1,6 @@
-"""Compressed inputs: one range each, same rows and offsets as the uncompressed file; explicit
-`compression` settings; truncated and corrupt streams."""
+"""Compressed inputs: pieces of about `blocksize` uncompressed bytes, the same rows and offsets as
+the uncompressed file at any blocksize; explicit `compression` settings; truncated and corrupt
+streams."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import gpuetl
 from gpuetl.errors import DataError
 from gpuetl.samples import write_access_logs
 from gpuetl.sources.files import resolve_inputs
-from gpuetl.sources.ranges import ByteRange, read_range
+from gpuetl.sources.ranges import CompressedRange, read_range
 
 LINES = 300
 
@@ -79,13 +80,22 @@ def test_plain_baseline(plain, plain_result):
     assert identity(result.counts)
 
 
+def shard_bytes(result) -> bytes:
+    return (result.out_dir / "part-00000.parquet").read_bytes()
+
+
 @pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
-def test_compressed_file_is_one_range_and_reads_the_same(tmp_path, plain, plain_result, suffix):
+def test_compressed_file_reads_the_same_in_pieces_of_blocksize(tmp_path, plain, plain_result, suffix):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / f"x.log.{suffix}").write_bytes(COMPRESSORS[suffix](plain))
     pipeline = gpuetl.Pipeline.from_dict(spec(f"in/*.{suffix}"), base_dir=tmp_path)
     plan = pipeline.plan()
-    assert [p.ranges for p in plan.partitions] == [(ByteRange(0, 0, -1),)]
+    pieces = [r for p in plan.partitions for r in p.ranges]
+    assert all(isinstance(r, CompressedRange) for r in pieces)
+    assert len(plan.partitions) == len(pieces) == math.ceil(len(plain) / 4096)
+    # each piece: about blocksize uncompressed bytes (a record that crosses the end included)
+    longest = max(len(line) + 1 for line in plain.split(b"\n"))
+    assert max(r.stop - r.offset for r in pieces) <= 4096 + longest
     assert plan.files[0].compression == {"gz": "gzip", "bz2": "bz2", "zst": "zstd"}[suffix]
     result = pipeline.run(backend="cpu", scheduler="sync")
     base_result, base_rows, base_bad = plain_result
@@ -93,6 +103,24 @@ def test_compressed_file_is_one_range_and_reads_the_same(tmp_path, plain, plain_
     assert rows(result) == base_rows             # _offset: offsets in the uncompressed text
     assert [{k: v for k, v in q.items() if k != "_file"} for q in quarantine(result)] == base_bad
     assert {q["_file"] for q in quarantine(result)} == {f"in/x.log.{suffix}"}
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
+def test_shard_bytes_do_not_depend_on_blocksize_or_compression(tmp_path, plain, suffix):
+    """The plain file at one blocksize and the compressed file at tiny and large ones (the same
+    `_file` name: only `compression` tells them apart) write byte-identical shards."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.log").write_bytes(plain)
+    (tmp_path / "z").mkdir()
+    (tmp_path / "z" / "x.log").write_bytes(COMPRESSORS[suffix](plain))
+    compression = {"gz": "gzip", "bz2": "bz2", "zst": "zstd"}[suffix]
+    base = shard_bytes(run(tmp_path, spec("in/x.log", out="o0", source={"blocksize": 1 << 20})))
+    for i, blocksize in enumerate((1500, 1 << 20)):
+        other = tmp_path / f"c{i}"
+        other.mkdir()
+        (other / "in").symlink_to(tmp_path / "z")
+        got = run(other, spec("in/x.log", out="o", source={"blocksize": blocksize, "compression": compression}))
+        assert shard_bytes(got) == base, blocksize
 
 
 def test_samples_gzip_writer_round_trips(tmp_path, plain, plain_result):
@@ -108,7 +136,7 @@ def test_mixed_plain_and_compressed_inputs(tmp_path, plain):
     (tmp_path / "in" / "b.log.gz").write_bytes(gzip.compress(plain))
     (tmp_path / "in" / "c.log.zst").write_bytes(COMPRESSORS["zst"](plain))
     plan = gpuetl.Pipeline.from_dict(spec("in/*"), base_dir=tmp_path).plan()
-    assert len(plan.partitions) == math.ceil(len(plain) / 4096) + 2
+    assert len(plan.partitions) == 3 * math.ceil(len(plain) / 4096)
     result = run(tmp_path, spec("in/*"))
     assert result.counts["rows_in"] == 3 * LINES
     assert result.counts["quarantined"] == 3 * (LINES // 50)
@@ -126,7 +154,7 @@ def test_multi_member_gzip_and_multi_frame_zstd(tmp_path):
     (tmp_path / "m.zst").write_bytes(zc.compress(b"a\nb") + zc.compress(b"c\n"))
     for name in ("m.gz", "m.zst"):
         f = resolve_inputs([name], tmp_path, "infer")[0]
-        got = read_range(f, ByteRange(0, 0, -1))
+        got = read_range(f, CompressedRange(0, 0, stop=5))
         assert (got.data, got.truncated) == (b"a\nbc\n", None)
 
 
@@ -134,7 +162,7 @@ def test_streamed_zstd_without_content_size(tmp_path, plain):
     obj = zstandard.ZstdCompressor().compressobj()
     (tmp_path / "s.zst").write_bytes(obj.compress(plain) + obj.flush())
     f = resolve_inputs(["s.zst"], tmp_path, "infer")[0]
-    got = read_range(f, ByteRange(0, 0, -1))
+    got = read_range(f, CompressedRange(0, 0, stop=len(plain)))
     assert (got.data, got.truncated) == (plain, None)
 
 
@@ -192,7 +220,10 @@ def test_truncated_stream_keeps_rows_before_the_cut(tmp_path, big, suffix):
     good = [line for line in plain.split(b"\n") if line]
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / f"x.log.{suffix}").write_bytes(_cut(COMPRESSORS[suffix](plain), 0.6))
-    result = run(tmp_path, spec("in/*", parse=None))
+    pipeline = gpuetl.Pipeline.from_dict(spec("in/*", parse=None, source={"blocksize": 64 << 10}),
+                                         base_dir=tmp_path)
+    assert len(pipeline.plan().partitions) > 1             # the cut lies in the last of several pieces
+    result = pipeline.run(backend="cpu", scheduler="sync")
     q = quarantine(result)
     truncation = [r for r in q if "truncated" in r["_reason"]]
     assert len(truncation) == 1, q
