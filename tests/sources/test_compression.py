@@ -282,3 +282,48 @@ def test_empty_compressed_files(tmp_path):
     result = run(tmp_path, spec("in/*", parse=None))
     assert result.counts == {"rows_in": 0, "rows_out": 0, "filtered": 0, "deduplicated": 0, "quarantined": 0}
     assert (result.out_dir / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("change", [b"short\n", None])
+def test_file_changed_after_planning(tmp_path, plain, change):
+    """Planned in pieces, then rewritten (shorter, or longer) before it is read: a clear error."""
+    from gpuetl.backends import get_backend
+    from gpuetl.errors import SourceError
+    from gpuetl.runtime.executor import open_executor
+    from gpuetl.runtime.run import run_plan
+
+    (tmp_path / "x.log.gz").write_bytes(gzip.compress(plain))
+    plan = gpuetl.Pipeline.from_dict(spec("x.log.gz", parse=None), base_dir=tmp_path).plan()
+    assert len(plan.partitions) > 2
+    (tmp_path / "x.log.gz").write_bytes(gzip.compress(change if change is not None else plain + plain))
+    backend = get_backend("cpu")
+    with open_executor("sync", backend, quiet=True) as ex, \
+            pytest.raises(SourceError, match=r"x\.log\.gz: cannot read: the file changed while read"):
+        run_plan(plan, backend, ex, log=lambda *_: None)
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_sampling_reads_only_the_head_of_a_compressed_file(tmp_path, monkeypatch):
+    """JSON fields are learned from the first records: a big compressed file is not decoded
+    whole for that (nor for a CSV header)."""
+    from gpuetl.sources import compressed
+
+    body = b"".join(b'{"a": %d, "b": "x"}\n' % i for i in range(200_000))
+    (tmp_path / "x.jsonl.gz").write_bytes(gzip.compress(body))
+    decoded = []
+    real = compressed.Stream.chunk
+
+    def counting(self):
+        out = real(self)
+        decoded.append(len(out))
+        return out
+
+    monkeypatch.setattr(compressed.Stream, "chunk", counting)
+    from gpuetl.plan.compile import _source_stage
+    from gpuetl.sources.files import resolve_inputs as resolve
+
+    loaded = gpuetl.Pipeline.from_dict({"version": 1, "name": "t", "source": {"type": "jsonl", "path": "x.jsonl.gz"},
+                                        "sink": {"path": "out"}}, base_dir=tmp_path).loaded
+    stage = _source_stage(loaded, resolve(["x.jsonl.gz"], tmp_path, "infer"), [])
+    assert stage.schema == {"a": "int64", "b": "string"}
+    assert sum(decoded) <= 2 << 20 < len(body)
