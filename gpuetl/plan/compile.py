@@ -3,7 +3,6 @@ each, and the sink's layout. Everything here is checked before any data is read.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ class StageInfo:
 class Plan:
     loaded: LoadedSpec
     files: list[InputFile]
-    plan_partitions: object           # () -> the partitions; called once, when first needed
+    partitions: list[Partition]
     segments: list[Segment]           # run in order; a segment whose first step is global starts with a shuffle
     stages: list[StageInfo]
     output_schema: Schema
@@ -50,12 +49,6 @@ class Plan:
     @property
     def spec(self):
         return self.loaded.spec
-
-    @functools.cached_property
-    def partitions(self) -> list[Partition]:
-        """Planned when first asked for: a compressed file is decoded once to find its pieces,
-        which `validate` does not need."""
-        return self.plan_partitions()
 
     @property
     def input_bytes(self) -> int:
@@ -68,11 +61,10 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression)
     notes: list[str] = []
     if spec.source.type == "parquet":
-        row_groups = plan_row_groups(files, spec.source.blocksize)
-        partitions = lambda: row_groups  # noqa: E731
+        partitions = plan_row_groups(files, spec.source.blocksize)
     else:
-        partitions = functools.partial(plan_partitions, files, spec.source.blocksize,
-                                       Limits(spec.source.max_expand_ratio, spec.source.max_uncompressed_bytes))
+        partitions = plan_partitions(files, spec.source.blocksize,
+                                     Limits(spec.source.max_expand_ratio, spec.source.max_uncompressed_bytes))
     source = _source_stage(loaded, files, notes)
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]

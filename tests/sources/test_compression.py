@@ -327,19 +327,3 @@ def test_sampling_reads_only_the_head_of_a_compressed_file(tmp_path, monkeypatch
     stage = _source_stage(loaded, resolve(["x.jsonl.gz"], tmp_path, "infer"), [])
     assert stage.schema == {"a": "int64", "b": "string"}
     assert sum(decoded) <= 2 << 20 < len(body)
-
-
-def test_validate_does_not_decode_compressed_files(tmp_path, plain, monkeypatch, capsys):
-    """The pieces are planned when a run (or `gpuetl plan`) needs them, not by `validate`."""
-    import yaml
-
-    from gpuetl.cli import main
-    from gpuetl.sources import compressed
-
-    (tmp_path / "x.log.gz").write_bytes(gzip.compress(plain))
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec("x.log.gz")))
-    opened = []
-    monkeypatch.setattr(compressed.Stream, "chunk", lambda self: opened.append(self) or b"")
-    assert main(["validate", str(tmp_path / "p.yaml")]) == 0
-    assert "valid" in capsys.readouterr().out
-    assert opened == []
