@@ -90,15 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{'size':>6} {'input':>6} {'on disk':>9} {'seconds':>8} {'rows out':>11} {'peak RSS':>10} {'vs plain':>9}")
     plain_rss = {r["size"]: r.get("peak_rss_mb") for r in rows if r["kind"] == "plain"}
-    worst = 0.0
+    extras = []
     for r in rows:
         extra = r.get("peak_rss_mb", 0) - (plain_rss.get(r["size"]) or 0) if r["kind"] == "gzip" else None
         if extra is not None:
-            worst = max(worst, extra)
+            extras.append(extra)
         print(f"{r['size']:>6} {r['kind']:>6} {r['input_bytes'] / 1e6:>7,.0f}MB {r.get('seconds', 0):>8.1f} "
               f"{r.get('rows', 0):>11,} {r.get('peak_rss_mb', 0):>7,.0f} MB "
               + (f"{extra:>+6,.0f} MB" if extra is not None else f"{'':>9}")
               + ("" if r["ok"] else "  FAILED"))
+    worst = max(extras, default=0.0)
     print(f"\ngoal: gzip peak RSS <= plain + {GOAL_EXTRA_MB} MB: "
           + ("met" if worst <= GOAL_EXTRA_MB and all(r["ok"] for r in rows) else "NOT met")
           + f" (worst {worst:+,.0f} MB)")
