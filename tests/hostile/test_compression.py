@@ -212,6 +212,7 @@ gpuetl.Pipeline.from_file(sys.argv[1]).run(backend="cpu", scheduler="sync")
 """
 
 
+@pytest.mark.slow          # a second interpreter and three runs
 def test_resume_part_way_through_a_compressed_file(tmp_path, surroundings):
     """A run that fails after two pieces were set aside (in another process, which then ends),
     resumed, equals a clean run: the pieces already done are skipped, their bytes still decoded
