@@ -327,3 +327,24 @@ def test_sampling_reads_only_the_head_of_a_compressed_file(tmp_path, monkeypatch
     stage = _source_stage(loaded, resolve(["x.jsonl.gz"], tmp_path, "infer"), [])
     assert stage.schema == {"a": "int64", "b": "string"}
     assert sum(decoded) <= 2 << 20 < len(body)
+
+
+def test_a_stream_sent_to_another_process_starts_over(tmp_path, plain):
+    """Pickled (a piece's stream handed to a task in another process), the open decoder cannot
+    travel: it arrives closed and the next piece decodes from the file's start, to the same bytes."""
+    import pickle
+
+    from gpuetl.sources.ranges import decode_range, plan_partitions
+
+    (tmp_path / "x.log.gz").write_bytes(gzip.compress(plain))
+    files = resolve_inputs(["x.log.gz"], tmp_path, "infer")
+    pieces = [r for p in plan_partitions(files, 4096) for r in p.ranges]
+    assert len(pieces) > 3
+    got, stream = [], None
+    for k, rng in enumerate(pieces):
+        if k % 2:
+            stream = pickle.loads(pickle.dumps(stream))
+            assert stream.ended
+        data, stream = decode_range(stream, files[0], rng)
+        got.append(bytes(data.data))
+    assert b"".join(got) == plain
