@@ -16,7 +16,8 @@ from ..parsing import template_to_regex
 from ..sources.files import InputFile, resolve_inputs
 from ..sources.parsers import JsonParser, LineParser, RegexParser, csv_parser
 from ..sources.parquet import parquet_columns, plan_row_groups
-from ..sources.ranges import ByteRange, Partition, plan_partitions, read_range
+from ..sources.compressed import Limits
+from ..sources.ranges import Partition, plan_partitions, read_head
 from ..spec.loader import LoadedSpec
 from ..steps.base import StepError, closest
 from ..types import ColumnSpec, Schema, column_spec, type_name_of
@@ -62,7 +63,8 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     if spec.source.type == "parquet":
         partitions = plan_row_groups(files, spec.source.blocksize)
     else:
-        partitions = plan_partitions(files, spec.source.blocksize)
+        partitions = plan_partitions(files, spec.source.blocksize,
+                                     Limits(spec.source.max_expand_ratio, spec.source.max_uncompressed_bytes))
     source = _source_stage(loaded, files, notes)
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
@@ -184,8 +186,7 @@ def _user_regex(loaded: LoadedSpec, regex: str) -> tuple[str, tuple[str, ...]]:
 def _first_lines(files: list[InputFile], limit: int) -> list[str]:
     lines: list[str] = []
     for f in files:
-        got = read_range(f, ByteRange(f.index, 0, -1 if f.compression else min(f.size, 1 << 20)))
-        for raw in bytes(got.data).splitlines():
+        for raw in read_head(f, 1 << 20).splitlines():
             raw = raw.strip()
             if raw:
                 lines.append(raw.decode("utf-8", "replace"))

@@ -12,6 +12,7 @@ import functools
 import dask
 
 from ..steps.base import Step
+from ..sources.ranges import CompressedRange, decode_range
 from .stages import read_partition, run_steps
 
 
@@ -36,7 +37,19 @@ def partition_tasks(plan, backend) -> list:
     first = plan.segments[0]
     token = dask.base.tokenize(plan.loaded.sha256, [f.display for f in plan.files], len(plan.partitions))
     read = dask.delayed(named(read_partition, first.label), pure=False)
-    return [read(p, first, backend, dask_key_name=(f"{first.label}-{token}", p.index)) for p in plan.partitions]
+    decode = dask.delayed(named(decode_range, "decompress"), pure=False, nout=2)
+    streams: dict = {}        # file index -> its open stream, as the last decompress task left it
+    tasks = []
+    for p in plan.partitions:
+        decoded = []
+        for j, rng in enumerate(p.ranges):
+            if isinstance(rng, CompressedRange):   # a compressed file is decoded once, in order:
+                got, streams[rng.file_index] = decode(   # each piece's task hands the stream on
+                    streams.get(rng.file_index), plan.files[rng.file_index], rng,
+                    dask_key_name=(f"decompress-{token}", p.index, j))
+                decoded.append(got)
+        tasks.append(read(p, first, backend, decoded, dask_key_name=(f"{first.label}-{token}", p.index)))
+    return tasks
 
 
 def count_tasks(parts: list) -> int:

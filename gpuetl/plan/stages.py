@@ -17,7 +17,7 @@ from ..backends.base import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REA
                              STATUS_LIVE, STATUS_QUARANTINED)
 from ..errors import DataError
 from ..sources.files import InputFile
-from ..sources.ranges import Partition
+from ..sources.ranges import Partition, with_decoded
 from ..steps.base import Step
 from ..steps.cast import cast_columns
 from ..types import ColumnSpec, Schema
@@ -65,15 +65,17 @@ def frame_schema(schema: Schema) -> Schema:
 
 # -- the source stage ---------------------------------------------------------------------------
 
-def read_partition(partition: Partition, segment: Segment, backend):
+def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     """Read one partition's byte ranges and run the segment's stages on it. Lines are split batch
     by batch (the backend's batch size: cache-sized on the CPU, the whole block on a GPU); a
     parser that takes a partition's batches at once (`whole_partition`: the log presets' kernel)
-    then parses them together, the others batch by batch."""
+    then parses them together, the others batch by batch. `decoded`: the bytes of the partition's
+    compressed ranges, in order, decoded by the tasks before (plan/graph.py)."""
     source = segment.source
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
-    block = backend.read_block(source.files, partition.ranges)
+    ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
+    block = backend.read_block(source.files, ranges)
     headers = {rng.file_index for rng in partition.ranges if rng.offset == 0} if source.skip_header else set()
     batches = backend.batches(block.data)
     if source.parser.whole_partition and len(batches) > 1:

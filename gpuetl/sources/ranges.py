@@ -1,16 +1,17 @@
 """Byte-range partitions. A record belongs to the range in which its first byte lies, so no line
-is split or read twice (what cudf.read_text(byte_range=...) does). Compressed files are one
-range each. Small files are packed together so a million files do not make a million tasks."""
+is split or read twice (what cudf.read_text(byte_range=...) does). A compressed file's ranges lie
+in its uncompressed stream (sources/compressed.py). Small files are packed together so a million
+files do not make a million tasks."""
 
 from __future__ import annotations
 
-import bz2
 import mmap
 import os
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..errors import SourceError
+from . import compressed
+from .compressed import Limits
 from .files import InputFile
 
 
@@ -18,7 +19,26 @@ from .files import InputFile
 class ByteRange:
     file_index: int
     offset: int
-    length: int        # -1: the whole (compressed) file
+    length: int        # -1: an empty plain file at planning (read whole), or a CompressedRange
+
+
+@dataclass(frozen=True)
+class CompressedRange(ByteRange):
+    """The records in [offset, stop) of a compressed file's uncompressed stream (offset and stop
+    are record starts, found by the plan's scan). `final`: the stream ends at stop, or is cut off
+    there. `refused`: the file is a decompression bomb; it is one quarantined record, at stop."""
+
+    length: int = -1
+    stop: int = 0
+    final: bool = True
+    refused: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class DecodedRange(CompressedRange):
+    """A CompressedRange with its bytes, decoded by the task before (plan/graph.py)."""
+
+    got: "RangeData | None" = None
 
 
 @dataclass(frozen=True)
@@ -27,16 +47,34 @@ class Partition:
     ranges: tuple[ByteRange, ...]
 
 
-def plan_partitions(files: list[InputFile], blocksize: int) -> list[Partition]:
+def plan_partitions(files: list[InputFile], blocksize: int, limits: Limits = Limits()) -> list[Partition]:
+    """Ranges of about `blocksize` bytes, uncompressed: a compressed file is scanned once to
+    find its pieces (and stopped there if it is a bomb)."""
     ranges: list[tuple[ByteRange, int]] = []
     for f in files:
-        if f.compression or f.size == 0:
-            ranges.append((ByteRange(f.index, 0, -1), max(f.size, 1)))
+        if f.compression:
+            ranges += compressed_ranges(f, blocksize, limits)
+            continue
+        if f.size == 0:
+            ranges.append((ByteRange(f.index, 0, -1), 1))
             continue
         for offset in range(0, f.size, blocksize):
             length = min(blocksize, f.size - offset)
             ranges.append((ByteRange(f.index, offset, length), length))
     return taper(pack(ranges, blocksize), blocksize)
+
+
+def compressed_ranges(f: InputFile, blocksize: int, limits: Limits) -> list[tuple[CompressedRange, int]]:
+    """A compressed file's pieces, each with its uncompressed size (what packing counts)."""
+    try:
+        found = compressed.scan(f.path, f.compression, blocksize, limits, f.size, f.display)
+    except OSError as err:
+        raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
+    if found.refused:
+        return [(CompressedRange(f.index, 0, stop=found.size, refused=found.refused), 1)]
+    ends = [*found.starts[1:], found.size]
+    return [(CompressedRange(f.index, start, stop=end, final=end == found.size), max(end - start, 1))
+            for start, end in zip(found.starts, ends)]
 
 
 TAPER = 2
@@ -86,6 +124,7 @@ class RangeData:
     data: bytes | memoryview   # a memoryview of a mapped file for large plain ranges
     start: int                 # offset in the (uncompressed) file of data[0]
     truncated: str | None = None   # set when a compressed stream ended early
+    refused: str | None = None     # set for a decompression bomb: its one quarantine record's reason
 
 
 @dataclass
@@ -101,20 +140,29 @@ class Block:
 
 
 def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
-    """A range's bytes, less an incomplete last record of a cut-off stream (which is reported)."""
+    """A range's bytes, less an incomplete last record of a cut-off stream (which is reported);
+    a refused file (a decompression bomb) is one reported record and no bytes."""
     data = got.data
+    if got.refused:
+        extra_bad.append((f.index, got.start, raw_record(b""), got.refused))
+        return b""
     if got.truncated:          # only decompressed (bytes) data is ever cut off
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
-            extra_bad.append((f.index, got.start + cut, bytes(data[cut:]),
+            extra_bad.append((f.index, got.start + cut, raw_record(data[cut:]),
                               f"{f.display}: {got.truncated}; the last record is incomplete"))
             data = data[:cut]
         else:
-            extra_bad.append((f.index, got.start + len(data), b"",
+            extra_bad.append((f.index, got.start + len(data), raw_record(b""),
                               f"{f.display}: {got.truncated}; records after this point are lost"))
     if len(data) and data[-1] != 10:
         data = bytes(data) + b"\n"
     return data
+
+
+def raw_record(data: bytes):
+    """A reported record's raw form, as the quarantine's `_raw` column holds it: the exact bytes."""
+    return bytes(data)
 
 
 def read_block(files: list[InputFile], ranges) -> Block:
@@ -135,12 +183,52 @@ def read_block(files: list[InputFile], ranges) -> Block:
 
 
 def read_range(f: InputFile, rng: ByteRange) -> RangeData:
+    if isinstance(rng, DecodedRange):
+        return rng.got
     try:
+        if isinstance(rng, CompressedRange):
+            return decode_range(None, f, rng)[0]
         if rng.length < 0:
-            return _read_whole(f)
+            with open(f.path, "rb") as fh:
+                return RangeData(fh.read(), 0)
         return _read_plain(f.path, rng.offset, rng.length)
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
+
+
+def decode_range(stream, f: InputFile, rng: CompressedRange):
+    """(the range's RangeData, the open stream for the file's next range): one task of the
+    chain that decodes a compressed file once, front to back (plan/graph.py)."""
+    if rng.refused:
+        return RangeData(b"", rng.stop, refused=rng.refused), None
+    try:
+        data, truncated, stream = compressed.take(stream, f.path, f.compression, rng.offset, rng.stop, rng.final)
+    except OSError as err:
+        raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
+    return RangeData(data, rng.offset, truncated), stream
+
+
+def with_decoded(ranges, decoded) -> tuple:
+    """The ranges, each CompressedRange (in order) carrying its decoded bytes."""
+    got = iter(decoded)
+    return tuple(DecodedRange(**{k.name: getattr(r, k.name) for k in fields(r)}, got=next(got))
+                 if isinstance(r, CompressedRange) else r for r in ranges)
+
+
+def read_head(f: InputFile, limit: int) -> bytes:
+    """The whole records in about the first `limit` bytes of a file, decompressed: a sample of
+    its first records that never decodes a whole file (or a bomb)."""
+    if not f.compression:
+        return bytes(read_range(f, ByteRange(f.index, 0, min(f.size, limit))).data)
+    try:
+        stream = compressed.Stream(f.path, f.compression)
+        try:
+            data = stream.read(limit)
+        finally:
+            stream.close()
+    except OSError as err:
+        raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
+    return data if len(data) < limit else data[:data.rfind(b"\n") + 1]
 
 
 MAP_MIN_BYTES = 4 << 20
@@ -208,57 +296,3 @@ def _find_newline(fd, pos: int, size: int):
             return pos + k
         pos += len(chunk)
     return None
-
-
-_COMPRESSED_CHUNK = 1 << 20
-
-
-def _decompressor(compression: str):
-    """A fresh one-stream decompressor (eof, unused_data, decompress) and the errors it raises."""
-    if compression == "gzip":
-        return zlib.decompressobj(16 + zlib.MAX_WBITS), (zlib.error,)
-    if compression == "bz2":
-        return bz2.BZ2Decompressor(), (OSError, ValueError, EOFError)
-    if compression == "zstd":
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompressobj(), (zstandard.ZstdError,)
-    raise SourceError(f"unknown compression {compression!r}")
-
-
-def _read_whole(f: InputFile) -> RangeData:
-    """The whole file, decompressed. Streams are decoded incrementally (gzip members, bz2 streams
-    and zstd frames one after another), so a cut-off or corrupt file keeps every byte before the
-    damage and says what happened, instead of losing the last block or ending silently."""
-    if not f.compression:
-        with open(f.path, "rb") as fh:
-            return RangeData(fh.read(), 0)
-    chunks: list[bytes] = []
-    truncated = None
-    obj, errors = None, ()
-    members = 0
-    with open(f.path, "rb") as fh:
-        pending = b""
-        try:
-            while True:
-                comp = pending or fh.read(_COMPRESSED_CHUNK)
-                pending = b""
-                if not comp:
-                    break
-                if obj is None:
-                    if members and f.compression == "gzip":
-                        comp = comp.lstrip(b"\x00")     # zero padding after a member, as gzip allows
-                        if not comp:
-                            continue
-                    obj, errors = _decompressor(f.compression)
-                chunks.append(obj.decompress(comp))
-                if obj.eof:                           # one stream ended; what follows is the next
-                    pending, obj = obj.unused_data, None
-                    members += 1
-            if obj is not None:
-                if f.compression == "gzip":
-                    chunks.append(obj.flush())
-                truncated = f"{f.compression} stream is truncated (the file ends inside a compressed block)"
-        except errors as err:
-            truncated = f"{f.compression} stream is truncated or corrupt ({err or type(err).__name__})"
-    return RangeData(b"".join(chunks), 0, truncated)

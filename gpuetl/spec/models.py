@@ -26,6 +26,10 @@ class Source(Model):
     path: str | list[str] = Field(description="a glob or a list of globs; '**' allowed; relative to the pipeline file")
     blocksize: Size = Field(64 * 2**20, description="partition size: byte ranges; a record is never split")
     compression: Literal["infer", "none", "gzip", "zstd", "bz2"] = "infer"
+    max_expand_ratio: float = Field(200, ge=1, description="a compressed file that decodes to more than this "
+                                    "many times its size is refused as a decompression bomb (one quarantined record)")
+    max_uncompressed_bytes: Size | None = Field(None, description="a compressed file that decodes to more than "
+                                                "this (e.g. 10GiB) is refused likewise; no bound if unset")
     provenance: bool = Field(False, description="add _file (string) and _offset (int64, byte offset) columns")
     delimiter: str = Field(",", description="csv only: the field separator")
 
@@ -33,6 +37,11 @@ class Source(Model):
     @classmethod
     def _blocksize(cls, v):
         return parse_size(v)
+
+    @field_validator("max_uncompressed_bytes")
+    @classmethod
+    def _max_uncompressed_bytes(cls, v):
+        return _size(v)
 
     @field_validator("path")
     @classmethod

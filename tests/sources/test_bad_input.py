@@ -13,6 +13,7 @@ import pytest
 import gpuetl
 from gpuetl.errors import DataError, GpuetlError, SourceError, SpecError
 from gpuetl.sources import files as files_mod
+from gpuetl.sources import compressed as compressed_mod
 from gpuetl.sources import ranges as ranges_mod
 
 REGEX = r"^(?P<a>\d+) (?P<b>.*)$"
@@ -231,6 +232,7 @@ def test_unreadable_file_at_read_time(tmp_path, monkeypatch, name):
         return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr(ranges_mod, "open", fake_open, raising=False)
+    monkeypatch.setattr(compressed_mod, "open", fake_open, raising=False)   # (a compressed file's scan)
     with pytest.raises(SourceError) as info:
         run(tmp_path, spec("in/*"))
     assert name in str(info.value) and "Permission denied" in str(info.value)

@@ -1,5 +1,6 @@
-"""Compressed inputs: one range each, same rows and offsets as the uncompressed file; explicit
-`compression` settings; truncated and corrupt streams."""
+"""Compressed inputs: pieces of about `blocksize` uncompressed bytes, the same rows and offsets as
+the uncompressed file at any blocksize; explicit `compression` settings; truncated and corrupt
+streams."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import gpuetl
 from gpuetl.errors import DataError
 from gpuetl.samples import write_access_logs
 from gpuetl.sources.files import resolve_inputs
-from gpuetl.sources.ranges import ByteRange, read_range
+from gpuetl.sources.ranges import CompressedRange, read_range
 
 LINES = 300
 
@@ -79,13 +80,22 @@ def test_plain_baseline(plain, plain_result):
     assert identity(result.counts)
 
 
+def shard_bytes(result) -> bytes:
+    return (result.out_dir / "part-00000.parquet").read_bytes()
+
+
 @pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
-def test_compressed_file_is_one_range_and_reads_the_same(tmp_path, plain, plain_result, suffix):
+def test_compressed_file_reads_the_same_in_pieces_of_blocksize(tmp_path, plain, plain_result, suffix):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / f"x.log.{suffix}").write_bytes(COMPRESSORS[suffix](plain))
     pipeline = gpuetl.Pipeline.from_dict(spec(f"in/*.{suffix}"), base_dir=tmp_path)
     plan = pipeline.plan()
-    assert [p.ranges for p in plan.partitions] == [(ByteRange(0, 0, -1),)]
+    pieces = [r for p in plan.partitions for r in p.ranges]
+    assert all(isinstance(r, CompressedRange) for r in pieces)
+    assert len(plan.partitions) == len(pieces) == math.ceil(len(plain) / 4096)
+    # each piece: about blocksize uncompressed bytes (a record that crosses the end included)
+    longest = max(len(line) + 1 for line in plain.split(b"\n"))
+    assert max(r.stop - r.offset for r in pieces) <= 4096 + longest
     assert plan.files[0].compression == {"gz": "gzip", "bz2": "bz2", "zst": "zstd"}[suffix]
     result = pipeline.run(backend="cpu", scheduler="sync")
     base_result, base_rows, base_bad = plain_result
@@ -93,6 +103,24 @@ def test_compressed_file_is_one_range_and_reads_the_same(tmp_path, plain, plain_
     assert rows(result) == base_rows             # _offset: offsets in the uncompressed text
     assert [{k: v for k, v in q.items() if k != "_file"} for q in quarantine(result)] == base_bad
     assert {q["_file"] for q in quarantine(result)} == {f"in/x.log.{suffix}"}
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
+def test_shard_bytes_do_not_depend_on_blocksize_or_compression(tmp_path, plain, suffix):
+    """The plain file at one blocksize and the compressed file at tiny and large ones (the same
+    `_file` name: only `compression` tells them apart) write byte-identical shards."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.log").write_bytes(plain)
+    (tmp_path / "z").mkdir()
+    (tmp_path / "z" / "x.log").write_bytes(COMPRESSORS[suffix](plain))
+    compression = {"gz": "gzip", "bz2": "bz2", "zst": "zstd"}[suffix]
+    base = shard_bytes(run(tmp_path, spec("in/x.log", out="o0", source={"blocksize": 1 << 20})))
+    for i, blocksize in enumerate((1500, 1 << 20)):
+        other = tmp_path / f"c{i}"
+        other.mkdir()
+        (other / "in").symlink_to(tmp_path / "z")
+        got = run(other, spec("in/x.log", out="o", source={"blocksize": blocksize, "compression": compression}))
+        assert shard_bytes(got) == base, blocksize
 
 
 def test_samples_gzip_writer_round_trips(tmp_path, plain, plain_result):
@@ -108,7 +136,7 @@ def test_mixed_plain_and_compressed_inputs(tmp_path, plain):
     (tmp_path / "in" / "b.log.gz").write_bytes(gzip.compress(plain))
     (tmp_path / "in" / "c.log.zst").write_bytes(COMPRESSORS["zst"](plain))
     plan = gpuetl.Pipeline.from_dict(spec("in/*"), base_dir=tmp_path).plan()
-    assert len(plan.partitions) == math.ceil(len(plain) / 4096) + 2
+    assert len(plan.partitions) == 3 * math.ceil(len(plain) / 4096)
     result = run(tmp_path, spec("in/*"))
     assert result.counts["rows_in"] == 3 * LINES
     assert result.counts["quarantined"] == 3 * (LINES // 50)
@@ -126,7 +154,7 @@ def test_multi_member_gzip_and_multi_frame_zstd(tmp_path):
     (tmp_path / "m.zst").write_bytes(zc.compress(b"a\nb") + zc.compress(b"c\n"))
     for name in ("m.gz", "m.zst"):
         f = resolve_inputs([name], tmp_path, "infer")[0]
-        got = read_range(f, ByteRange(0, 0, -1))
+        got = read_range(f, CompressedRange(0, 0, stop=5))
         assert (got.data, got.truncated) == (b"a\nbc\n", None)
 
 
@@ -134,7 +162,7 @@ def test_streamed_zstd_without_content_size(tmp_path, plain):
     obj = zstandard.ZstdCompressor().compressobj()
     (tmp_path / "s.zst").write_bytes(obj.compress(plain) + obj.flush())
     f = resolve_inputs(["s.zst"], tmp_path, "infer")[0]
-    got = read_range(f, ByteRange(0, 0, -1))
+    got = read_range(f, CompressedRange(0, 0, stop=len(plain)))
     assert (got.data, got.truncated) == (plain, None)
 
 
@@ -192,7 +220,10 @@ def test_truncated_stream_keeps_rows_before_the_cut(tmp_path, big, suffix):
     good = [line for line in plain.split(b"\n") if line]
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / f"x.log.{suffix}").write_bytes(_cut(COMPRESSORS[suffix](plain), 0.6))
-    result = run(tmp_path, spec("in/*", parse=None))
+    pipeline = gpuetl.Pipeline.from_dict(spec("in/*", parse=None, source={"blocksize": 64 << 10}),
+                                         base_dir=tmp_path)
+    assert len(pipeline.plan().partitions) > 1             # the cut lies in the last of several pieces
+    result = pipeline.run(backend="cpu", scheduler="sync")
     q = quarantine(result)
     truncation = [r for r in q if "truncated" in r["_reason"]]
     assert len(truncation) == 1, q
@@ -251,3 +282,69 @@ def test_empty_compressed_files(tmp_path):
     result = run(tmp_path, spec("in/*", parse=None))
     assert result.counts == {"rows_in": 0, "rows_out": 0, "filtered": 0, "deduplicated": 0, "quarantined": 0}
     assert (result.out_dir / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("change", [b"short\n", None])
+def test_file_changed_after_planning(tmp_path, plain, change):
+    """Planned in pieces, then rewritten (shorter, or longer) before it is read: a clear error."""
+    from gpuetl.backends import get_backend
+    from gpuetl.errors import SourceError
+    from gpuetl.runtime.executor import open_executor
+    from gpuetl.runtime.run import run_plan
+
+    (tmp_path / "x.log.gz").write_bytes(gzip.compress(plain))
+    plan = gpuetl.Pipeline.from_dict(spec("x.log.gz", parse=None), base_dir=tmp_path).plan()
+    assert len(plan.partitions) > 2
+    (tmp_path / "x.log.gz").write_bytes(gzip.compress(change if change is not None else plain + plain))
+    backend = get_backend("cpu")
+    with open_executor("sync", backend, quiet=True) as ex, \
+            pytest.raises(SourceError, match=r"x\.log\.gz: cannot read: the file changed while read"):
+        run_plan(plan, backend, ex, log=lambda *_: None)
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_sampling_reads_only_the_head_of_a_compressed_file(tmp_path, monkeypatch):
+    """JSON fields are learned from the first records: a big compressed file is not decoded
+    whole for that (nor for a CSV header)."""
+    from gpuetl.sources import compressed
+
+    body = b"".join(b'{"a": %d, "b": "x"}\n' % i for i in range(200_000))
+    (tmp_path / "x.jsonl.gz").write_bytes(gzip.compress(body))
+    decoded = []
+    real = compressed.Stream.chunk
+
+    def counting(self):
+        out = real(self)
+        decoded.append(len(out))
+        return out
+
+    monkeypatch.setattr(compressed.Stream, "chunk", counting)
+    from gpuetl.plan.compile import _source_stage
+    from gpuetl.sources.files import resolve_inputs as resolve
+
+    loaded = gpuetl.Pipeline.from_dict({"version": 1, "name": "t", "source": {"type": "jsonl", "path": "x.jsonl.gz"},
+                                        "sink": {"path": "out"}}, base_dir=tmp_path).loaded
+    stage = _source_stage(loaded, resolve(["x.jsonl.gz"], tmp_path, "infer"), [])
+    assert stage.schema == {"a": "int64", "b": "string"}
+    assert sum(decoded) <= 2 << 20 < len(body)
+
+
+def test_a_stream_sent_to_another_process_starts_over(tmp_path, plain):
+    """Pickled (a piece's stream handed to a task in another process), the open decoder cannot
+    travel: it arrives closed and the next piece decodes from the file's start, to the same bytes."""
+    import pickle
+
+    from gpuetl.sources.ranges import decode_range, plan_partitions
+
+    (tmp_path / "x.log.gz").write_bytes(gzip.compress(plain))
+    files = resolve_inputs(["x.log.gz"], tmp_path, "infer")
+    pieces = [r for p in plan_partitions(files, 4096) for r in p.ranges]
+    assert len(pieces) > 3
+    got, stream = [], None
+    for k, rng in enumerate(pieces):
+        if k % 2:
+            stream = pickle.loads(pickle.dumps(stream))
+            assert stream.ended
+        data, stream = decode_range(stream, files[0], rng)
+        got.append(bytes(data.data))
+    assert b"".join(got) == plain

@@ -6,12 +6,15 @@ Pipeline.from_dict with provenance columns."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import math
 import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +22,12 @@ import gpuetl
 from gpuetl.backends.cpu import CpuBackend
 from gpuetl.sources.files import resolve_inputs
 from gpuetl.sources import ranges as ranges_module
-from gpuetl.sources.ranges import TAPER, ByteRange, plan_partitions, read_range
+from gpuetl.sources.ranges import TAPER, ByteRange, CompressedRange, decode_range, plan_partitions, read_range
+
+COMPRESS = {"": lambda b: b, ".gz": gzip.compress, ".bz2": bz2.compress,
+            ".zst": lambda b: zstandard.ZstdCompressor().compress(b)}
+DECOMPRESS = {"gzip": gzip.decompress, "bz2": bz2.decompress,
+              "zstd": lambda b: zstandard.ZstdDecompressor().decompressobj().decompress(b)}
 
 BACKEND = CpuBackend()
 
@@ -36,12 +44,17 @@ def expected_records(data: bytes) -> list[tuple[int, str]]:
     return out
 
 
-def read_all(files, blocksize: int) -> list[tuple[int, int, str]]:
-    """What the source stage sees: (file index, offset, text) for every partition's ranges."""
-    got = []
+def read_all(files, blocksize: int, chained: bool = True) -> list[tuple[int, int, str]]:
+    """What the source stage sees: (file index, offset, text) for every partition's ranges.
+    chained: a compressed file's pieces are decoded by one stream handed from piece to piece, as
+    the graph does (else each piece decodes from the file's start, as a task in another process)."""
+    got, streams = [], {}
     for part in plan_partitions(files, blocksize):
         for rng in part.ranges:
-            data = read_range(files[rng.file_index], rng)
+            if chained and isinstance(rng, CompressedRange):
+                data, streams[rng.file_index] = decode_range(streams.get(rng.file_index), files[rng.file_index], rng)
+            else:
+                data = read_range(files[rng.file_index], rng)
             assert data.truncated is None
             lines = BACKEND.split_lines(data.data, data.start)
             texts = lines.text.tolist()
@@ -49,13 +62,28 @@ def read_all(files, blocksize: int) -> list[tuple[int, int, str]]:
     return got
 
 
+def piece_starts(data: bytes, blocksize: int) -> list[int]:
+    """The reference model of a compressed file's pieces: piece k starts at the first record
+    that starts at or after k * blocksize (after the first newline from k * blocksize - 1)."""
+    starts = {data.find(b"\n", k * blocksize - 1) + 1 for k in range(1, len(data) // blocksize + 1)}
+    return [0] + sorted(s for s in starts if 0 < s < len(data))
+
+
 def check_cover(files, partitions, blocksize):
-    """Ranges tile each uncompressed file: contiguous, no overlap, none longer than blocksize."""
+    """Ranges tile each uncompressed file: contiguous, no overlap, none longer than blocksize
+    (a compressed file's pieces: no longer than blocksize plus the one record that crosses it)."""
     ranges = [r for p in partitions for r in p.ranges]
     assert [p.index for p in partitions] == list(range(len(partitions)))
     for f in files:
         mine = [r for r in ranges if r.file_index == f.index]
-        if f.size == 0 or f.compression:
+        if f.compression:
+            data = DECOMPRESS[f.compression](Path(f.path).read_bytes())
+            assert all(isinstance(r, CompressedRange) and r.refused is None for r in mine)
+            assert [r.offset for r in mine] == piece_starts(data, blocksize)
+            assert [r.stop for r in mine] == [r.offset for r in mine[1:]] + [len(data)]
+            assert [r.final for r in mine] == [False] * (len(mine) - 1) + [True]
+            continue
+        if f.size == 0:
             assert mine == [ByteRange(f.index, 0, -1)]
             continue
         assert mine[0].offset == 0
@@ -99,18 +127,25 @@ _raw_bytes = st.binary(max_size=60).map(lambda b: b.replace(b"\x00", b"\n"))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(contents=st.lists(st.one_of(log_files(), _raw_bytes), min_size=1, max_size=4), data=st.data())
 def test_every_record_once_in_order_at_its_offset(contents, data):
+    """Plain and compressed files alike (a compressed file's pieces lie in its uncompressed
+    stream): each record once, in order, at its offset, whether a compressed file's stream is
+    handed from piece to piece or each piece decodes on its own."""
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         for i, body in enumerate(contents):
-            (base / f"f{i:02d}.log").write_bytes(body)
-        files = resolve_inputs(["*.log"], base, "infer")
-        assert [f.size for f in files] == [len(b) for b in contents]
+            suffix = data.draw(st.sampled_from(sorted(COMPRESS)), label="compression")
+            (base / f"f{i:02d}.log{suffix}").write_bytes(COMPRESS[suffix](body))
+        files = resolve_inputs(["*.log*"], base, "infer")
+        assert [f.size for f in files if not f.compression] == [len(b) for b, f in zip(contents, files)
+                                                                  if not f.compression]
         total = max(len(b) for b in contents)
         blocksize = data.draw(st.integers(1, total + 10), label="blocksize")
         partitions = plan_partitions(files, blocksize)
         check_cover(files, partitions, blocksize)
         expected = [(i, off, text) for i, body in enumerate(contents) for off, text in expected_records(body)]
         assert read_all(files, blocksize) == expected
+        if any(f.compression for f in files):
+            assert read_all(files, blocksize, chained=False) == expected
 
 
 @settings(max_examples=40, deadline=None)
