@@ -513,6 +513,16 @@ def _valid_owner(run: _Tree) -> dict | None:
     return record
 
 
+def journal_problem(out: Path, name: str) -> str | None:
+    """Why the journal in out/_tmp/name cannot be trusted (None: `verify --repair` would finish it)."""
+    try:
+        with _Tree.open(out) as tree, tree.subtree(f"{TMP}/{name}") as run:
+            validate_journal(run, listed_on_disk(tree))
+        return None
+    except (ValueError, OutputError, OSError) as err:
+        return str(err).split("\n")[0]
+
+
 def pending_journals(out: Path) -> list[str]:
     """Names of the run folders under out/_tmp holding a commit journal (read-only)."""
     root = out / TMP
@@ -547,6 +557,9 @@ def validate_journal(run: _Tree, on_disk: set[str]) -> dict:
     unproven = sorted(set(previous) - on_disk - listed)
     if unproven:
         raise ValueError(f"{run.path / JOURNAL} would remove {unproven[0]!r}, which no manifest lists")
+    data = run.lstat("data")
+    if data is not None and not stat.S_ISDIR(data.st_mode):
+        raise ValueError(f"{run.path / 'data'} is a symbolic link or a file, not the folder gpuetl wrote shards to")
     return journal
 
 
@@ -754,11 +767,12 @@ def refuse_foreign(out: Path, inv: Inventory, mode: str) -> None:
 
 
 def _isdir(tree: _Tree, rel: str) -> bool:
-    try:
-        st = tree.lstat(rel)
-    except OutputError:
-        return False
-    return st is not None and stat.S_ISDIR(st.st_mode)
+    """Whether rel is a folder; False when it is absent; a refusal when it is a link or a file."""
+    st = tree.lstat(rel)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"sink.path: {tree.path / rel} is a symbolic link or a file, not a folder gpuetl made; "
+                          "refusing to move anything from it", hint=MOVE_HINT)
+    return st is not None
 
 
 def _os_message(err: OSError) -> str:
