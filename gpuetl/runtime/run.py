@@ -88,10 +88,12 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
                 continue
             log(f"removing the temporary files of an earlier run that did not finish: {stale.name}")
             folder.abandon(stale)
-        if run_tmp is None:
+        fresh = run_tmp is None
+        if fresh:
             run_tmp = folder.new_run(commit_protocol.new_run_id())
-            _write_state(plan, backend, run_tmp)
         try:
+            if fresh:
+                _write_state(plan, backend, run_tmp)
             result = _run(plan, backend, executor, run_tmp, progress, log)
             result.seconds = time.perf_counter() - started
             result.manifest["run"]["seconds"] = round(result.seconds, 3)

@@ -494,6 +494,8 @@ def take_inventory(out: Path, tree: _Tree) -> Inventory:
                         os.close(sub)
                 elif entry.is_file(follow_symlinks=False) and rel in listed:
                     inv.ours.append(rel)
+                elif rel == MANIFEST and inv.foreign[:1] and inv.foreign[0].startswith(MANIFEST):
+                    pass                           # named already, with why it is not ours
                 else:
                     inv.foreign.append(rel)
 
@@ -598,7 +600,7 @@ class OutputFolder:
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise OutputError(f"sink.path: cannot create {out}: {err.strerror}") from None
+            raise OutputWriteFailed(f"sink.path: cannot create {out}: {err.strerror}") from None
         self.created = [f for f in reversed(missing) if f.is_dir()]
         try:
             self.tree = _Tree.open(out)
@@ -607,8 +609,11 @@ class OutputFolder:
                 raise OutputError(f"sink.path: {out / TMP} is a symbolic link or a file, not gpuetl's temporary "
                                   "folder; refusing to use it", hint=MOVE_HINT)
             if st is None:
-                os.mkdir(TMP, dir_fd=self.tree.fd)
-                self.created.append(out / TMP)
+                try:
+                    os.mkdir(TMP, dir_fd=self.tree.fd)
+                    self.created.append(out / TMP)
+                except FileExistsError:            # another run made it just now
+                    pass
             self.tmp = self.tree.subtree(TMP)
             self.lock = RunLock(self.tmp, this_process(LOCK_FORMAT))
             self.lock.acquire(self.log)
@@ -736,8 +741,24 @@ class OutputFolder:
             self.committed = True
         return finished
 
+    def _preflight(self, run_name: str, journal: dict) -> bool:
+        """Check every path the roll-forward will touch before it touches any: each a file (or
+        absent) with no link on the way. Whether the run's data folder is still there."""
+        has_data = _isdir(self.tmp, f"{run_name}/data")
+        previous = set(journal["previous"])
+        for rel in [SUCCESS, MANIFEST, *journal["previous"], *journal["moves"]]:
+            st = self.tree.lstat(rel)
+            if st is not None:
+                self.tree._refuse_unless_file(rel, st)
+                if rel in journal["moves"] and rel not in previous and has_data and \
+                        self.tmp.lstat(f"{run_name}/data/{rel}") is not None:
+                    raise OutputError(f"sink.path: {self.out / rel} is in the way of the commit and gpuetl did "
+                                      "not write it; refusing to replace it", hint=MOVE_HINT)
+        return has_data
+
     def _roll_forward(self, run_name: str, journal: dict) -> None:
         tree = self.tree
+        has_data = self._preflight(run_name, journal)
         tree.unlink_file(SUCCESS)
         moves, previous = journal["moves"], journal["previous"]
         new = set(moves)
@@ -747,7 +768,7 @@ class OutputFolder:
         folders = {"/".join(p.split("/")[:i]) for p in previous for i in range(1, p.count("/") + 1)}
         for folder in sorted(folders, key=lambda f: -f.count("/")):
             tree.rmdir_if_empty(folder)              # emptied: the previous dataset's split folders
-        if _isdir(self.tmp, f"{run_name}/data"):         # gone: every file was moved already
+        if has_data:                                  # gone: every file was moved already
             with self.tmp.subtree(f"{run_name}/data") as data:
                 for rel in moves:
                     tree.move_in(data, rel, set(previous))

@@ -281,6 +281,58 @@ def test_crafted_journal_changes_nothing(base, surroundings, capsys, case):
         assert cli_run(base, mode="overwrite") == 2           # a run refuses it too
 
 
+def test_journal_folder_that_is_a_symlink_is_not_ours(base, surroundings, capsys):
+    victim = _victims(base)
+    out = run(base).out_dir
+    (victim / "_owner.json").write_text(json.dumps({"format": commit.RUN_FORMAT, "run": "x", "host": "h", "pid": 1}))
+    (victim / "_commit.json").write_text(json.dumps({"format": commit.JOURNAL_FORMAT, "run": "x", "previous": [],
+                                                     "moves": ["secret.txt"], "manifest": {}}))
+    (out / "_tmp").mkdir()
+    os.symlink(victim, out / "_tmp" / "x")
+    write_pipe(base, mode="overwrite")
+    with surroundings(base):
+        assert main(["verify", "--repair", str(out)]) == 0         # nothing of ours to repair; the link is let be
+        assert main(["inspect", str(out)]) == 0
+        assert "internal error" not in capsys.readouterr().err
+
+
+def test_link_in_the_way_of_a_commit_changes_nothing(base, surroundings, capsys):
+    """A valid journal, but a shard it would replace is now a link to a file outside."""
+    victim = _victims(base)
+    out = run(base).out_dir
+    manifest = json.loads((out / "_manifest.json").read_text())
+    shards = [e["path"] for e in manifest["shards"] + manifest["quarantine"]]
+    run_tmp = out / "_tmp" / "x"
+    for rel in shards:
+        (run_tmp / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run_tmp / "data" / rel).write_bytes((out / rel).read_bytes())
+    (run_tmp / "_owner.json").write_text(json.dumps({"format": commit.RUN_FORMAT, "run": "x", "host": "h",
+                                                     "pid": 1}))
+    (run_tmp / "_commit.json").write_text(json.dumps({
+        "format": commit.JOURNAL_FORMAT, "run": "x", "previous": ["_manifest.json", *shards], "moves": shards,
+        "manifest": manifest}))
+    (out / "part-00000.parquet").unlink()
+    os.symlink(victim / "part-00000.parquet", out / "part-00000.parquet")
+    with surroundings(base):
+        assert main(["verify", "--repair", str(out)]) == 2
+        assert "part-00000.parquet is a symbolic link" in capsys.readouterr().err
+
+
+def test_manifest_listing_paths_outside_is_not_trusted(base, surroundings, capsys):
+    victim = _victims(base)
+    out = run(base).out_dir
+    _edit_manifest(out, lambda m: m["shards"].append({"path": "../victim/secret.txt", "split": "", "rows": 0,
+                                                      "bytes": 13, "sha256": "0" * 64}))
+    write_pipe(base, mode="overwrite")
+    with surroundings(base):
+        assert main(["verify", str(out)]) == 1
+        assert "../victim/secret.txt: not a path inside the dataset" in capsys.readouterr().out
+        assert main(["inspect", str(out)]) == 0
+        assert cli_run(base, mode="overwrite") == 2
+        assert "_manifest.json (the manifest lists '../victim/secret.txt'" in capsys.readouterr().err
+    assert (victim / "secret.txt").read_text() == "do not delete"
+
+
 def test_foreign_tmp_subfolder_is_kept_under_mode_error(base, surroundings, capsys):
     keep = base / "out" / "_tmp" / "mystuff" / "keep.txt"
     keep.parent.mkdir(parents=True)
