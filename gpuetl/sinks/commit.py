@@ -82,7 +82,7 @@ def unsafe_reason(rel) -> str | None:
     return None
 
 
-def _named(out: Path, paths: list[str]) -> str:
+def _named(paths: list[str]) -> str:
     shown = ", ".join(paths[:SHOWN])
     return shown + (f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else "")
 
@@ -465,7 +465,7 @@ def load_manifest(tree: _Tree) -> dict | None:
     return manifest
 
 
-def take_inventory(out: Path, tree: _Tree) -> Inventory:
+def take_inventory(tree: _Tree) -> Inventory:
     inv = Inventory()
     try:
         inv.manifest = load_manifest(tree)
@@ -647,12 +647,8 @@ class OutputFolder:
     def survey(self, mode: str) -> Inventory:
         """Finish interrupted commits, then refuse unless everything in the folder is gpuetl's."""
         self.recover()
-        inv = self.inventory = take_inventory(self.out, self.tree)
-        refuse_foreign(self.out, inv, mode)
-        if mode == "error" and inv.ours:
-            what = "a complete dataset" if inv.complete else "an incomplete dataset (no _SUCCESS)"
-            raise OutputError(f"sink.path: {self.out} already holds {what}; refusing to touch it (sink.mode: error)",
-                              hint="use --set sink.mode=overwrite to replace it, or choose another sink.path")
+        inv = self.inventory = take_inventory(self.tree)
+        refuse(self.out, inv, mode)
         return inv
 
     # temporary folders of runs
@@ -779,12 +775,17 @@ class OutputFolder:
         self.tmp_used = True
 
 
-def refuse_foreign(out: Path, inv: Inventory, mode: str) -> None:
+def refuse(out: Path, inv: Inventory, mode: str) -> None:
+    """Anything gpuetl did not write is in the way, in every mode; mode: error refuses ours too."""
     if inv.foreign:
-        verb = {"overwrite": "overwrite", "resume": "write into"}.get(mode, "write into")
+        verb = "overwrite" if mode == "overwrite" else "write into"
         raise OutputError(f"sink.path: {out} holds {len(inv.foreign)} path{'s' if len(inv.foreign) > 1 else ''} "
-                          f"gpuetl did not write ({_named(out, inv.foreign)}); refusing to {verb} it "
+                          f"gpuetl did not write ({_named(inv.foreign)}); refusing to {verb} it "
                           f"(sink.mode: {mode})", hint=MOVE_HINT)
+    if mode == "error" and inv.ours:
+        what = "a complete dataset" if inv.complete else "an incomplete dataset (no _SUCCESS)"
+        raise OutputError(f"sink.path: {out} already holds {what}; refusing to touch it (sink.mode: error)",
+                          hint="use --set sink.mode=overwrite to replace it, or choose another sink.path")
 
 
 def _isdir(tree: _Tree, rel: str) -> bool:
@@ -816,9 +817,4 @@ def survey_read_only(out: Path, mode: str) -> None:
     if os.path.lexists(out / TMP) and (out / TMP).is_symlink():
         raise OutputError(f"sink.path: {out / TMP} is a symbolic link, not gpuetl's temporary folder", hint=MOVE_HINT)
     with _Tree.open(out) as tree:
-        inv = take_inventory(out, tree)
-    refuse_foreign(out, inv, mode)
-    if mode == "error" and inv.ours:
-        what = "a complete dataset" if inv.complete else "an incomplete dataset (no _SUCCESS)"
-        raise OutputError(f"sink.path: {out} already holds {what}; refusing to touch it (sink.mode: error)",
-                          hint="use --set sink.mode=overwrite to replace it, or choose another sink.path")
+        refuse(out, take_inventory(tree), mode)
