@@ -107,7 +107,12 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
                     hint="free space on that disk or choose another sink.path, then run again"
                          + (" (sink.mode: resume keeps the finished work)" if mode == "resume" else "")) from None
             raise
-        folder.commit(run_tmp, result.manifest)
+        try:
+            folder.commit(run_tmp, result.manifest)
+        except OutputError:
+            if not folder.journal_written and mode != "resume":      # nothing changed: nothing to finish
+                folder.abandon(run_tmp)
+            raise
     return result
 
 

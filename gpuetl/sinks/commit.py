@@ -451,6 +451,7 @@ class OutputFolder:
         self.lock: RunLock | None = None
         self.inventory = Inventory()
         self.committed = False
+        self.journal_written = False           # a commit that fails after this is finished by --repair
         self.tmp_used = False                  # a run folder of ours was made or removed in _tmp/
 
     # opening and closing
@@ -572,6 +573,7 @@ class OutputFolder:
                 raise OutputWriteFailed(
                     f"sink.path: writing the commit journal {run_tmp / JOURNAL} failed ({err.strerror or err}); "
                     f"nothing in {self.out} was changed", hint="free space or fix the cause, then run again") from None
+            self.journal_written = True
             validate_journal(run, listed_on_disk(self.tree))
         try:
             self._roll_forward(run_tmp.name, journal)

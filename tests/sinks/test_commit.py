@@ -296,3 +296,35 @@ def test_failed_commit_in_a_run_can_be_recovered(base, monkeypatch, capsys):
     monkeypatch.undo()
     assert main(["verify", str(base / "out")]) == 1           # verify alone only reads
     assert main(["verify", "--repair", str(base / "out")]) == 0
+
+
+def test_full_disk_before_the_journal_changes_nothing(base, monkeypatch):
+    first = run_dict(base)
+    before = {str(p): p.read_bytes() for p in first.out_dir.rglob("*") if p.is_file()}
+    real = commit._Tree.write_file
+
+    def write_file(self, rel, data, **kw):
+        if rel == commit.JOURNAL:
+            raise OSError(28, "No space left on device", str(self.path / rel))
+        return real(self, rel, data, **kw)
+
+    monkeypatch.setattr(commit._Tree, "write_file", write_file)
+    with pytest.raises(OutputError, match="writing the commit journal .*_commit.json failed .*nothing in .* was "
+                                          "changed") as info:
+        run_dict(base, mode="overwrite")
+    assert info.value.exit_code == 1
+    monkeypatch.undo()
+    assert {str(p): p.read_bytes() for p in first.out_dir.rglob("*") if p.is_file()} == before
+    assert main(["verify", str(first.out_dir)]) == 0
+
+
+def test_sink_path_may_be_a_link_to_a_folder(base):
+    """The dataset folder itself may be reached through a link (a mount, /tmp on macOS); nothing
+    inside it is followed."""
+    (base / "real").mkdir()
+    os.symlink(base / "real", base / "out")
+    result = run_dict(base)
+    assert (base / "real" / commit.SUCCESS).exists()
+    assert main(["verify", str(result.out_dir)]) == 0
+    again = run_dict(base, mode="overwrite")
+    assert again.counts == result.counts
