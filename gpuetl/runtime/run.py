@@ -83,6 +83,7 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
                                   f"{commit_protocol.describe(owner)}) is writing to {out} right now",
                                   hint="wait for it, or choose another sink.path")
             if mode == "resume" and run_tmp is None and _resumable(plan, backend, stale):
+                folder.refuse_links(stale)
                 run_tmp = stale
                 folder.claim(stale)
                 continue

@@ -538,6 +538,16 @@ class OutputFolder:
                 self.log(f"note: leaving {self.out / TMP / name} alone: gpuetl did not make it")
         return found
 
+    def refuse_links(self, run_tmp: Path) -> None:
+        """Before a run goes on writing into an earlier run's folder: no link anywhere in it."""
+        links = []
+        for folder, dirs, files in os.walk(run_tmp, followlinks=False):
+            links += [os.path.relpath(os.path.join(folder, n), self.out) for n in dirs + files
+                      if os.path.islink(os.path.join(folder, n))]
+        if links:
+            raise OutputError(f"sink.path: the interrupted run's folder holds symbolic links ({_named(sorted(links))}); "
+                              "gpuetl does not write through links", hint=f"move {run_tmp} away and run again")
+
     def owner(self, run_tmp: Path) -> dict | None:
         with self.tmp.subtree(run_tmp.name) as run:
             return _valid_owner(run)

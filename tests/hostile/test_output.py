@@ -576,3 +576,22 @@ def test_closed_stdout_ends_quietly(base, command):
     stderr = proc.stderr.read()
     assert proc.wait(timeout=120) == SIGPIPE_EXIT
     assert stderr == b""
+
+
+def test_resume_does_not_write_through_a_link_in_the_interrupted_run(base, surroundings, monkeypatch, capsys):
+    """An interrupted run's folder whose data/ was replaced by a link to elsewhere: resume refuses."""
+    from gpuetl.runtime import run as run_module
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(run_module, "_check_errors", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(base, mode="resume")                       # resume keeps its folder for the next try
+    monkeypatch.undo()
+    [run_tmp] = [p for p in (base / "out" / "_tmp").iterdir() if p.is_dir()]
+    (base / "elsewhere").mkdir()
+    os.symlink(base / "elsewhere", run_tmp / "data")
+    write_pipe(base, mode="resume")
+    with surroundings(base):
+        assert cli_run(base, mode="resume") == 2
+    assert "holds symbolic links" in capsys.readouterr().err
