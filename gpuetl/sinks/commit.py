@@ -175,27 +175,28 @@ class _Tree:
             finally:
                 os.close(f)
 
-    def write_file(self, rel: str, data: bytes, *, exclusive: bool = False) -> None:
-        """Write through a partial file and rename it into place (or, exclusive, create it)."""
+    def write_file(self, rel: str, data: bytes, *, exclusive: bool = False, staging: "_Tree | None" = None) -> None:
+        """Write through a partial file and rename it into place (or, exclusive, create it). The
+        partial file is made in `staging` when given (a run's own folder), so a crash never
+        leaves one in the dataset."""
         with self.parent(rel, create=True) as (fd, name):
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             temp = name if exclusive else f"{name}.{uuid.uuid4().hex[:8]}.partial"
-            f = os.open(temp, flags, 0o644, dir_fd=fd)
+            temp_fd = staging.fd if staging is not None and not exclusive else fd
+            f = os.open(temp, flags, 0o644, dir_fd=temp_fd)
             try:
                 with os.fdopen(f, "wb") as fh:
                     fh.write(data)
+                if not exclusive:
+                    if _exists(fd, name):
+                        self._refuse_unless_file(rel, os.stat(name, dir_fd=fd, follow_symlinks=False))
+                    os.replace(temp, name, src_dir_fd=temp_fd, dst_dir_fd=fd)
             except BaseException:
-                os.unlink(temp, dir_fd=fd)
+                try:
+                    os.unlink(temp, dir_fd=temp_fd)
+                except FileNotFoundError:
+                    pass
                 raise
-            if not exclusive:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False) if _exists(fd, name) else None
-                if st is not None:
-                    try:
-                        self._refuse_unless_file(rel, st)
-                    except OutputError:
-                        os.unlink(temp, dir_fd=fd)
-                        raise
-                os.replace(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
 
     def move_in(self, source: "_Tree", rel: str, replaceable: set[str]) -> bool:
         """Rename source/rel to self/rel; False when it is no longer in source (moved already).
@@ -572,8 +573,8 @@ class OutputFolder:
     def commit(self, run_tmp: Path, manifest: dict) -> None:
         self.lock.check()
         with self.tmp.subtree(run_tmp.name) as run:
-            data = run_tmp / "data"
-            moves = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file() and not p.is_symlink())
+            # what the manifest lists, not whatever is in data/ (a killed writer's .partial stays behind)
+            moves = sorted(listed_files(manifest) - {MANIFEST, SUCCESS})
             previous = sorted(set(self.inventory.ours) - {SUCCESS})
             journal = {"format": JOURNAL_FORMAT, "run": run_tmp.name, "previous": previous, "moves": moves,
                        "manifest": manifest}
@@ -648,8 +649,9 @@ class OutputFolder:
                 for rel in moves:
                     tree.move_in(data, rel, set(previous))
         raw = manifest_bytes(journal["manifest"])
-        tree.write_file(MANIFEST, raw)
-        tree.write_file(SUCCESS, success_bytes(raw))
+        with self.tmp.subtree(run_name) as run:
+            tree.write_file(MANIFEST, raw, staging=run)
+            tree.write_file(SUCCESS, success_bytes(raw), staging=run)
         self.tmp.remove_tree(run_name)
         self.tmp_used = True
 

@@ -328,3 +328,20 @@ def test_sink_path_may_be_a_link_to_a_folder(base):
     assert main(["verify", str(result.out_dir)]) == 0
     again = run_dict(base, mode="overwrite")
     assert again.counts == result.counts
+
+
+def test_commit_moves_what_the_manifest_lists_not_leftovers(base):
+    """A killed writer's partial file in the run's data/ (a resumed run) stays out of the dataset."""
+    staged = run_dict(base, path="staged")
+    out = base / "out"
+    with commit.OutputFolder(out) as folder:
+        folder.survey("error")
+        run_tmp = folder.new_run(commit.new_run_id())
+        for entry in staged.manifest["shards"] + staged.manifest["quarantine"]:
+            (run_tmp / "data" / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(staged.out_dir / entry["path"], run_tmp / "data" / entry["path"])
+        (run_tmp / "data" / "part-00001.parquet.partial").write_bytes(b"half a shard")
+        folder.commit(run_tmp, staged.manifest)
+    assert not (out / "part-00001.parquet.partial").exists()
+    assert not (out / commit.TMP).exists()
+    assert main(["verify", str(out)]) == 0
