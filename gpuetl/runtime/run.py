@@ -75,20 +75,7 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
             if done is not None:
                 log(f"{out} already holds the complete output of this pipeline and these inputs: nothing to do")
                 return done
-        run_tmp = None
-        for stale in folder.runs(note=True):
-            owner = folder.owner(stale)
-            if owner and owner.get("pid") != os.getpid() and commit_protocol.is_alive(owner):
-                raise OutputError(f"sink.path: another gpuetl run ({stale.name}, "
-                                  f"{commit_protocol.describe(owner)}) is writing to {out} right now",
-                                  hint="wait for it, or choose another sink.path")
-            if mode == "resume" and run_tmp is None and _resumable(plan, backend, stale):
-                folder.refuse_links(stale)
-                run_tmp = stale
-                folder.claim(stale)
-                continue
-            log(f"removing the temporary files of an earlier run that did not finish: {stale.name}")
-            folder.abandon(stale)
+        run_tmp = _earlier_runs(plan, backend, folder, log)
         fresh = run_tmp is None
         if fresh:
             run_tmp = folder.new_run(commit_protocol.new_run_id())
@@ -115,6 +102,25 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
                 folder.abandon(run_tmp)
             raise
     return result
+
+
+def _earlier_runs(plan: Plan, backend, folder, log) -> Path | None:
+    """Deal with the temporary folders earlier runs left: under resume, the one to continue;
+    the others are removed (all of them gpuetl's: folder.runs() lists no other)."""
+    resumed = None
+    for stale in folder.runs(note=True):
+        owner = folder.owner(stale)
+        if owner and owner.get("pid") != os.getpid() and commit_protocol.is_alive(owner):
+            raise OutputError(f"sink.path: another gpuetl run ({stale.name}, {commit_protocol.describe(owner)}) "
+                              f"is writing to {folder.out} right now", hint="wait for it, or choose another sink.path")
+        if plan.spec.sink.mode == "resume" and resumed is None and _resumable(plan, backend, stale):
+            folder.refuse_links(stale)
+            folder.claim(stale)
+            resumed = stale
+            continue
+        log(f"removing the temporary files of an earlier run that did not finish: {stale.name}")
+        folder.abandon(stale)
+    return resumed
 
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
