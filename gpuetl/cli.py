@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true")
     verify = sub.add_parser("verify", help="re-check shards against the manifest; exit 1 on mismatch")
     verify.add_argument("out")
+    verify.add_argument("--repair", action="store_true",
+                        help="first finish a commit that was interrupted (from its checked journal); "
+                             "without it verify only reads")
     sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     return parser
 
@@ -57,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args) or 0
+        code = COMMANDS[args.command](args) or 0
+        sys.stdout.flush()               # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except GpuetlError as err:
         print(f"gpuetl {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
@@ -71,6 +78,19 @@ def main(argv: list[str] | None = None) -> int:
               "  this is a bug in gpuetl; rerun with GPUETL_DEBUG=1 for the traceback and report it",
               file=sys.stderr)
         return 1
+
+
+SIGPIPE_EXIT = 141
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (`gpuetl inspect OUT | head -2`): stop quietly, with the
+    exit status of a process ended by SIGPIPE (128 + 13), as `cat` and `yes` end there. Standard
+    output is pointed at /dev/null so the interpreter's final flush cannot complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT
 
 
 def cmd_validate(args) -> int:
@@ -231,6 +251,9 @@ def cmd_inspect(args) -> int:
     from .sinks.dataset import inspect_dataset
 
     info = inspect_dataset(args.out)
+    for name in info["interrupted_commits"]:
+        print(f"note: the commit of run {name} was interrupted; `gpuetl verify --repair {info['path']}` "
+              "finishes it", file=sys.stderr)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
@@ -249,8 +272,11 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .sinks.dataset import verify_dataset
+    from .sinks.dataset import repair, verify_dataset
 
+    if args.repair:
+        for name in repair(args.out, log=lambda *a: print(*a, file=sys.stderr)):
+            print(f"{args.out}: finished the interrupted commit of run {name}")
     manifest, problems = verify_dataset(args.out)
     if problems:
         for p in problems:

@@ -48,3 +48,10 @@ class OutputError(GpuetlError):
     """The output location refuses the run (mode: error on an existing dataset) (exit 2)."""
 
     exit_code = 2
+
+
+class OutputWriteFailed(OutputError):
+    """Writing or committing the output failed (disk full, read-only disk): the path and what to
+    do, with exit 1, as for any run that could not finish."""
+
+    exit_code = 1

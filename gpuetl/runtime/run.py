@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 import platform
 import sys
 import time
@@ -13,7 +16,7 @@ import dask
 
 from .. import __version__
 from ..backends.base import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
-from ..errors import DataError, OutputError
+from ..errors import DataError, OutputError, OutputWriteFailed
 from ..plan.compile import Plan
 from ..plan.graph import build_partitions
 from ..sinks import commit as commit_protocol
@@ -21,7 +24,7 @@ from ..sinks.layout import Layout, cut_points
 from ..sinks.parquet import ShardResult, ShardTask, WriteOptions, write_quarantine, write_shard
 from ..sinks.spill import MapResult, load_result, spill_partition
 
-MANIFEST_FORMAT = "gpuetl-manifest/1"
+MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
 
 
 @dataclass
@@ -57,45 +60,77 @@ def layout_of(plan: Plan) -> Layout:
 
 
 def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print) -> RunResult:
+    """Check the output folder (before any data is read), run, commit; under the folder's lock."""
     started = time.perf_counter()
     spec = plan.spec
-    out = plan.out_dir
+    out = plan.out_dir = Path(os.path.normpath(os.path.abspath(plan.out_dir)))   # sink.path: out/new/..
     mode = spec.sink.mode
-    commit_protocol.prepare(out, mode)
-    if mode == "resume":
-        done = _already_complete(plan, out)
-        if done is not None:
-            log(f"{out} already holds the complete output of this pipeline and these inputs: nothing to do")
-            return done
-    run_tmp = None
-    for stale in commit_protocol.stale_runs(out):
-        if commit_protocol.is_running(stale):
-            raise OutputError(f"sink.path: another gpuetl run ({stale.name}) is writing to {out} right now",
-                              hint="wait for it, or choose another sink.path")
-        if mode == "resume" and run_tmp is None and _resumable(plan, stale):
-            run_tmp = stale
-            commit_protocol.claim(stale)
+    commit_protocol.check_apart_from_inputs(out, [f.path for f in plan.files], spec.source.paths,
+                                            plan.loaded.base_dir)
+    commit_protocol.survey_read_only(out, mode)
+    with commit_protocol.OutputFolder(out, log) as folder:
+        folder.survey(mode)
+        if mode == "resume":
+            done = _already_complete(plan, out, folder.inventory.manifest)
+            if done is not None:
+                log(f"{out} already holds the complete output of this pipeline and these inputs: nothing to do")
+                return done
+        run_tmp = _earlier_runs(plan, backend, folder, log)
+        fresh = run_tmp is None
+        if fresh:
+            run_tmp = folder.new_run(commit_protocol.new_run_id())
+        try:
+            if fresh:
+                _write_state(plan, backend, run_tmp)
+            result = _run(plan, backend, executor, run_tmp, progress, log)
+            result.seconds = time.perf_counter() - started
+            result.manifest["run"]["seconds"] = round(result.seconds, 3)
+        except BaseException as err:
+            if mode != "resume":                  # resume keeps finished work for the next try
+                folder.abandon(run_tmp)
+            if isinstance(err, OSError) and _is_write_failure(err, out):
+                raise OutputWriteFailed(
+                    f"sink.path: writing {err.filename or run_tmp} failed: {err.strerror or err}; nothing was "
+                    f"committed to {out}",
+                    hint="free space on that disk or choose another sink.path, then run again"
+                         + (" (sink.mode: resume keeps the finished work)" if mode == "resume" else "")) from None
+            raise
+        try:
+            folder.commit(run_tmp, result.manifest)
+        except OutputError:
+            if not folder.journal_written and mode != "resume":      # nothing changed: nothing to finish
+                folder.abandon(run_tmp)
+            raise
+    return result
+
+
+def _earlier_runs(plan: Plan, backend, folder, log) -> Path | None:
+    """Deal with the temporary folders earlier runs left: under resume, the one to continue;
+    the others are removed (all of them gpuetl's: folder.runs() lists no other)."""
+    resumed = None
+    for stale in folder.runs(note=True):
+        owner = folder.owner(stale)
+        if owner and owner.get("pid") != os.getpid() and commit_protocol.is_alive(owner):
+            raise OutputError(f"sink.path: another gpuetl run ({stale.name}, {commit_protocol.describe(owner)}) "
+                              f"is writing to {folder.out} right now", hint="wait for it, or choose another sink.path")
+        if plan.spec.sink.mode == "resume" and resumed is None and _resumable(plan, backend, stale):
+            folder.refuse_links(stale)
+            folder.claim(stale)
+            resumed = stale
             continue
         log(f"removing the temporary files of an earlier run that did not finish: {stale.name}")
-        commit_protocol.abandon(stale)
-    if run_tmp is None:
-        run_tmp = commit_protocol.tmp_dir(out, commit_protocol.new_run_id())
-        _write_state(plan, run_tmp)
-    try:
-        result = _run(plan, backend, executor, run_tmp, progress, log)
-        result.seconds = time.perf_counter() - started
-        result.manifest["run"]["seconds"] = round(result.seconds, 3)
-    except BaseException:
-        if mode != "resume":                  # resume keeps finished work for the next try
-            commit_protocol.abandon(run_tmp)
-        raise
-    try:
-        commit_protocol.commit(out, run_tmp, result.manifest)
-    except OSError as err:   # the journal is written: the next command that opens `out` finishes it
-        raise OutputError(f"sink.path: committing to {out} failed part-way ({err}); the dataset is not "
-                          "complete (no _SUCCESS)", hint=f"free the space or fix the cause, then run "
-                          f"`gpuetl verify {out}`: it finishes the commit from its journal") from None
-    return result
+        folder.abandon(stale)
+    return resumed
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _is_write_failure(err: OSError, out: Path) -> bool:
+    """A full or read-only disk (pyarrow's own OSErrors carry the errno only in their text)."""
+    if err.errno in _WRITE_ERRNOS or "No space left on device" in str(err):
+        return True
+    return bool(err.filename) and str(err.filename).startswith(str(out) + os.sep)
 
 
 # -- resume -------------------------------------------------------------------------------------
@@ -103,14 +138,23 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
 STATE = "_state.json"
 
 
-def _fingerprint(plan: Plan) -> dict:
-    """What must not change for finished work to be reused: the pipeline and every input."""
-    return {"pipeline_sha256": plan.loaded.sha256, "partitions": len(plan.partitions),
+def _pipeline_digest(plan: Plan) -> str:
+    """What decides the output, from the validated pipeline: everything but sink.mode."""
+    spec = plan.spec.model_dump(mode="json")
+    spec.get("sink", {}).pop("mode", None)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _fingerprint(plan: Plan, backend=None) -> dict:
+    """What must not change for finished work to be reused: the pipeline (but sink.mode), every
+    input, the backend and gpuetl's version."""
+    return {"pipeline": _pipeline_digest(plan), "partitions": len(plan.partitions),
+            "backend": getattr(backend, "name", None), "gpuetl": __version__,
             "inputs": [{"path": f.display, "bytes": f.size, "mtime_ns": f.mtime_ns} for f in plan.files]}
 
 
-def _write_state(plan: Plan, run_tmp: Path) -> None:
-    (run_tmp / STATE).write_text(json.dumps(_fingerprint(plan)))
+def _write_state(plan: Plan, backend, run_tmp: Path) -> None:
+    (run_tmp / STATE).write_text(json.dumps(_fingerprint(plan, backend)))
 
 
 def _input_changes(old: list[dict], new: list[dict]) -> list[str]:
@@ -127,34 +171,45 @@ def _input_changes(old: list[dict], new: list[dict]) -> list[str]:
     return sorted(changes)
 
 
-def _resumable(plan: Plan, run_tmp: Path) -> bool:
-    """A stale run can be resumed when it ran this very pipeline on these very inputs."""
+def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
+    """A stale run can be resumed when it ran this very pipeline on these very inputs, on the
+    same backend and gpuetl version."""
     try:
         state = json.loads((run_tmp / STATE).read_text())
     except (OSError, ValueError):
         return False
-    now = _fingerprint(plan)
+    if not isinstance(state, dict):
+        return False
+    now = _fingerprint(plan, backend)
     changes = _input_changes(state.get("inputs", []), now["inputs"])
     if changes:
         raise OutputError(
             f"sink.mode resume: the inputs changed since the interrupted run {run_tmp.name}:\n    "
             + "\n    ".join(changes[:10]),
             hint="the finished work no longer matches the inputs; use --set sink.mode=overwrite to start again")
-    if state.get("pipeline_sha256") != now["pipeline_sha256"] or state.get("partitions") != now["partitions"]:
+    if state.get("backend") != now["backend"]:
+        raise OutputError(
+            f"sink.mode resume: the interrupted run {run_tmp.name} ran on the {state.get('backend')} backend, "
+            f"this one on {now['backend']}",
+            hint=f"resume with --backend {state.get('backend')}, or use --set sink.mode=overwrite to start again")
+    if state.get("gpuetl") != now["gpuetl"]:
+        raise OutputError(
+            f"sink.mode resume: the interrupted run {run_tmp.name} ran gpuetl {state.get('gpuetl')}, this is "
+            f"{now['gpuetl']}", hint="use --set sink.mode=overwrite to start again")
+    if state.get("pipeline") != now["pipeline"] or state.get("partitions") != now["partitions"]:
         raise OutputError(
             f"sink.mode resume: the pipeline file changed since the interrupted run {run_tmp.name}",
             hint="resume continues the same pipeline; use --set sink.mode=overwrite to start again")
     return True
 
 
-def _already_complete(plan: Plan, out: Path) -> RunResult | None:
-    manifest_path = out / commit_protocol.MANIFEST
-    if not (out / commit_protocol.SUCCESS).exists() or not manifest_path.exists():
+def _already_complete(plan: Plan, out: Path, manifest: dict | None) -> RunResult | None:
+    if manifest is None or not (out / commit_protocol.SUCCESS).exists():
         return None
-    manifest = json.loads(manifest_path.read_text())
     now = _fingerprint(plan)
     changes = _input_changes(manifest.get("inputs", []), now["inputs"])
-    if changes or manifest.get("pipeline_sha256") != now["pipeline_sha256"]:
+    same_pipeline = manifest.get("fingerprint", {}).get("pipeline") == now["pipeline"]
+    if changes or not same_pipeline:
         raise OutputError(f"sink.mode resume: {out} holds a complete dataset of "
                           + ("other inputs" if changes else "another pipeline file")
                           + (":\n    " + "\n    ".join(changes[:10]) if changes else ""),
@@ -398,6 +453,7 @@ def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, ru
         "format": MANIFEST_FORMAT,
         "name": spec.name,
         "pipeline_sha256": plan.loaded.sha256,
+        "fingerprint": {k: v for k, v in _fingerprint(plan, backend).items() if k != "inputs"},
         "seed": spec.shard.seed,
         "backend": backend.name,
         "io": getattr(backend, "io_path", lambda: "posix (python file reads)")(),

@@ -1,162 +1,701 @@
-"""The commit protocol (DESIGN.md, "Output commit").
+"""The commit protocol and the rule that guards the output folder (docs/design.md, "Output commit").
 
-Shards are written under <out>/_tmp/<run-id>/data/. When all are written, a journal of the moves
-is written first; then old output is removed, new files are renamed into place, _manifest.json
-is written, and _SUCCESS last. A commit killed half-way is rolled forward by the next command
-that opens the dataset, from the journal. Names starting with '_' are hidden from pyarrow,
-Spark's and pyarrow.dataset's discovery, so _tmp/ and _quarantine/ are not read as data; glob
-readers (DuckDB's read_parquet('out/**/*.parquet'), polars) must use 'out/*.parquet' or
-'out/[!_]*/*.parquet' instead (docs/consuming.md).
+gpuetl deletes or overwrites only paths it can prove it wrote: those listed in the previous
+dataset's manifest, or in a journal or temporary folder of its own run. Every such path is checked
+(relative, no `..`, inside the dataset folder) and reached through folder descriptors opened with
+O_NOFOLLOW, so a symbolic link anywhere on the way is a refusal that names it, never a path
+followed out of the dataset. Anything else in the folder (but dotfiles) is a refusal too, before
+any data is read.
+
+A run holds a lock, `_tmp/_lock`, created exclusively; it records host, pid and the process's
+start time, so a lock whose process is gone (or whose pid was reused) is taken over, and a lock
+from another host is refused, naming it. Shards are written under `_tmp/<run-id>/data/`. When all
+are written, a journal of the commit (`_commit.json`: the previous dataset's files, the moves,
+the new manifest) is written first; then the old files are removed, the new ones renamed into
+place, `_manifest.json` written, and `_SUCCESS` last, holding the manifest's sha256. A commit
+killed half-way is finished from its journal by the next run or by `gpuetl verify --repair`.
+Names starting with '_' are hidden from pyarrow's, Spark's and pyarrow.dataset's discovery, so
+_tmp/ and _quarantine/ are not read as data; glob readers (DuckDB's read_parquet('out/**/*.parquet'),
+polars) must use 'out/*.parquet' or 'out/[!_]*/*.parquet' instead (docs/consuming.md).
 """
 
 from __future__ import annotations
 
+import errno
+import fnmatch
+import glob
+import hashlib
 import json
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import OutputError
+from ..errors import OutputError, OutputWriteFailed
+from .lock import LOCK, LOCK_FORMAT, RunLock, describe, is_alive, this_process
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "_manifest.json"
 TMP = "_tmp"
 JOURNAL = "_commit.json"
 OWNER = "_owner.json"
+MANIFEST_FORMAT = "gpuetl-manifest/1"
+RUN_FORMAT = "gpuetl-run/1"
+JOURNAL_FORMAT = "gpuetl-commit/1"
+MOVE_HINT = "move them or choose another sink.path"
+SHOWN = 10                 # paths named in a refusal
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
-def dataset_files(out: Path) -> list[Path]:
-    """What a reader would see: everything but the hidden temporary folder."""
-    if not out.exists():
-        return []
-    return [p for p in out.iterdir() if p.name != TMP]
+def manifest_bytes(manifest: dict) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode()
 
 
-def prepare(out: Path, mode: str) -> None:
-    """Refuse or accept the output folder before any work is done."""
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"sink.path: {out} exists and is not a folder")
-    recover(out)
-    existing = dataset_files(out)
-    if existing and mode == "error":
-        what = "a complete dataset" if (out / SUCCESS).exists() else "files (an incomplete or foreign dataset)"
-        raise OutputError(f"sink.path: {out} already holds {what}; refusing to touch it (sink.mode: error)",
-                          hint="use --set sink.mode=overwrite to replace it, or choose another sink.path")
-    if existing and mode == "overwrite" and not (out / MANIFEST).exists() and not (out / SUCCESS).exists():
-        unknown = [p.name for p in existing if not (p.is_dir() or p.suffix == ".parquet")]
-        if unknown:
-            raise OutputError(f"sink.path: {out} holds files gpuetl did not write ({', '.join(sorted(unknown)[:5])}); "
-                              "refusing to overwrite them", hint="choose an empty or gpuetl-made folder")
+def success_bytes(manifest_raw: bytes) -> bytes:
+    """_SUCCESS holds the manifest's sha256: `verify` then notices an edited manifest (an edit, not
+    a forgery: whoever edits both files can make them agree)."""
+    return (json.dumps({"manifest_sha256": hashlib.sha256(manifest_raw).hexdigest()}) + "\n").encode()
 
 
-def tmp_dir(out: Path, run_id: str) -> Path:
-    path = out / TMP / run_id
-    path.mkdir(parents=True, exist_ok=False)
-    claim(path)
-    return path
+# -- paths gpuetl may touch ---------------------------------------------------------------------
+
+def unsafe_reason(rel) -> str | None:
+    """Why `rel` is not a plain relative path inside a folder (None when it is)."""
+    if not isinstance(rel, str) or not rel:
+        return "not a path"
+    if "\0" in rel or "\\" in rel:
+        return "holds a NUL or backslash"
+    if rel.startswith("/") or os.path.isabs(rel):
+        return "an absolute path"
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "holds '..', '.' or an empty part"
+    return None
 
 
-def claim(run_tmp: Path) -> None:
-    """Mark a run's folder as this process's (a new run, or resume taking over an interrupted one)."""
-    (run_tmp / OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+def _named(paths: list[str]) -> str:
+    shown = ", ".join(paths[:SHOWN])
+    return shown + (f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else "")
 
 
-def is_running(run_tmp: Path) -> bool:
-    """Whether the run that owns this temporary folder is still alive on this host."""
-    try:
-        owner = json.loads((run_tmp / OWNER).read_text())
-    except (OSError, ValueError):
-        return False
-    if owner.get("host") != socket.gethostname():
-        return False
-    try:
-        pid = int(owner["pid"])
-        os.kill(pid, 0)
-    except (OSError, ValueError, KeyError):
-        return False
-    try:                               # a killed process can linger as a zombie until reaped
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+class _Tree:
+    """A folder worked in through descriptors: no link below it is ever followed."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def open(cls, path: Path) -> "_Tree":
+        return cls(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def subtree(self, rel: str) -> "_Tree":
+        with self.parent(rel) as (fd, name):
+            return _Tree(self.path / rel, self._open_dir(fd, name, rel))
+
+    def _open_dir(self, fd: int, name: str, rel: str) -> int:
+        try:
+            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise OutputError(f"sink.path: {self.path / rel} is a symbolic link or not a folder; "
+                                  "gpuetl does not follow links in a dataset folder", hint=MOVE_HINT) from None
+            raise
+
+    @contextmanager
+    def parent(self, rel: str, create: bool = False):
+        """(descriptor of rel's folder, rel's last name); create: make missing folders on the way."""
+        why = unsafe_reason(rel)
+        if why:
+            raise OutputError(f"{self.path}: refusing the path {rel!r} ({why})")
+        parts = rel.split("/")
+        fd = os.dup(self.fd)
+        try:
+            for i, part in enumerate(parts[:-1]):
+                try:
+                    sub = self._open_dir(fd, part, "/".join(parts[:i + 1]))
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    os.mkdir(part, dir_fd=fd)
+                    sub = self._open_dir(fd, part, "/".join(parts[:i + 1]))
+                os.close(fd)
+                fd = sub
+            yield fd, parts[-1]
+        finally:
+            os.close(fd)
+
+    def lstat(self, rel: str) -> os.stat_result | None:
+        try:
+            with self.parent(rel) as (fd, name):
+                return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def _refuse_unless_file(self, rel: str, st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a file"
+            raise OutputError(f"sink.path: {self.path / rel} is {what}, where gpuetl expected a file it wrote; "
+                              "refusing to touch it", hint=MOVE_HINT)
+
+    def unlink_file(self, rel: str) -> None:
+        """Remove a file gpuetl wrote; a link or folder there now is a refusal."""
+        try:
+            with self.parent(rel) as (fd, name):
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                self._refuse_unless_file(rel, st)
+                os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+
+    def read_file(self, rel: str, limit: int = 1 << 30) -> bytes:
+        with self.parent(rel) as (fd, name):
+            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                if not stat.S_ISREG(os.fstat(f).st_mode):
+                    raise OutputError(f"{self.path / rel} is not a file")
+                with os.fdopen(os.dup(f), "rb") as fh:
+                    return fh.read(limit)
+            finally:
+                os.close(f)
+
+    def write_file(self, rel: str, data: bytes, *, exclusive: bool = False, staging: "_Tree | None" = None) -> None:
+        """Write through a partial file and rename it into place (or, exclusive, create it). The
+        partial file is made in `staging` when given (a run's own folder), so a crash never
+        leaves one in the dataset."""
+        with self.parent(rel, create=True) as (fd, name):
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            temp = name if exclusive else f"{name}.{uuid.uuid4().hex[:8]}.partial"
+            temp_fd = staging.fd if staging is not None and not exclusive else fd
+            f = os.open(temp, flags, 0o644, dir_fd=temp_fd)
+            try:
+                with os.fdopen(f, "wb") as fh:
+                    fh.write(data)
+                if not exclusive:
+                    if _exists(fd, name):
+                        self._refuse_unless_file(rel, os.stat(name, dir_fd=fd, follow_symlinks=False))
+                    os.replace(temp, name, src_dir_fd=temp_fd, dst_dir_fd=fd)
+            except BaseException:
+                try:
+                    os.unlink(temp, dir_fd=temp_fd)
+                except FileNotFoundError:
+                    pass
+                raise
+
+    def move_in(self, source: "_Tree", rel: str, replaceable: set[str]) -> bool:
+        """Rename source/rel to self/rel; False when it is no longer in source (moved already).
+        What it replaces must be a file listed in `replaceable`."""
+        with source.parent(rel) as (sfd, sname):
+            try:
+                st = os.stat(sname, dir_fd=sfd, follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            source._refuse_unless_file(rel, st)
+            with self.parent(rel, create=True) as (dfd, dname):
+                if _exists(dfd, dname):
+                    self._refuse_unless_file(rel, os.stat(dname, dir_fd=dfd, follow_symlinks=False))
+                    if rel not in replaceable:
+                        raise OutputError(f"sink.path: {self.path / rel} appeared during the commit and gpuetl "
+                                          "did not write it; refusing to replace it", hint=MOVE_HINT)
+                os.replace(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
         return True
 
+    def rmdir_if_empty(self, rel: str) -> None:
+        try:
+            with self.parent(rel) as (fd, name):
+                os.rmdir(name, dir_fd=fd)
+        except OSError:
+            pass
 
-def commit(out: Path, run_tmp: Path, manifest: dict) -> None:
-    data = run_tmp / "data"
-    moves = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file())
-    journal = {"run": run_tmp.name, "moves": moves, "manifest": manifest}
-    _write_json(run_tmp / JOURNAL, journal)
-    _roll_forward(out, run_tmp, journal)
-
-
-def recover(out: Path) -> list[str]:
-    """Finish commits that were interrupted; drop temporary folders of runs that never committed."""
-    finished = []
-    root = out / TMP
-    if not root.is_dir():
-        return finished
-    for run_tmp in sorted(root.iterdir()):
-        journal_path = run_tmp / JOURNAL
-        if journal_path.exists():
+    def remove_tree(self, rel: str) -> None:
+        """Remove a folder gpuetl made (a run's temporary folder), links inside unlinked, not followed."""
+        with self.parent(rel) as (fd, name):
             try:
-                journal = json.loads(journal_path.read_text())
-            except (OSError, ValueError):
-                journal = None
-            if journal:
-                _roll_forward(out, run_tmp, journal)
-                finished.append(run_tmp.name)
-                continue
-    return finished
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if not stat.S_ISDIR(st.st_mode):
+                raise OutputError(f"sink.path: {self.path / rel} is not a folder gpuetl made; refusing to remove it")
+            shutil.rmtree(name, dir_fd=fd)      # descriptor-based: never follows a link (3.11+)
 
 
-def abandon(run_tmp: Path) -> None:
-    shutil.rmtree(run_tmp, ignore_errors=True)
-    _remove_if_empty(run_tmp.parent)
+def _exists(fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
 
 
-def stale_runs(out: Path) -> list[Path]:
+# -- the sink and the inputs --------------------------------------------------------------------
+
+def check_apart_from_inputs(out: Path, input_files: list[str], patterns: list[str], base_dir: Path) -> None:
+    """The sink may not equal, contain or lie inside an input path: overwrite would delete the
+    inputs, and a later run would read its own output."""
+    sink = os.path.realpath(out)
+    for path in input_files:
+        real = os.path.realpath(path)
+        if real == sink or real.startswith(sink.rstrip(os.sep) + os.sep):
+            raise OutputError(f"sink.path: {out} holds the input file {path}; gpuetl refuses to write its "
+                              "output over its inputs", hint="choose a sink.path outside the inputs' folders")
+    for pattern in patterns:
+        full = pattern if os.path.isabs(pattern) else os.path.join(str(base_dir), pattern)
+        if _pattern_reaches(full, sink):
+            raise OutputError(f"sink.path: {out} lies where source.path {pattern!r} reads: a later run would "
+                              "read this run's output", hint="choose a sink.path outside the inputs' folders, "
+                              "or narrow the pattern")
+
+
+def _pattern_reaches(pattern: str, sink: str) -> bool:
+    """Whether a glob could match the sink folder or anything in it."""
+    parts = Path(os.path.normpath(pattern)).parts
+    fixed = 0
+    while fixed < len(parts) and not glob.has_magic(parts[fixed]):
+        fixed += 1
+    if fixed == len(parts):
+        return False                          # a plain name: a file, checked as one
+    root = os.path.realpath(os.path.join(*parts[:fixed]))
+    if sink != root and not sink.startswith(root.rstrip(os.sep) + os.sep):
+        return False
+    below = Path(os.path.relpath(sink, root)).parts if sink != root else ()
+    return _reaches(list(parts[fixed:]), list(below))
+
+
+def _reaches(pattern: list[str], sink: list[str]) -> bool:
+    if not sink:
+        return bool(pattern)                  # the pattern goes on below the sink
+    if not pattern:
+        return False
+    head = pattern[0]
+    hidden = sink[0].startswith(".") and not head.startswith(".")
+    if head == "**":
+        return _reaches(pattern[1:], sink) or (not hidden and _reaches(pattern, sink[1:]))
+    return not hidden and fnmatch.fnmatchcase(sink[0], head) and _reaches(pattern[1:], sink[1:])
+
+
+# -- what the folder holds ----------------------------------------------------------------------
+
+@dataclass
+class Inventory:
+    """The dataset folder as gpuetl sees it: the previous dataset's files (proven by its manifest),
+    and everything else (but dotfiles and _tmp/), which is not gpuetl's to touch."""
+
+    manifest: dict | None = None
+    ours: list[str] = field(default_factory=list)      # files listed in the manifest, present
+    foreign: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return SUCCESS in self.ours
+
+
+def listed_files(manifest: dict) -> set[str]:
+    """Every path a manifest proves gpuetl wrote (raises ValueError on an entry that is no path)."""
+    paths = {MANIFEST, SUCCESS}
+    for entry in list(manifest.get("shards") or []) + list(manifest.get("quarantine") or []):
+        rel = entry.get("path") if isinstance(entry, dict) else None
+        why = unsafe_reason(rel)
+        if why or rel.split("/")[0] == TMP:
+            raise ValueError(f"the manifest lists {rel!r}, which is not a path inside the dataset")
+        paths.add(rel)
+    return paths
+
+
+def load_manifest(tree: _Tree) -> dict | None:
+    """The folder's manifest if it is one of ours; None when there is none (ValueError: unreadable)."""
+    st = tree.lstat(MANIFEST)
+    if st is None:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{MANIFEST} is not a file")
+    try:
+        manifest = json.loads(tree.read_file(MANIFEST))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{MANIFEST} is not valid JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"{MANIFEST} is not a gpuetl manifest")
+    return manifest
+
+
+def take_inventory(tree: _Tree) -> Inventory:
+    inv = Inventory()
+    try:
+        inv.manifest = load_manifest(tree)
+        listed = listed_files(inv.manifest) if inv.manifest is not None else set()
+    except ValueError as err:
+        inv.manifest, listed = None, set()
+        inv.foreign.append(f"{MANIFEST} ({err})")
+    needed_dirs = {"/".join(p.split("/")[:i]) for p in listed for i in range(1, p.count("/") + 1)}
+
+    def walk(fd: int, prefix: str) -> None:
+        with os.scandir(fd) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                rel = prefix + entry.name
+                if entry.name.startswith(".") or rel == TMP:
+                    continue
+                if entry.is_symlink():
+                    inv.foreign.append(f"{rel} (a symbolic link)")
+                elif entry.is_dir(follow_symlinks=False):
+                    sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    try:
+                        before = len(inv.foreign) + len(inv.ours)
+                        walk(sub, rel + "/")
+                        if len(inv.foreign) + len(inv.ours) == before and rel not in needed_dirs:
+                            inv.foreign.append(rel + "/")
+                    finally:
+                        os.close(sub)
+                elif entry.is_file(follow_symlinks=False) and rel in listed:
+                    inv.ours.append(rel)
+                elif rel == MANIFEST and inv.foreign[:1] and inv.foreign[0].startswith(MANIFEST):
+                    pass                           # named already, with why it is not ours
+                else:
+                    inv.foreign.append(rel)
+
+    walk(tree.fd, "")
+    return inv
+
+
+# -- a folder opened for a run ------------------------------------------------------------------
+
+def _valid_owner(run: _Tree) -> dict | None:
+    try:
+        record = json.loads(run.read_file(OWNER, 1 << 16))
+    except (OSError, ValueError, OutputError):
+        return None
+    if not isinstance(record, dict) or record.get("format") != RUN_FORMAT or record.get("run") != run.path.name:
+        return None
+    return record
+
+
+def journal_problem(out: Path, name: str) -> str | None:
+    """Why the journal in out/_tmp/name cannot be trusted (None: `verify --repair` would finish it)."""
+    try:
+        with _Tree.open(out) as tree, tree.subtree(f"{TMP}/{name}") as run:
+            validate_journal(run, listed_on_disk(tree))
+        return None
+    except (ValueError, OutputError, OSError) as err:
+        return str(err).split("\n")[0]
+
+
+def pending_journals(out: Path) -> list[str]:
+    """Names of the run folders under out/_tmp holding a commit journal (read-only)."""
     root = out / TMP
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not root.is_dir() or root.is_symlink():
+        return []
+    return sorted(p.name for p in root.iterdir()
+                  if not p.is_symlink() and p.is_dir() and (p / JOURNAL).is_file() and not (p / JOURNAL).is_symlink())
 
 
-def _roll_forward(out: Path, run_tmp: Path, journal: dict) -> None:
-    (out / SUCCESS).unlink(missing_ok=True)
-    new = set(journal["moves"])
-    for top in dataset_files(out):            # remove what the previous dataset had and this one has not
-        for old in ([top] if top.is_file() else sorted(top.rglob("*"), reverse=True)):
-            if old.is_file() and str(old.relative_to(out)) not in new:
-                old.unlink()
-            elif old.is_dir() and not any(old.iterdir()):
-                old.rmdir()
-        if top.is_dir() and not any(top.iterdir()):
-            top.rmdir()
-    data = run_tmp / "data"
-    for rel in journal["moves"]:
-        src, dst = data / rel, out / rel
-        if src.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dst)
-    _write_json(out / MANIFEST, journal["manifest"])
-    (out / SUCCESS).write_text("")
-    shutil.rmtree(run_tmp, ignore_errors=True)
-    _remove_if_empty(out / TMP)
+def validate_journal(run: _Tree, on_disk: set[str]) -> dict:
+    """The journal of an interrupted commit, every path checked (ValueError says what is wrong):
+    the files it removes must be listed by the manifest in the folder (`on_disk`) or its own."""
+    if _valid_owner(run) is None:
+        raise ValueError(f"{run.path / OWNER} is not an owner record gpuetl wrote")
+    try:
+        journal = json.loads(run.read_file(JOURNAL))
+    except (OSError, ValueError, OutputError) as err:
+        raise ValueError(f"{run.path / JOURNAL} cannot be read ({err})") from None
+    if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run.path.name:
+        raise ValueError(f"{run.path / JOURNAL} is not a commit journal of this run")
+    moves, previous, manifest = journal.get("moves"), journal.get("previous"), journal.get("manifest")
+    if not isinstance(moves, list) or not isinstance(previous, list) or not isinstance(manifest, dict):
+        raise ValueError(f"{run.path / JOURNAL} lacks its moves, previous files or manifest")
+    for rel in moves + previous:
+        why = unsafe_reason(rel)
+        if why or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves):
+            raise ValueError(f"{run.path / JOURNAL} names the path {rel!r}, which gpuetl would never write "
+                             f"({why or 'a reserved name'})")
+    listed = listed_files(manifest)
+    if not listed - {MANIFEST, SUCCESS} <= set(moves):
+        raise ValueError(f"{run.path / JOURNAL}: its manifest lists files the commit does not move")
+    unproven = sorted(set(previous) - on_disk - listed)
+    if unproven:
+        raise ValueError(f"{run.path / JOURNAL} would remove {unproven[0]!r}, which no manifest lists")
+    data = run.lstat("data")
+    if data is not None and not stat.S_ISDIR(data.st_mode):
+        raise ValueError(f"{run.path / 'data'} is a symbolic link or a file, not the folder gpuetl wrote shards to")
+    return journal
+
+
+def listed_on_disk(tree: _Tree) -> set[str]:
+    try:
+        manifest = load_manifest(tree)
+        return listed_files(manifest) if manifest is not None else set()
+    except ValueError:
+        return set()
+
+
+class OutputFolder:
+    """The dataset folder while a run (or `verify --repair`) holds its lock."""
+
+    def __init__(self, out: Path, log=lambda *_: None):
+        self.out, self.log = out, log
+        self.created: list[Path] = []          # folders this process made, outermost first
+        self.tree: _Tree | None = None
+        self.tmp: _Tree | None = None
+        self.lock: RunLock | None = None
+        self.inventory = Inventory()
+        self.committed = False
+        self.journal_written = False           # a commit that fails after this is finished by --repair
+        self.tmp_used = False                  # a run folder of ours was made or removed in _tmp/
+
+    # opening and closing
+
+    def open(self) -> "OutputFolder":
+        out = self.out
+        if os.path.lexists(out) and not out.is_dir():
+            raise OutputError(f"sink.path: {out} exists and is not a folder")
+        missing = []
+        for folder in [out, *out.parents]:
+            if os.path.lexists(folder):
+                break
+            missing.append(folder)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputWriteFailed(f"sink.path: cannot create {out}: {err.strerror}") from None
+        self.created = [f for f in reversed(missing) if f.is_dir()]
+        try:
+            self.tree = _Tree.open(out)
+            st = self.tree.lstat(TMP)
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                raise OutputError(f"sink.path: {out / TMP} is a symbolic link or a file, not gpuetl's temporary "
+                                  "folder; refusing to use it", hint=MOVE_HINT)
+            if st is None:
+                try:
+                    os.mkdir(TMP, dir_fd=self.tree.fd)
+                    self.created.append(out / TMP)
+                except FileExistsError:            # another run made it just now
+                    pass
+            self.tmp = self.tree.subtree(TMP)
+            self.lock = RunLock(self.tmp, this_process(LOCK_FORMAT))
+            self.lock.acquire(self.log)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Let go of the lock; remove the folders this process made if they are empty."""
+        if self.lock is not None and self.lock.inode:
+            self.lock.release()
+        for t in (self.tmp, self.tree):
+            if t is not None:
+                t.close()
+        self.tmp = self.tree = self.lock = None
+        if self.tmp_used or self.out / TMP in self.created:
+            _remove_if_empty(self.out / TMP)
+        if not self.committed:
+            for folder in reversed(self.created):
+                _remove_if_empty(folder)
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # the rule
+
+    def survey(self, mode: str) -> Inventory:
+        """Finish interrupted commits, then refuse unless everything in the folder is gpuetl's."""
+        self.recover()
+        inv = self.inventory = take_inventory(self.tree)
+        refuse(self.out, inv, mode)
+        return inv
+
+    # temporary folders of runs
+
+    def runs(self, note: bool = False) -> list[Path]:
+        """Temporary folders made by gpuetl runs (with a valid owner record); others are left alone."""
+        found = []
+        with os.scandir(self.tmp.fd) as entries:
+            names = sorted(e.name for e in entries if not e.name.startswith(LOCK))
+        for name in names:
+            try:
+                with self.tmp.subtree(name) as run:
+                    ours = _valid_owner(run) is not None
+            except (OutputError, OSError):
+                ours = False
+            if ours:
+                found.append(self.out / TMP / name)
+            elif note:
+                self.log(f"note: leaving {self.out / TMP / name} alone: gpuetl did not make it")
+        return found
+
+    def refuse_links(self, run_tmp: Path) -> None:
+        """Before a run goes on writing into an earlier run's folder: no link anywhere in it."""
+        links = []
+        for folder, dirs, files in os.walk(run_tmp, followlinks=False):
+            links += [os.path.relpath(os.path.join(folder, n), self.out) for n in dirs + files
+                      if os.path.islink(os.path.join(folder, n))]
+        if links:
+            raise OutputError(f"sink.path: the interrupted run's folder holds symbolic links ({_named(sorted(links))}); "
+                              "gpuetl does not write through links", hint=f"move {run_tmp} away and run again")
+
+    def owner(self, run_tmp: Path) -> dict | None:
+        with self.tmp.subtree(run_tmp.name) as run:
+            return _valid_owner(run)
+
+    def new_run(self, run_id: str) -> Path:
+        os.mkdir(run_id, dir_fd=self.tmp.fd)
+        self.tmp_used = True
+        self.claim(self.out / TMP / run_id)
+        return self.out / TMP / run_id
+
+    def claim(self, run_tmp: Path) -> None:
+        """Mark a run's folder as this process's (a new run, or resume taking over an interrupted one)."""
+        record = {**this_process(RUN_FORMAT), "run": run_tmp.name}
+        self.tmp.write_file(f"{run_tmp.name}/{OWNER}", json.dumps(record).encode())
+
+    def abandon(self, run_tmp: Path) -> None:
+        self.tmp.remove_tree(run_tmp.name)
+        self.tmp_used = True
+
+    # the commit
+
+    def commit(self, run_tmp: Path, manifest: dict) -> None:
+        self.lock.check()
+        with self.tmp.subtree(run_tmp.name) as run:
+            # what the manifest lists, not whatever is in data/ (a killed writer's .partial stays behind)
+            moves = sorted(listed_files(manifest) - {MANIFEST, SUCCESS})
+            previous = sorted(set(self.inventory.ours) - {SUCCESS})
+            journal = {"format": JOURNAL_FORMAT, "run": run_tmp.name, "previous": previous, "moves": moves,
+                       "manifest": manifest}
+            try:
+                run.write_file(JOURNAL, json.dumps(journal, indent=1).encode())
+            except OSError as err:
+                raise OutputWriteFailed(
+                    f"sink.path: writing the commit journal {run_tmp / JOURNAL} failed ({err.strerror or err}); "
+                    f"nothing in {self.out} was changed", hint="free space or fix the cause, then run again") from None
+            self.journal_written = True
+            validate_journal(run, listed_on_disk(self.tree))
+        try:
+            self._roll_forward(run_tmp.name, journal)
+        except OSError as err:      # the journal is written: `verify --repair` finishes it
+            raise OutputWriteFailed(
+                f"sink.path: committing to {self.out} failed part-way ({_os_message(err)}); the dataset is not "
+                "complete (no _SUCCESS)", hint=f"free the space or fix the cause, then run "
+                f"`gpuetl verify --repair {self.out}`: it finishes the commit from its journal") from None
+        self.committed = True
+
+    def recover(self) -> list[str]:
+        """Finish the commits that were interrupted, each journal checked first."""
+        finished = []
+        for run_tmp in self.runs():
+            with self.tmp.subtree(run_tmp.name) as run:
+                if run.lstat(JOURNAL) is None:
+                    continue
+                try:
+                    journal = validate_journal(run, listed_on_disk(self.tree))
+                except ValueError as err:
+                    raise OutputError(f"sink.path: {err}; not finishing that commit, nothing was changed",
+                                      hint=f"if gpuetl did not write it, move {run_tmp} away") from None
+            if owner := self.owner(run_tmp):
+                if owner.get("pid") != os.getpid() and is_alive(owner) and owner.get("host") == socket.gethostname():
+                    raise OutputError(f"sink.path: the run {run_tmp.name} ({describe(owner)}) is committing right now")
+            self.log(f"finishing the interrupted commit of run {run_tmp.name}")
+            self._roll_forward(run_tmp.name, journal)
+            finished.append(run_tmp.name)
+        if finished:
+            self.committed = True
+        return finished
+
+    def _preflight(self, run_name: str, journal: dict) -> bool:
+        """Check every path the roll-forward will touch before it touches any: each a file (or
+        absent) with no link on the way. Whether the run's data folder is still there."""
+        has_data = _isdir(self.tmp, f"{run_name}/data")
+        previous = set(journal["previous"])
+        for rel in [SUCCESS, MANIFEST, *journal["previous"], *journal["moves"]]:
+            st = self.tree.lstat(rel)
+            if st is not None:
+                self.tree._refuse_unless_file(rel, st)
+                if rel in journal["moves"] and rel not in previous and has_data and \
+                        self.tmp.lstat(f"{run_name}/data/{rel}") is not None:
+                    raise OutputError(f"sink.path: {self.out / rel} is in the way of the commit and gpuetl did "
+                                      "not write it; refusing to replace it", hint=MOVE_HINT)
+        return has_data
+
+    def _roll_forward(self, run_name: str, journal: dict) -> None:
+        tree = self.tree
+        has_data = self._preflight(run_name, journal)
+        tree.unlink_file(SUCCESS)
+        moves, previous = journal["moves"], journal["previous"]
+        new = set(moves)
+        for rel in previous:
+            if rel not in new and rel != MANIFEST:
+                tree.unlink_file(rel)
+        folders = {"/".join(p.split("/")[:i]) for p in previous for i in range(1, p.count("/") + 1)}
+        for folder in sorted(folders, key=lambda f: -f.count("/")):
+            tree.rmdir_if_empty(folder)              # emptied: the previous dataset's split folders
+        if has_data:                                  # gone: every file was moved already
+            with self.tmp.subtree(f"{run_name}/data") as data:
+                for rel in moves:
+                    tree.move_in(data, rel, set(previous))
+        raw = manifest_bytes(journal["manifest"])
+        with self.tmp.subtree(run_name) as run:
+            tree.write_file(MANIFEST, raw, staging=run)
+            tree.write_file(SUCCESS, success_bytes(raw), staging=run)
+        self.tmp.remove_tree(run_name)
+        self.tmp_used = True
+
+
+def refuse(out: Path, inv: Inventory, mode: str) -> None:
+    """Anything gpuetl did not write is in the way, in every mode; mode: error refuses ours too."""
+    if inv.foreign:
+        verb = "overwrite" if mode == "overwrite" else "write into"
+        raise OutputError(f"sink.path: {out} holds {len(inv.foreign)} path{'s' if len(inv.foreign) > 1 else ''} "
+                          f"gpuetl did not write ({_named(inv.foreign)}); refusing to {verb} it "
+                          f"(sink.mode: {mode})", hint=MOVE_HINT)
+    if mode == "error" and inv.ours:
+        what = "a complete dataset" if inv.complete else "an incomplete dataset (no _SUCCESS)"
+        raise OutputError(f"sink.path: {out} already holds {what}; refusing to touch it (sink.mode: error)",
+                          hint="use --set sink.mode=overwrite to replace it, or choose another sink.path")
+
+
+def _isdir(tree: _Tree, rel: str) -> bool:
+    """Whether rel is a folder; False when it is absent; a refusal when it is a link or a file."""
+    st = tree.lstat(rel)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"sink.path: {tree.path / rel} is a symbolic link or a file, not a folder gpuetl made; "
+                          "refusing to move anything from it", hint=MOVE_HINT)
+    return st is not None
+
+
+def _os_message(err: OSError) -> str:
+    return f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)
 
 
 def _remove_if_empty(path: Path) -> None:
     try:
-        path.rmdir()
+        if not path.is_symlink():
+            path.rmdir()
     except OSError:
         pass
 
 
-def _write_json(path: Path, payload: dict) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+def survey_read_only(out: Path, mode: str) -> None:
+    """The refusals that need no lock, made before anything is created in the folder; skipped
+    while a commit waits to be finished (its files are not in the old manifest yet)."""
+    if not out.is_dir() or pending_journals(out):
+        return
+    if os.path.lexists(out / TMP) and (out / TMP).is_symlink():
+        raise OutputError(f"sink.path: {out / TMP} is a symbolic link, not gpuetl's temporary folder", hint=MOVE_HINT)
+    with _Tree.open(out) as tree:
+        refuse(out, take_inventory(tree), mode)

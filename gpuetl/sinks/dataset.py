@@ -1,31 +1,58 @@
-"""Reading a dataset back: what it holds (inspect) and whether it is intact (verify)."""
+"""Reading a dataset back: what it holds (inspect) and whether it is intact (verify). Both only
+read, whatever the folder holds; `repair` (verify --repair) finishes an interrupted commit."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import DataError, SpecError
 from . import commit as commit_protocol
-from .parquet import sha256_of
+from .commit import MANIFEST, SUCCESS, TMP
+
+
+def _dataset_folder(out: str | Path) -> Path:
+    out = Path(os.path.normpath(os.path.abspath(out)))
+    if not out.is_dir():
+        raise SpecError(f"{out}: no such dataset folder")
+    return out
 
 
 def read_manifest(out: str | Path) -> tuple[Path, dict]:
-    out = Path(out)
-    if not out.is_dir():
-        raise SpecError(f"{out}: no such dataset folder")
-    commit_protocol.recover(out)
-    path = out / commit_protocol.MANIFEST
+    """The manifest, read without changing anything (a pending commit is left for --repair)."""
+    out = _dataset_folder(out)
+    path = out / MANIFEST
     if not path.exists():
-        raise DataError(f"{out}: no {commit_protocol.MANIFEST}; this is not a complete gpuetl dataset "
-                        f"({'a run may have been interrupted' if (out / commit_protocol.TMP).exists() else 'nothing was committed here'})")
+        if commit_protocol.pending_journals(out):
+            why = f"a commit was interrupted: `gpuetl verify --repair {out}` finishes it"
+        elif (out / TMP).exists():
+            why = "a run may have been interrupted"
+        else:
+            why = "nothing was committed here"
+        raise DataError(f"{out}: no {MANIFEST}; this is not a complete gpuetl dataset ({why})")
+    if path.is_symlink() or not path.is_file():
+        raise DataError(f"{path}: not a file (a symbolic link or a folder); gpuetl does not follow links here")
     try:
-        return out, json.loads(path.read_text())
+        manifest = json.loads(path.read_bytes())
     except ValueError as err:
         raise DataError(f"{path}: the manifest is not valid JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != commit_protocol.MANIFEST_FORMAT:
+        raise DataError(f"{path}: not a gpuetl manifest (no format {commit_protocol.MANIFEST_FORMAT!r})")
+    return out, manifest
+
+
+def repair(out: str | Path, log=lambda *_: None) -> list[str]:
+    """Finish interrupted commits from their journals (each path checked first), under the lock."""
+    out = _dataset_folder(out)
+    with commit_protocol.OutputFolder(out, log) as folder:
+        return folder.recover()
 
 
 @dataclass
@@ -37,47 +64,155 @@ class Problem:
         return f"{self.path}: {self.what}"
 
 
+def _regular_file(out: Path, rel: str) -> os.stat_result | None | str:
+    """lstat of out/rel, or why it cannot be read safely (a link on the way, not a file)."""
+    why = commit_protocol.unsafe_reason(rel)
+    if why:
+        return f"not a path inside the dataset ({why})"
+    path = out
+    for part in rel.split("/"):
+        path = path / part
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return f"{path.relative_to(out)} is a symbolic link; gpuetl does not follow links in a dataset"
+    return st if stat.S_ISREG(st.st_mode) else "not a file"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _consistency(manifest: dict) -> list[Problem]:
+    """The manifest against itself: the accounting identity, per stage and overall; the shards'
+    rows against rows_out; the quarantine files' rows against quarantined."""
+    problems = []
+    c = manifest.get("counts") or {}
+    keys = ("rows_in", "rows_out", "filtered", "deduplicated", "quarantined")
+    if not all(isinstance(c.get(k), int) for k in keys):
+        return [Problem(MANIFEST, f"counts must hold the integers {', '.join(keys)}")]
+    if c["rows_in"] != c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]:
+        problems.append(Problem(MANIFEST, f"counts do not add up: rows_in {c['rows_in']} != rows_out + filtered + "
+                                          "deduplicated + quarantined"))
+    shard_rows = sum(s["rows"] for s in manifest["shards"])
+    if shard_rows != c["rows_out"]:
+        problems.append(Problem(MANIFEST, f"the shards hold {shard_rows} rows, counts.rows_out says {c['rows_out']}"))
+    quarantine_rows = sum(q["rows"] for q in manifest["quarantine"])
+    if manifest.get("on_error") == "quarantine" and quarantine_rows != c["quarantined"]:
+        problems.append(Problem(MANIFEST, f"the quarantine files hold {quarantine_rows} rows, counts.quarantined "
+                                          f"says {c['quarantined']}"))
+    stages = manifest.get("stages") or []
+    remaining = c["rows_in"]
+    for s in stages:
+        try:
+            dropped = s["filtered"] + s["deduplicated"] + s["quarantined"]
+            if s["rows_in"] != remaining or s["rows_out"] != s["rows_in"] - dropped:
+                problems.append(Problem(MANIFEST, f"stage {s['stage']} ({s['name']}) does not add up"))
+                break
+            remaining = s["rows_out"]
+        except (KeyError, TypeError):
+            problems.append(Problem(MANIFEST, "a stage entry lacks its counts"))
+            break
+    else:
+        if stages and remaining != c["rows_out"]:
+            problems.append(Problem(MANIFEST, f"the last stage leaves {remaining} rows, counts.rows_out says "
+                                              f"{c['rows_out']}"))
+    for kind in ("filtered", "deduplicated", "quarantined"):
+        total = sum(s.get(kind, 0) for s in stages if isinstance(s, dict))
+        if stages and total != c[kind]:
+            problems.append(Problem(MANIFEST, f"the stages' {kind} add up to {total}, counts.{kind} says {c[kind]}"))
+    return problems
+
+
+def _entries_problem(manifest: dict) -> str | None:
+    for key in ("shards", "quarantine"):
+        entries = manifest.get(key)
+        if not isinstance(entries, list):
+            return f"{key} must be a list"
+        for e in entries:
+            if not (isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("rows"), int)
+                    and isinstance(e.get("bytes"), int) and isinstance(e.get("sha256"), str)):
+                return f"an entry of {key} lacks path, rows, bytes or sha256"
+    return None
+
+
 def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
-    """Re-hash every shard and quarantine file against the manifest; list what is wrong."""
+    """Re-hash every shard and quarantine file against the manifest, check the manifest against
+    itself and _SUCCESS against the manifest; list what is wrong. Changes nothing."""
     out, manifest = read_manifest(out)
     problems: list[Problem] = []
-    if not (out / commit_protocol.SUCCESS).exists():
-        problems.append(Problem(commit_protocol.SUCCESS, "missing: the dataset was not committed completely"))
-    listed = set()
-    for entry in manifest.get("shards", []) + manifest.get("quarantine", []):
+    for name in commit_protocol.pending_journals(out):
+        why = commit_protocol.journal_problem(out, name)
+        problems.append(Problem(f"{TMP}/{name}", f"an interrupted commit: `gpuetl verify --repair {out}` finishes it"
+                                if why is None else f"a commit journal gpuetl cannot trust ({why}); "
+                                "--repair will not use it: if gpuetl did not write it, move it away"))
+    success = _regular_file(out, SUCCESS)
+    if success is None:
+        problems.append(Problem(SUCCESS, "missing: the dataset was not committed completely"))
+    elif isinstance(success, str):
+        problems.append(Problem(SUCCESS, success))
+    else:
+        expected = commit_protocol.success_bytes((out / MANIFEST).read_bytes())
+        if (out / SUCCESS).read_bytes() != expected:
+            problems.append(Problem(SUCCESS, "does not hold the manifest's sha256: the manifest was edited "
+                                             "after the commit (or written by an older gpuetl)"))
+    malformed = _entries_problem(manifest)
+    if malformed:
+        return manifest, problems + [Problem(MANIFEST, malformed)]
+    problems += _consistency(manifest)
+    listed = {MANIFEST, SUCCESS}
+    for entry in manifest["shards"] + manifest["quarantine"]:
         rel = entry["path"]
         listed.add(rel)
-        path = out / rel
-        if not path.exists():
+        st = _regular_file(out, rel)
+        if st is None:
             problems.append(Problem(rel, "missing"))
-            continue
-        size = path.stat().st_size
-        if size != entry["bytes"]:
-            problems.append(Problem(rel, f"size {size} bytes, the manifest says {entry['bytes']}"))
-            continue
-        digest = sha256_of(str(path))
-        if digest != entry["sha256"]:
+        elif isinstance(st, str):
+            problems.append(Problem(rel, st))
+        elif st.st_size != entry["bytes"]:
+            problems.append(Problem(rel, f"size {st.st_size} bytes, the manifest says {entry['bytes']}"))
+        elif (digest := _sha256(out / rel)) != entry["sha256"]:
             problems.append(Problem(rel, f"sha256 {digest[:12]}…, the manifest says {entry['sha256'][:12]}…"))
-    for path in sorted(out.rglob("*.parquet")):
-        rel = str(path.relative_to(out))
-        if rel not in listed and not rel.startswith(commit_protocol.TMP):
-            problems.append(Problem(rel, "not in the manifest (a stray file readers would pick up)"))
+    for folder, dirs, files in os.walk(out):
+        rel_folder = os.path.relpath(folder, out)
+        if rel_folder == ".":
+            dirs[:] = [d for d in dirs if d != TMP]
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
+            rel = name if rel_folder == "." else f"{rel_folder}/{name}"
+            if name.startswith(".") or rel in listed:
+                continue
+            problems.append(Problem(rel, "not in the manifest (a stray file readers may pick up)"))
     return manifest, problems
 
 
 def inspect_dataset(out: str | Path, sample_rows: int = 3) -> dict:
     out, manifest = read_manifest(out)
+    malformed = _entries_problem(manifest)
+    if malformed:
+        raise DataError(f"{out / MANIFEST}: {malformed}")
     splits: dict[str, dict] = {}
-    for shard in manifest.get("shards", []):
-        s = splits.setdefault(shard["split"] or "(no split)", {"shards": 0, "rows": 0, "bytes": 0})
+    for shard in manifest["shards"]:
+        s = splits.setdefault(shard.get("split") or "(no split)", {"shards": 0, "rows": 0, "bytes": 0})
         s["shards"] += 1
         s["rows"] += shard["rows"]
         s["bytes"] += shard["bytes"]
     sample = []
-    for shard in manifest.get("shards", []):
-        if shard["rows"]:
-            table = pq.ParquetFile(out / shard["path"]).read_row_group(0).slice(0, sample_rows)
-            sample = table.to_pylist()
+    for shard in manifest["shards"]:
+        if shard["rows"] and not isinstance(_regular_file(out, shard["path"]), (str, type(None))):
+            try:
+                sample = pq.ParquetFile(out / shard["path"]).read_row_group(0).slice(0, sample_rows).to_pylist()
+            except (OSError, pa.ArrowException) as err:
+                sample = [{"(unreadable shard)": f"{shard['path']}: {err}"}]
             break
-    return {"path": str(out), "complete": (out / commit_protocol.SUCCESS).exists(), "manifest": manifest,
-            "splits": splits, "sample": sample}
+    pending = commit_protocol.pending_journals(out)
+    complete = not pending and isinstance(_regular_file(out, SUCCESS), os.stat_result)
+    return {"path": str(out), "complete": complete, "manifest": manifest, "splits": splits, "sample": sample,
+            "interrupted_commits": pending}

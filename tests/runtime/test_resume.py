@@ -127,3 +127,44 @@ def test_target_bytes_shards_are_within_ten_percent(inputs):
             assert 0.9 * target <= size <= 1.1 * target, (split, sizes)
     again = Pipeline.from_file(file, ["source.blocksize=1MiB"]).run(backend="cpu", scheduler="threads")
     assert again.shards == result.shards
+
+
+def test_fingerprint_leaves_sink_mode_out(tmp_path):
+    from gpuetl.backends import get_backend
+    from gpuetl.runtime.run import _fingerprint
+
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "0.log", lines=10)
+    inputs = tmp_path
+    cpu = get_backend("cpu")
+    prints = [_fingerprint(Pipeline.from_file(pipeline(inputs, mode)).plan(cpu), cpu)
+              for mode in ("error", "overwrite", "resume")]
+    assert prints[0] == prints[1] == prints[2]
+    other = _fingerprint(Pipeline.from_file(pipeline(inputs, "error"), ["shard.seed=9"]).plan(cpu), cpu)
+    assert other["pipeline"] != prints[0]["pipeline"]
+
+
+def test_killed_under_mode_error_then_resume(inputs):
+    """The fingerprint leaves sink.mode out: `--set sink.mode=resume` picks the work up; another
+    backend or gpuetl version is refused with a hint, the work kept for the right one."""
+    mode = "error"
+    shard = {"count": 3, "shuffle": True, "seed": 5}
+    clean = Pipeline.from_file(pipeline(inputs, "overwrite", shard), ["sink.path=clean"]).run(
+        backend="cpu", scheduler="sync")
+    file = pipeline(inputs, mode, shard)
+    kill_during_run(inputs, file, maps_done(inputs, 2))
+    [state_path] = (inputs / "out" / "_tmp").glob("*/_state.json")
+    state = json.loads(state_path.read_text())
+    assert "mode" not in json.dumps(state) and state["backend"] == "cpu"
+    for key, value, hint in (("backend", "gpu", "--backend gpu"), ("gpuetl", "0.0.1", "sink.mode=overwrite")):
+        state_path.write_text(json.dumps({**state, key: value}))
+        with pytest.raises(OutputError, match="sink.mode resume: the interrupted run") as info:
+            Pipeline.from_file(file, ["sink.mode=resume"]).run(backend="cpu", scheduler="sync")
+        assert hint in str(info.value)
+        assert state_path.exists()                        # refused: the finished work is kept
+    state_path.write_text(json.dumps(state))
+    logs = []
+    result = Pipeline.from_file(file, ["sink.mode=resume"]).run(backend="cpu", scheduler="sync", log=logs.append)
+    assert any("already done, skipped" in line for line in logs), logs
+    assert shards_of(inputs / "out") == shards_of(inputs / "clean")
+    assert result.counts == clean.counts

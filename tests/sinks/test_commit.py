@@ -153,7 +153,7 @@ def test_mode_error_refuses_complete_dataset(base, capsys):
 def test_mode_error_refuses_foreign_files(base):
     (base / "out").mkdir()
     (base / "out" / "notes.txt").write_text("mine")
-    with pytest.raises(OutputError, match="an incomplete or foreign dataset"):
+    with pytest.raises(OutputError, match=r"holds 1 path gpuetl did not write \(notes.txt\)(?s:.*)move them"):
         run_dict(base)
     assert (base / "out" / "notes.txt").read_text() == "mine"
 
@@ -200,30 +200,36 @@ def test_overwrite_same_names_is_byte_identical(base):
 # --------------------------------------------------------------------------- an interrupted commit
 
 
+def _failing_move(monkeypatch, after: int = 1, err=None):
+    """Make the commit's moves into place fail after `after` of them (a crash or a full disk)."""
+    real = commit._Tree.move_in
+    moved = []
+
+    def move_in(self, source, rel, replaceable):
+        if len(moved) >= after:
+            raise err or OSError(5, "simulated crash after the first move")
+        moved.append(rel)
+        return real(self, source, rel, replaceable)
+
+    monkeypatch.setattr(commit._Tree, "move_in", move_in)
+    return moved
+
+
 def _half_committed(base: Path, monkeypatch) -> Path:
     """An old split dataset in base/out, then a new one's commit that stops after its first move."""
     old = run_dict(base, shard={"count": 2, "splits": {"train": 0.5, "val": 0.5}})
     new = run_dict(base, shard={"count": 3}, path="staged")
     out = old.out_dir
-    run_tmp = commit.tmp_dir(out, commit.new_run_id())
-    for rel in [s["path"] for s in new.manifest["shards"] + new.manifest["quarantine"]]:
-        (run_tmp / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(new.out_dir / rel, run_tmp / "data" / rel)
-
-    real_replace = os.replace
-    moved = []
-
-    def replace(src, dst):
-        if commit.TMP in Path(src).parts and commit.TMP not in Path(dst).parts:     # a move into place
-            if moved:
-                raise OSError(5, "simulated crash after the first move")
-            moved.append(dst)
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(OSError, match="simulated crash"):
-        commit.commit(out, run_tmp, new.manifest)
-    monkeypatch.setattr(os, "replace", real_replace)
+    with commit.OutputFolder(out) as folder:
+        folder.survey("overwrite")
+        run_tmp = folder.new_run(commit.new_run_id())
+        for rel in [s["path"] for s in new.manifest["shards"] + new.manifest["quarantine"]]:
+            (run_tmp / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(new.out_dir / rel, run_tmp / "data" / rel)
+        moved = _failing_move(monkeypatch)
+        with pytest.raises(OutputError, match="simulated crash"):
+            folder.commit(run_tmp, new.manifest)
+        monkeypatch.undo()
 
     assert len(moved) == 1
     assert (run_tmp / commit.JOURNAL).exists()
@@ -241,7 +247,7 @@ def _assert_rolled_forward(out: Path) -> None:
     assert ds.dataset(out, format="parquet").count_rows() == manifest["counts"]["rows_out"]
 
 
-@pytest.mark.parametrize("command", ["verify", "inspect", "run"])
+@pytest.mark.parametrize("command", ["verify --repair", "run"])
 def test_interrupted_commit_is_rolled_forward(base, monkeypatch, command, capsys):
     out = _half_committed(base, monkeypatch)
     if command == "run":
@@ -251,34 +257,91 @@ def test_interrupted_commit_is_rolled_forward(base, monkeypatch, command, capsys
         assert main(["run", str(pipe), "--scheduler", "sync"]) == 2
         assert "already holds a complete dataset" in capsys.readouterr().err
     else:
-        assert main([command, str(out)]) == 0
+        assert main(["verify", "--repair", str(out)]) == 0
+        assert "finished the interrupted commit" in capsys.readouterr().out
     _assert_rolled_forward(out)
     assert main(["verify", str(out)]) == 0
 
 
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_verify_and_inspect_only_read_an_interrupted_commit(base, monkeypatch, command, capsys):
+    out = _half_committed(base, monkeypatch)
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in out.rglob("*"))
+    assert main([command, str(out)]) == (1 if command == "verify" else 0)
+    captured = capsys.readouterr()
+    assert "verify --repair" in captured.out + captured.err
+    if command == "inspect":
+        assert "INCOMPLETE" in captured.out
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in out.rglob("*")) == before
+
+
 def test_recover_is_idempotent(base, monkeypatch):
     out = _half_committed(base, monkeypatch)
-    assert len(commit.recover(out)) == 1
-    assert commit.recover(out) == []
+    with commit.OutputFolder(out) as folder:
+        assert len(folder.recover()) == 1
+    with commit.OutputFolder(out) as folder:
+        assert folder.recover() == []
     _assert_rolled_forward(out)
 
 
-def test_failed_commit_in_a_run_can_be_recovered(base, monkeypatch):
+def test_failed_commit_in_a_run_can_be_recovered(base, monkeypatch, capsys):
     run_dict(base, shard={"count": 2, "splits": {"train": 0.5, "val": 0.5}})
-    real_replace = os.replace
-    moved = []
-
-    def replace(src, dst):
-        if commit.TMP in Path(src).parts and commit.TMP not in Path(dst).parts:
-            if moved:
-                raise OSError(28, "No space left on device")
-            moved.append(dst)
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(OutputError, match="failed part-way"):
+    _failing_move(monkeypatch, err=OSError(28, "No space left on device", str(base / "out" / "part-00001.parquet")))
+    with pytest.raises(OutputError, match="failed part-way") as info:
         run_dict(base, shard={"count": 3}, mode="overwrite")
+    assert f"gpuetl verify --repair {base / 'out'}" in str(info.value)
+    assert "No space left on device" in str(info.value) and "part-00001.parquet" in str(info.value)
+    assert info.value.exit_code == 1
     assert not (base / "out" / commit.SUCCESS).exists()
-    monkeypatch.setattr(os, "replace", real_replace)
-    # Either the old dataset is intact or the new one can be finished: verify must pass after recovery.
-    assert main(["verify", str(base / "out")]) == 0
+    monkeypatch.undo()
+    assert main(["verify", str(base / "out")]) == 1           # verify alone only reads
+    assert main(["verify", "--repair", str(base / "out")]) == 0
+
+
+def test_full_disk_before_the_journal_changes_nothing(base, monkeypatch):
+    first = run_dict(base)
+    before = {str(p): p.read_bytes() for p in first.out_dir.rglob("*") if p.is_file()}
+    real = commit._Tree.write_file
+
+    def write_file(self, rel, data, **kw):
+        if rel == commit.JOURNAL:
+            raise OSError(28, "No space left on device", str(self.path / rel))
+        return real(self, rel, data, **kw)
+
+    monkeypatch.setattr(commit._Tree, "write_file", write_file)
+    with pytest.raises(OutputError, match="writing the commit journal .*_commit.json failed .*nothing in .* was "
+                                          "changed") as info:
+        run_dict(base, mode="overwrite")
+    assert info.value.exit_code == 1
+    monkeypatch.undo()
+    assert {str(p): p.read_bytes() for p in first.out_dir.rglob("*") if p.is_file()} == before
+    assert main(["verify", str(first.out_dir)]) == 0
+
+
+def test_sink_path_may_be_a_link_to_a_folder(base):
+    """The dataset folder itself may be reached through a link (a mount, /tmp on macOS); nothing
+    inside it is followed."""
+    (base / "real").mkdir()
+    os.symlink(base / "real", base / "out")
+    result = run_dict(base)
+    assert (base / "real" / commit.SUCCESS).exists()
+    assert main(["verify", str(result.out_dir)]) == 0
+    again = run_dict(base, mode="overwrite")
+    assert again.counts == result.counts
+
+
+def test_commit_moves_what_the_manifest_lists_not_leftovers(base):
+    """A killed writer's partial file in the run's data/ (a resumed run) stays out of the dataset."""
+    staged = run_dict(base, path="staged")
+    out = base / "out"
+    with commit.OutputFolder(out) as folder:
+        folder.survey("error")
+        run_tmp = folder.new_run(commit.new_run_id())
+        for entry in staged.manifest["shards"] + staged.manifest["quarantine"]:
+            (run_tmp / "data" / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(staged.out_dir / entry["path"], run_tmp / "data" / entry["path"])
+        (run_tmp / "data" / "part-00001.parquet.partial").write_bytes(b"half a shard")
+        folder.commit(run_tmp, staged.manifest)
+    assert not (out / "part-00001.parquet.partial").exists()
+    assert not (out / commit.TMP).exists()
+    assert main(["verify", str(out)]) == 0
