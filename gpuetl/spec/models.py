@@ -11,7 +11,8 @@ from .sizes import parse_size
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `count: true` or `version: true` is a mistake, not the number 1
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 Size = int | str
@@ -140,6 +141,13 @@ class PipelineSpec(Model):
     max_error_ratio: float | None = Field(None, ge=0, le=1)
     shard: Shard = Field(default_factory=Shard)
     sink: Sink
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, v):
+        if isinstance(v, bool):   # a bool equals 1 to Python; not to a reader of the file
+            raise ValueError(f"expected the whole number 1, got {v!r}")
+        return v
 
     @field_validator("steps", mode="before")
     @classmethod

@@ -10,6 +10,13 @@ from ..errors import SpecError
 
 Location = tuple[int, int]  # 1-based line, column
 
+# A pipeline file is small and shallow. These caps turn a hostile file (an alias "billion laughs",
+# thousands of nested brackets, a huge file) into a located error before any work is done.
+MAX_FILE_BYTES = 1 << 20     # 1 MiB
+MAX_DEPTH = 32               # mappings and lists inside each other
+MAX_VALUES = 100_000         # values after YAML aliases are expanded
+_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+
 
 class _Loader(yaml.SafeLoader):
     """SafeLoader: plain data only, no Python objects."""
@@ -17,8 +24,14 @@ class _Loader(yaml.SafeLoader):
 
 def load_with_locations(text: str, filename: str) -> tuple[Any, dict[tuple, Location]]:
     """Parse YAML text into plain data plus a map from key path to (line, column)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise SpecError(f"{filename}: the pipeline file is {len(text)} characters long; the limit is "
+                        f"{MAX_FILE_BYTES} (1 MiB)", hint="a pipeline file describes the work; it does not hold data")
     try:
+        _check_depth(text, filename)
         node = yaml.compose(text, Loader=_Loader)
+    except RecursionError:
+        raise SpecError(f"{filename}: the YAML is nested too deeply (the limit is {MAX_DEPTH} levels)") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
@@ -30,29 +43,59 @@ def load_with_locations(text: str, filename: str) -> tuple[Any, dict[tuple, Loca
         raise SpecError(f"{filename}: the pipeline file is empty", hint="start with `version: 1`")
     locations: dict[tuple, Location] = {}
     loader = _Loader("")
-    data = _build(node, (), locations, loader, filename)
+    data = _build(node, (), locations, loader, filename, [0])
     return data, locations
 
 
-def _build(node, path, locations, loader, filename):
+def _check_depth(text: str, filename: str) -> None:
+    """Refuse deep nesting while streaming the events (composing would recurse first)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise SpecError(f"{filename}:{mark.line + 1}:{mark.column + 1}: the YAML is nested more than "
+                                f"{MAX_DEPTH} levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _build(node, path, locations, loader, filename, count):
+    line = node.start_mark.line + 1
+    count[0] += 1
+    if count[0] > MAX_VALUES:
+        raise SpecError(f"{filename}:{line}: the YAML expands to more than {MAX_VALUES} values "
+                        "(aliases such as *name repeat what they point to)",
+                        hint="a pipeline file needs few aliases, if any; write the values out")
+    if len(path) > MAX_DEPTH:   # aliases can nest a node inside itself
+        raise SpecError(f"{filename}:{line}: the YAML is nested more than {MAX_DEPTH} levels deep "
+                        "(through aliases)")
+    if node.tag not in _PLAIN_TAGS:
+        raise SpecError(f"{filename}:{line}:{node.start_mark.column + 1}: the tag {node.tag!r} is not allowed: "
+                        "a pipeline file holds plain values only (text, numbers, true/false, lists, mappings)")
     locations.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
         for key_node, value_node in node.value:
             # Keys are names: YAML 1.1 would read `on:` or `yes:` as booleans (dedupe's `on`!).
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if not isinstance(key, str):
+            if not isinstance(key, str) or key_node.tag not in _PLAIN_TAGS:
                 raise SpecError(f"{filename}:{key_node.start_mark.line + 1}: keys must be plain names")
             if key in out:
                 raise SpecError(
                     f"{filename}:{key_node.start_mark.line + 1}: key {_dotted(path + (key,))!r} is given twice"
                 )
             locations[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            out[key] = _build(value_node, path + (key,), locations, loader, filename)
+            out[key] = _build(value_node, path + (key,), locations, loader, filename, count)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, path + (i,), locations, loader, filename) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+        return [_build(item, path + (i,), locations, loader, filename, count) for i, item in enumerate(node.value)]
+    try:
+        return loader.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError) as err:
+        raise SpecError(f"{filename}:{line}:{node.start_mark.column + 1}: cannot read the value "
+                        f"{node.value!r:.60}: {getattr(err, 'problem', None) or err}") from None
 
 
 def _dotted(path) -> str:

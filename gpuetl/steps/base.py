@@ -22,7 +22,7 @@ class StepError(ValueError):
 
 
 class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)   # `true` is not the number 1
 
 
 class Step:
