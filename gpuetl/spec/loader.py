@@ -17,6 +17,7 @@ from ..errors import SpecError
 from ..steps.base import STEPS, Step, closest, step_class
 from ..steps.expr import ExprError
 from .models import PipelineSpec
+from .names import field_name_problem, new_name_problem
 from .yamlio import MAX_FILE_BYTES, dotted, load_with_locations, parse_scalar
 
 
@@ -75,7 +76,7 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
         if errors and not problems:   # every error was a union branch not taken: say what pydantic said
             problems += [f"{_where(locations, _clean_loc(e['loc'], data), filename)}"
                          f"{dotted(_clean_loc(e['loc'], data)) or '(top level)'}: {e['msg']}" for e in errors]
-    steps: list[Step] = []
+    steps: list[tuple[int, Step]] = []    # (index in the file, step)
     for i, item in enumerate(listed):
         if not isinstance(item, dict) or len(item) != 1:
             problems.append(f"{_where(locations, ('steps', i), filename)}steps[{i}]: each step is a mapping with "
@@ -89,7 +90,7 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
             problems.append(f"{where}steps[{i}]: {err.args[0]}")
             continue
         try:
-            steps.append(cls.from_raw(raw_params))
+            steps.append((i, cls.from_raw(raw_params)))
         except ValidationError as err:
             for e in err.errors():
                 loc = ("steps", i, name) + tuple(p for p in e["loc"] if p != "root")
@@ -98,12 +99,13 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
         except ExprError as err:
             problems.append(f"{where}steps[{i}].{name}: {err}")
     problems += _not_yet(spec, data, locations, filename) if spec else []
+    problems += _reserved_names(spec, steps, locations, filename)
     if problems:
         unique = list(dict.fromkeys(problems))
         head = f"{filename}: {len(unique)} problem{'s' if len(unique) > 1 else ''} in the pipeline file"
         raise SpecError(head + "\n  " + "\n  ".join(unique))
     digest = hashlib.sha256(raw if raw is not None and not overrides else _canonical(data)).hexdigest()
-    return LoadedSpec(spec, tuple(steps), filename, base_dir, digest, locations)
+    return LoadedSpec(spec, tuple(step for _, step in steps), filename, base_dir, digest, locations)
 
 
 MAX_STEPS = 1000
@@ -145,6 +147,27 @@ def _override_path(item: str, key: str) -> list:
             parts.append(int(name) if name.isdigit() else name)
         parts += [int(i) for i in re.findall(r"\[(\d+)\]", indices)]
     return parts
+
+
+def _reserved_names(spec: PipelineSpec | None, steps: list[tuple[int, Step]], locations, filename) -> list[str]:
+    """Names that would replace gpuetl's own columns or folders (spec/names.py)."""
+    out = []
+
+    def refuse(path, problem, hint):
+        out.append(f"{_where(locations, path, filename)}{dotted(path)}: {problem}; {hint}")
+
+    if spec is not None:
+        for name in spec.columns:
+            if problem := field_name_problem(name):
+                refuse(("columns", name), problem, "such a field cannot be read as a column")
+        for name in spec.shard.splits or {}:
+            if problem := new_name_problem(name):
+                refuse(("shard", "splits", name), problem, "name the split without a leading '_'")
+    for index, step in steps:
+        for path, name in step.new_names():
+            if problem := new_name_problem(name):
+                refuse(("steps", index, step.name) + path, problem, "choose a name without a leading '_'")
+    return out
 
 
 def apply_overrides(data: dict, overrides, locations) -> dict:

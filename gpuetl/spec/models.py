@@ -16,6 +16,8 @@ class Model(BaseModel):
 
 
 Size = int | str
+MAX_BLOCKSIZE = 1 << 30        # 1 GiB
+MIN_TARGET_BYTES = 64 << 10    # 64 KiB
 
 
 def _size(value):
@@ -33,7 +35,10 @@ class Source(Model):
     @field_validator("blocksize")
     @classmethod
     def _blocksize(cls, v):
-        return parse_size(v)
+        size = parse_size(v)
+        if size > MAX_BLOCKSIZE:
+            raise ValueError(f"{v!r} is over the limit of 1GiB: a partition is held in memory whole")
+        return size
 
     @field_validator("path")
     @classmethod
@@ -80,7 +85,11 @@ class Shard(Model):
     @field_validator("target_bytes")
     @classmethod
     def _target(cls, v):
-        return _size(v)
+        size = _size(v)
+        if size is not None and size < MIN_TARGET_BYTES:
+            raise ValueError(f"{v!r} is under the minimum of 64KiB (shards that small are mostly overhead; "
+                             "use count for a fixed number of shards)")
+        return size
 
     @field_validator("key", mode="before")
     @classmethod

@@ -65,6 +65,16 @@ class Step:
     def describe(self) -> str:
         return f"{self.name}"
 
+    def new_names(self) -> list[tuple[tuple, str]]:
+        """(key path within the step's parameters, name) of each column name the step makes up;
+        the loader refuses reserved ones (spec/names.py)."""
+        return []
+
+    def regexes(self) -> list[tuple[tuple, str]]:
+        """(key path within the step's parameters, pattern) of each regular expression the step
+        runs; checked at load time with RE2 and offered to the backend's check_regex at plan time."""
+        return []
+
     # -- global steps (is_global): decided across partitions without moving rows ------------
     # plan/graph.py's resolve_in_place runs, per partition i: prepare -> row_keys; once:
     # repeated_keys(all keys); per partition: candidates(df, keys, repeated, i); once:

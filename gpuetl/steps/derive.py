@@ -32,6 +32,12 @@ class Derive(Step):
                 raise ExprError(f"{name}: {err}") from None
         return out
 
+    def new_names(self):
+        return [((name,), name) for name in self.params.root]
+
+    def regexes(self):
+        return [((name,), pattern) for name, expr in self.expressions.items() for pattern in expr.regexes()]
+
     def output_schema(self, schema: Schema) -> Schema:
         out = dict(schema)
         for name, expr in self.expressions.items():

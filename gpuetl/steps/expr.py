@@ -62,6 +62,7 @@ __all__ = [
     "MAX_STRING_LITERAL",
     "MAX_DEPTH",
     "MAX_NODES",
+    "regex_problem",
 ]
 
 MAX_TEXT_LENGTH = 10_000
@@ -713,17 +714,31 @@ class _Parser:
                 self.fail(a, f"argument {i + 1} of {name}() must be a string literal; usage: {spec.signature}")
             if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
                 self.fail(a, f"argument {i + 1} of {name}() must be an integer literal; usage: {spec.signature}")
-            if kind == "regex":
-                try:
-                    re.compile(value)
-                except (re.error, RecursionError, OverflowError, ValueError) as e:
-                    self.fail(a, f"invalid regular expression {value[:60]!r} in {name}(): {e}")
+            if kind == "regex" and (why := regex_problem(value)):
+                self.fail(a, f"invalid regular expression {value[:60]!r} in {name}(): {why}")
             if name == "substr" and value < 0:
                 self.fail(a, "substr() start and length must be >= 0")
             if name == "round" and abs(value) > 30:
                 self.fail(a, "round() ndigits must be between -30 and 30")
             nodes.append(Literal(value, self.col(a), self.seg(a)))
         return Call(name, nodes, kwargs, col, src)
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why RE2, the engine every backend can run a pattern with (pyarrow on the CPU, and the GPU
+    backend's fallback), rejects `pattern`, or None. A backend checks its own dialect at plan
+    time (Backend.check_regex / regex_error)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        pc.match_substring_regex(pa.array([""], type=pa.string()), pattern=pattern)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        message = str(err).replace("Invalid regular expression: ", "")
+        if re.search(r"\(\?<?[=!]|\\[1-9]", pattern):
+            message += " (RE2 has no lookarounds and no backreferences)"
+        return f"RE2 cannot run it: {message}"
+    return None
 
 
 def parse_expression(text: str) -> "Expr":
@@ -1344,6 +1359,10 @@ class Expr:
     def columns(self) -> set[str]:
         """Names of all columns the expression reads."""
         return {n.name for n in _walk(self.root) if isinstance(n, Column)}
+
+    def regexes(self) -> list[str]:
+        """The regular expressions the expression runs (matches() patterns)."""
+        return [n.args[1].value for n in _walk(self.root) if isinstance(n, Call) and n.name == "matches"]
 
     def functions(self) -> set[str]:
         """Names of all functions the expression calls."""

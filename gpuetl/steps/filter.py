@@ -27,6 +27,9 @@ class Filter(Step):
     def expression(self):
         return parse_expression(self.params.root)
 
+    def regexes(self):
+        return [((), pattern) for pattern in self.expression.regexes()]
+
     def output_schema(self, schema: Schema) -> Schema:
         try:
             self.expression.check_predicate(schema)
