@@ -6,7 +6,7 @@ from pydantic import RootModel
 
 from ..types import Schema
 from .base import Step, StepError, register
-from .expr import ExprError, parse_expression
+from .expr import ExprError, Refusals, parse_expression
 
 
 @register
@@ -48,10 +48,22 @@ class Derive(Step):
         self._types = {name: out[name] for name in self.expressions}
         return out
 
-    def transform(self, df, backend):
+    def quarantine(self, df, backend):
+        """Records an expression cannot give a value for (int64 overflow, a value grown past
+        expr.MAX_VALUE_CHARS) are set aside with the reason. Found by a first evaluation, made
+        only when an expression can refuse at all; transform then runs on the rest."""
+        if not any(expr.may_refuse() for expr in self.expressions.values()):
+            return df, None, None
+        refusals = Refusals()
+        self.transform(df, backend, refusals)
+        if refusals.mask is None:
+            return df, None, None
+        return df, refusals.mask, refusals.reasons
+
+    def transform(self, df, backend, refusals: Refusals | None = None):
         df = df.copy()
         for name, expr in self.expressions.items():
-            values = expr.evaluate(df, backend)
+            values = expr.evaluate(df, backend, refusals)
             if not hasattr(values, "index"):  # a constant: broadcast
                 values = backend.series([values] * len(df), self._types[name], index=df.index)
             df[name] = backend.astype(values, self._types[name]) if values.dtype != backend.dtype(self._types[name]) else values

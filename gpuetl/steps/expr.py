@@ -49,6 +49,8 @@ from typing import Any, Iterator, Mapping, NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..errors import DataError
+
 __all__ = [
     "Expr",
     "ExprError",
@@ -63,12 +65,20 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NODES",
     "regex_problem",
+    "ExprValueError",
+    "Refusals",
 ]
 
 MAX_TEXT_LENGTH = 10_000
 MAX_STRING_LITERAL = 1_000
 MAX_DEPTH = 64
 MAX_NODES = 1_000
+# A value an expression makes (replace() or '+' of strings) may not grow past MAX_VALUE_CHARS: the
+# record is quarantined by derive (a filter stops the run). A partition's column may not grow past
+# MAX_COLUMN_CHARS: the run stops, asking for a smaller source.blocksize.
+MAX_VALUE_CHARS = 1 << 24
+MAX_COLUMN_CHARS = 1 << 30
+MAX_SUBSTR = 2**31 - 1
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -91,6 +101,28 @@ class ExprError(ValueError):
 
 class ExprTypeError(ExprError):
     """An expression does not type-check against a schema."""
+
+
+class ExprValueError(DataError):
+    """An expression cannot give a value for some records (int64 overflow, an oversized string)
+    and nothing can set them aside (a filter): the run stops, saying which and why."""
+
+
+class Refusals:
+    """Records an expression cannot give a value for, collected (by derive) to be quarantined:
+    `mask` (plain bool Series) and `reasons` (string Series, null where fine)."""
+
+    def __init__(self):
+        self.mask = None
+        self.reasons = None
+
+    def add(self, mask, reason: str, backend) -> None:
+        if hasattr(backend, "nulls"):
+            why = backend.nulls(len(mask), "string", index=mask.index).where(~mask, reason)
+        else:
+            why = pd.Series([None] * len(mask), index=mask.index, dtype=object).where(~mask, reason)
+        self.reasons = why if self.reasons is None else self.reasons.where(self.reasons.notna(), why)
+        self.mask = mask if self.mask is None else (self.mask | mask)
 
 
 def _quote(text: str, limit: int = 120) -> str:
@@ -659,7 +691,9 @@ class _Parser:
             allowed = ", ".join(sorted(FUNCTIONS))
             self.fail(
                 n.func,
-                f"calling '{name}' is not allowed: unknown function{_hint(name, FUNCTIONS)} (allowed functions: {allowed})",
+                f"calling '{name}' is not allowed: unknown function"
+                + (f"; use {_FUNCTION_SYNONYMS[name.lower()]}()" if name.lower() in _FUNCTION_SYNONYMS
+                   else _hint(name, FUNCTIONS)) + f" (allowed functions: {allowed})",
             )
         for a in n.args:
             if isinstance(a, ast.Starred):
@@ -716,12 +750,49 @@ class _Parser:
                 self.fail(a, f"argument {i + 1} of {name}() must be an integer literal; usage: {spec.signature}")
             if kind == "regex" and (why := regex_problem(value)):
                 self.fail(a, f"invalid regular expression {value[:60]!r} in {name}(): {why}")
-            if name == "substr" and value < 0:
-                self.fail(a, "substr() start and length must be >= 0")
+            if name == "substr" and not 0 <= value <= MAX_SUBSTR:
+                self.fail(a, f"substr() start and length must be between 0 and {MAX_SUBSTR}")
+            if name == "replace" and i == 1 and value == "":
+                self.fail(a, "replace() needs a non-empty text to replace (an empty one would insert the "
+                             "new text between every two characters)")
             if name == "round" and abs(value) > 30:
                 self.fail(a, "round() ndigits must be between -30 and 30")
             nodes.append(Literal(value, self.col(a), self.seg(a)))
         return Call(name, nodes, kwargs, col, src)
+
+
+# Habits from SQL, C and JavaScript, and what to write here instead: (pattern, advice).
+_SYNTAX_HINTS = (
+    (r"&&", "use 'and' instead of '&&'"),
+    (r"\|\|", "use 'or' instead of '||'"),
+    (r"===?(?==)|===", "use '==' to compare"),
+    (r"<>", "use '!=' instead of '<>'"),
+    (r"(?<![=!<>])=(?!=)", "use '==' to compare ('=' assigns nothing here)"),
+    (r"!(?!=)", "use 'not' instead of '!'"),
+    (r"\b(?:AND|OR|NOT)\b", "write and / or / not in lower case"),
+    (r"(?:\band|\bor|\bnot|[-+*/%<>=,(])\s*$", "the expression ends in the middle: something is missing at the end"),
+)
+_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _syntax_hint(src: str) -> tuple[int, str] | None:
+    """(column, advice) for the first known habit in `src` outside string literals."""
+    code = _STRING_LITERAL.sub(lambda m: "_" * len(m.group()), src)
+    for pattern, advice in _SYNTAX_HINTS:
+        match = re.search(pattern, code)
+        if match:
+            return (len(code.rstrip()) if "ends in the middle" in advice else match.start()), advice
+    return None
+
+
+# Names of functions in other languages -> the function here.
+_FUNCTION_SYNONYMS = {
+    "regexp": "matches", "regexp_like": "matches", "rlike": "matches", "regex": "matches", "re_match": "matches",
+    "search": "matches", "like": "matches (a regular expression) or contains", "length": "len",
+    "char_length": "len", "strlen": "len", "trim": "strip", "lowercase": "lower", "lcase": "lower",
+    "uppercase": "upper", "ucase": "upper", "substring": "substr", "ifnull": "coalesce", "nvl": "coalesce",
+    "isnull": "is_null", "iif": "if_else", "if": "if_else", "str_contains": "contains",
+}
 
 
 def regex_problem(pattern: str) -> str | None:
@@ -766,6 +837,10 @@ def parse_expression(text: str) -> "Expr":
                 col=0,
             ) from None
         col = max((e.offset or 1) - 1, 0)
+        hint = _syntax_hint(src)
+        if hint:
+            col, advice = hint
+            msg = f"{msg}; {advice}"
         raise ExprError(
             f"invalid expression {_quote(src)} at column {col}: syntax error: {msg}", expression=src, col=col
         ) from None
@@ -824,7 +899,12 @@ def _describe(node: Node, t: str) -> str:
 
 def _infer_column(node: Column, env: _TypeEnv) -> str:
     if node.name not in env.schema:
-        env.fail(node, f"unknown column '{node.name}'{_hint(node.name, env.names)}")
+        advice = _hint(node.name, env.names)
+        if node.name.lower() in ("null", "nil", "none"):
+            advice = "; to test for a missing value write 'x is None' or 'x is not None'"
+        elif node.name.lower() in ("true", "false"):
+            advice = f"; the constant is written {node.name.capitalize()}"
+        env.fail(node, f"unknown column '{node.name}'{advice}")
     t = normalize_type(env.schema[node.name])
     if t is None:
         env.fail(node, f"column '{node.name}' has type {env.schema[node.name]!r}, which expressions cannot use")
@@ -1021,7 +1101,8 @@ def _nullable_name(typ: str) -> str:
 
 
 class _EvalCtx:
-    def __init__(self, df, backend, env: _TypeEnv):
+    def __init__(self, df, backend, env: _TypeEnv, refusals: Refusals | None = None):
+        self.refusals = refusals     # where refused records go; None: stop with ExprValueError
         self.df = df
         self.backend = backend
         self.env = env
@@ -1032,6 +1113,24 @@ class _EvalCtx:
 
     def type_of(self, node: Node) -> str:
         return self.env.type_of(node)
+
+    def refuse(self, node: Node, mask, why: str):
+        """Records (a bool Series, null = fine) where `node` cannot give a value: collected, or
+        the run stops. Returns the plain mask, or None when no record is refused."""
+        if mask is None or _is_scalar(mask):
+            mask = self.full(bool(mask), BOOL) if mask is not None else None
+            if mask is None:
+                return None
+        mask = self.true_mask(mask)
+        if not bool(mask.any()):
+            return None
+        if self.refusals is None:
+            raise ExprValueError(f"expression {_quote(self.env.expr.text)}: `{node.src}` {why} "
+                                 f"({int(mask.sum())} record{'s' if int(mask.sum()) != 1 else ''})",
+                                 hint="compute it in a derive step, which sets such records aside "
+                                      "(on_error), then filter on the result")
+        self.refusals.add(mask, f"`{node.src}` {why}", self.backend)
+        return mask
 
     def eval(self, node: Node):
         return _EVAL[type(node)](node, self)
@@ -1124,7 +1223,58 @@ def _eval_literal(node: Literal, ctx: _EvalCtx):
 def _eval_neg(node: Neg, ctx: _EvalCtx):
     typ = ctx.type_of(node)
     s = ctx.cast(ctx.series(ctx.eval(node.operand), ctx.type_of(node.operand)), typ)
+    if _is_int(typ):
+        overflow = ctx.refuse(node, s == _INT64_MIN, "overflows int64")
+        if overflow is not None:
+            return ctx.set_null(-s.mask(overflow, 0), overflow, typ)
     return -s
+
+
+def _length(v):
+    return len(v) if isinstance(v, str) else v.str.len()
+
+
+def _limit_growth(node: Node, ctx: _EvalCtx, projected, inputs: tuple):
+    """Refuse records whose new string would pass MAX_VALUE_CHARS, from the length it would
+    have (computed before the string is made); null those inputs so the string is never made.
+    Stop when the partition's column as a whole would pass MAX_COLUMN_CHARS."""
+    too_long = ctx.refuse(node, projected > MAX_VALUE_CHARS,
+                          f"would make a value of more than {MAX_VALUE_CHARS} characters")
+    if too_long is not None:
+        inputs = tuple(v if isinstance(v, str) else v.mask(too_long) for v in inputs)
+        projected = projected.mask(too_long, 0)
+    total = int(projected.sum()) if not isinstance(projected, int) else projected * ctx.n
+    if total > MAX_COLUMN_CHARS:
+        raise ExprValueError(f"expression {_quote(ctx.env.expr.text)}: `{node.src}` would make {total} characters "
+                             f"in one partition; the limit is {MAX_COLUMN_CHARS}",
+                             hint="lower source.blocksize, or make the expression grow its values less")
+    return inputs
+
+
+def _checked(node: BinOp, ctx: _EvalCtx, l, r):
+    """int64 +, -, * with overflow found before it happens: (l, r, overflow mask or None),
+    the refused records' operands replaced by 0 so the operation itself cannot overflow."""
+    l, r = ctx.series(l, "int64"), ctx.series(r, "int64")
+    if node.op == "+":
+        over = ((r > 0) & (l > _INT64_MAX - r.clip(lower=0))) | ((r < 0) & (l < _INT64_MIN - r.clip(upper=0)))
+    elif node.op == "-":
+        over = ((r < 0) & (l > _INT64_MAX + r.clip(upper=0))) | ((r > 0) & (l < _INT64_MIN + r.clip(lower=0)))
+    else:   # '*': a float product far from the limit decides; the few near it are checked exactly
+        near = ctx.true_mask((l.astype("float64") * r.astype("float64")).abs() >= 2.0**62)
+        over = near.copy()
+        if bool(near.any()):
+            exact = [a is not None and b is not None and not (pd.isna(a) or pd.isna(b))
+                     and not _INT64_MIN <= int(a) * int(b) <= _INT64_MAX
+                     for a, b in zip(_host_list(l[near]), _host_list(r[near]))]
+            over[near] = exact
+    overflow = ctx.refuse(node, over, "overflows int64")
+    if overflow is not None:
+        l, r = l.mask(overflow, 0), r.mask(overflow, 0)
+    return l, r, overflow
+
+
+def _host_list(s) -> list:
+    return s.to_arrow().to_pylist() if hasattr(s, "to_arrow") else s.tolist()
 
 
 def _eval_not(node: Not, ctx: _EvalCtx):
@@ -1164,7 +1314,22 @@ def _eval_binop(node: BinOp, ctx: _EvalCtx):
     if typ != STRING:
         l, r = ctx.cast(l, typ), ctx.cast(r, typ)
     fn = _ARITH[node.op]
-    if node.op not in ("/", "//", "%"):
+    if typ == STRING:
+        l, r = _limit_growth(node, ctx, _length(l) + _length(r), (l, r))
+        return fn(l, r)
+    if _is_int(typ) and node.op in ("+", "-", "*"):
+        l, r, overflow = _checked(node, ctx, l, r)
+        return ctx.set_null(fn(l, r), overflow, typ)
+    if _is_int(typ) and node.op == "//" and (not _is_scalar(r) or r == -1):   # MIN // -1
+        overflow = ctx.refuse(node, (l == _INT64_MIN) & (r == -1), "overflows int64")
+        if overflow is not None:
+            l = ctx.series(l, typ).mask(overflow, 0)
+            return ctx.set_null(_eval_division(fn, l, r, ctx, typ), overflow, typ)
+    return _eval_division(fn, l, r, ctx, typ)
+
+
+def _eval_division(fn, l, r, ctx: _EvalCtx, typ: str):
+    if fn not in (_ARITH["/"], _ARITH["//"], _ARITH["%"]):
         return fn(l, r)
     # division / modulo by zero -> null
     if _is_scalar(r):
@@ -1259,7 +1424,11 @@ def _eval_call(node: Call, ctx: _EvalCtx):
             res = s.str.endswith(lit(1))
         return ctx.set_null(res, ctx.isna(s), BOOL)
     if name == "replace":
-        return arg(0).str.replace(lit(1), lit(2), regex=False)
+        s, old, new = arg(0), lit(1), lit(2)
+        if len(new) > len(old):
+            projected = s.str.len() + s.str.count(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", old)) * (len(new) - len(old))
+            s, = _limit_growth(node, ctx, projected, (s,))
+        return s.str.replace(old, new, regex=False)
     if name == "substr":
         start, length = lit(1), lit(2)
         return arg(0).str.slice(start, start + length)
@@ -1268,7 +1437,12 @@ def _eval_call(node: Call, ctx: _EvalCtx):
             return arg(0).dt.day_of_week
         return getattr(arg(0).dt, name)
     if name == "abs":
-        return arg(0).abs()
+        s = arg(0)
+        if _is_int(typ):
+            overflow = ctx.refuse(node, s == _INT64_MIN, "overflows int64")
+            if overflow is not None:
+                return ctx.set_null(s.mask(overflow, 0).abs(), overflow, typ)
+        return s.abs()
     if name == "round":
         s = ctx.cast(arg(0), typ)
         ndigits = lit(1) if len(args) > 1 else 0
@@ -1403,7 +1577,12 @@ class Expr:
                 schema[name] = t
         return _TypeEnv(self, schema, names=list(df.columns))
 
-    def evaluate(self, df, backend=None):
+    def may_refuse(self) -> bool:
+        """Whether some record could get no value (int64 overflow, a value grown too long)."""
+        return any(isinstance(n, (BinOp, Neg)) or (isinstance(n, Call) and n.name in ("abs", "replace"))
+                   for n in _walk(self.root))
+
+    def evaluate(self, df, backend=None, refusals: Refusals | None = None):
         """Evaluate on a pandas/cuDF DataFrame; returns a Series aligned with ``df.index``.
 
         ``backend`` needs attributes ``xp`` (numpy/cupy), ``xd`` (pandas/cudf) and a
@@ -1414,7 +1593,7 @@ class Expr:
         typ = env.type_of(self.root)
         if typ == NULL:
             env.fail(self.root, "the expression is always null, so its type cannot be inferred")
-        ctx = _EvalCtx(df, backend, env)
+        ctx = _EvalCtx(df, backend, env, refusals)
         return ctx.finalize(ctx.eval(self.root), typ)
 
     def evaluate_predicate(self, df, backend=None):
