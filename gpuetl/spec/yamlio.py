@@ -36,6 +36,9 @@ def load_with_locations(text: str, filename: str) -> tuple[Any, dict[tuple, Loca
         mark = err.problem_mark
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
         hint = "YAML indents with spaces, not tabs" if "\\t" in str(err.problem) or "\t" in str(err.problem) else None
+        if "unknown escape character" in str(err.problem):
+            hint = ("inside double quotes YAML reads a backslash as an escape; write the value in single quotes, "
+                    "e.g. template: '\\[<Level>\\] <Content>'")
         raise SpecError(f"{where}: not valid YAML: {err.problem}", hint=hint) from None
     except yaml.YAMLError as err:
         raise SpecError(f"{filename}: not valid YAML: {err}") from None
