@@ -12,7 +12,7 @@ Location = tuple[int, int]  # 1-based line, column
 
 # A pipeline file is small and shallow. These caps turn a hostile file (an alias "billion laughs",
 # thousands of nested brackets, a huge file) into a located error before any work is done.
-MAX_FILE_BYTES = 1 << 20     # 1 MiB
+MAX_FILE_BYTES = 1 << 20     # 1 MiB, checked by the loader as it reads the file
 MAX_DEPTH = 32               # mappings and lists inside each other
 MAX_VALUES = 100_000         # values after YAML aliases are expanded
 _PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
@@ -24,14 +24,9 @@ class _Loader(yaml.SafeLoader):
 
 def load_with_locations(text: str, filename: str) -> tuple[Any, dict[tuple, Location]]:
     """Parse YAML text into plain data plus a map from key path to (line, column)."""
-    if len(text) > MAX_FILE_BYTES:
-        raise SpecError(f"{filename}: the pipeline file is {len(text)} characters long; the limit is "
-                        f"{MAX_FILE_BYTES} (1 MiB)", hint="a pipeline file describes the work; it does not hold data")
     try:
-        _check_depth(text, filename)
+        _check_depth(text, filename)     # before composing, which recurses
         node = yaml.compose(text, Loader=_Loader)
-    except RecursionError:
-        raise SpecError(f"{filename}: the YAML is nested too deeply (the limit is {MAX_DEPTH} levels)") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
@@ -44,9 +39,10 @@ def load_with_locations(text: str, filename: str) -> tuple[Any, dict[tuple, Loca
         raise SpecError(f"{filename}: not valid YAML: {err}") from None
     if node is None:
         raise SpecError(f"{filename}: the pipeline file is empty", hint="start with `version: 1`")
+    _check_expansion(node, filename)
     locations: dict[tuple, Location] = {}
     loader = _Loader("")
-    data = _build(node, (), locations, loader, filename, [0])
+    data = _build(node, (), locations, loader, filename)
     return data, locations
 
 
@@ -64,16 +60,36 @@ def _check_depth(text: str, filename: str) -> None:
             depth -= 1
 
 
-def _build(node, path, locations, loader, filename, count):
+def _check_expansion(root, filename: str) -> None:
+    """Refuse a file whose aliases expand past MAX_VALUES values or nest a node inside itself,
+    from the composed graph (each aliased node is counted once, times its uses), before anything
+    is expanded."""
+    sizes: dict[int, int] = {}
+
+    def size(node, depth: int) -> int:
+        if depth > MAX_DEPTH:   # aliases can nest a node inside itself, or chain past the limit
+            raise SpecError(f"{filename}:{node.start_mark.line + 1}: the YAML is nested more than {MAX_DEPTH} "
+                            "levels deep (through aliases)")
+        known = sizes.get(id(node))
+        if known is None:
+            if isinstance(node, yaml.MappingNode):
+                known = 1 + sum(1 + size(v, depth + 1) for _, v in node.value)
+            elif isinstance(node, yaml.SequenceNode):
+                known = 1 + sum(size(v, depth + 1) for v in node.value)
+            else:
+                known = 1
+            if known > MAX_VALUES:
+                raise SpecError(f"{filename}:{node.start_mark.line + 1}: the YAML expands to more than {MAX_VALUES} "
+                                "values (aliases such as *name repeat what they point to)",
+                                hint="a pipeline file needs few aliases, if any; write the values out")
+            sizes[id(node)] = known
+        return known
+
+    size(root, 0)
+
+
+def _build(node, path, locations, loader, filename):
     line = node.start_mark.line + 1
-    count[0] += 1
-    if count[0] > MAX_VALUES:
-        raise SpecError(f"{filename}:{line}: the YAML expands to more than {MAX_VALUES} values "
-                        "(aliases such as *name repeat what they point to)",
-                        hint="a pipeline file needs few aliases, if any; write the values out")
-    if len(path) > MAX_DEPTH:   # aliases can nest a node inside itself
-        raise SpecError(f"{filename}:{line}: the YAML is nested more than {MAX_DEPTH} levels deep "
-                        "(through aliases)")
     if node.tag not in _PLAIN_TAGS:
         raise SpecError(f"{filename}:{line}:{node.start_mark.column + 1}: the tag {node.tag!r} is not allowed: "
                         "a pipeline file holds plain values only (text, numbers, true/false, lists, mappings)")
@@ -90,10 +106,10 @@ def _build(node, path, locations, loader, filename, count):
                     f"{filename}:{key_node.start_mark.line + 1}: key {_dotted(path + (key,))!r} is given twice"
                 )
             locations[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            out[key] = _build(value_node, path + (key,), locations, loader, filename, count)
+            out[key] = _build(value_node, path + (key,), locations, loader, filename)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, path + (i,), locations, loader, filename, count) for i, item in enumerate(node.value)]
+        return [_build(item, path + (i,), locations, loader, filename) for i, item in enumerate(node.value)]
     try:
         return loader.construct_object(node, deep=True)
     except (yaml.YAMLError, ValueError) as err:
