@@ -108,6 +108,12 @@ class ExprValueError(DataError):
     and nothing can set them aside (a filter): the run stops, saying which and why."""
 
 
+def value_error(expr: "Expr", reason: str, records: int) -> ExprValueError:
+    return ExprValueError(f"expression {_quote(expr.text)}: {reason} ({records} record{'s' if records != 1 else ''})",
+                          hint="compute it in a derive step, which sets such records aside (on_error), "
+                               "then filter on the result")
+
+
 class Refusals:
     """Records an expression cannot give a value for, collected (by derive) to be quarantined:
     `mask` (plain bool Series) and `reasons` (string Series, null where fine)."""
@@ -1125,10 +1131,7 @@ class _EvalCtx:
         if not bool(mask.any()):
             return None
         if self.refusals is None:
-            raise ExprValueError(f"expression {_quote(self.env.expr.text)}: `{node.src}` {why} "
-                                 f"({int(mask.sum())} record{'s' if int(mask.sum()) != 1 else ''})",
-                                 hint="compute it in a derive step, which sets such records aside "
-                                      "(on_error), then filter on the result")
+            raise value_error(self.env.expr, f"`{node.src}` {why}", int(mask.sum()))
         self.refusals.add(mask, f"`{node.src}` {why}", self.backend)
         return mask
 
@@ -1596,7 +1599,7 @@ class Expr:
         ctx = _EvalCtx(df, backend, env, refusals)
         return ctx.finalize(ctx.eval(self.root), typ)
 
-    def evaluate_predicate(self, df, backend=None):
+    def evaluate_predicate(self, df, backend=None, refusals: Refusals | None = None):
         """Evaluate a bool expression as a filter mask: plain bool Series, null -> False."""
         backend = backend if backend is not None else _DEFAULT_BACKEND
         env = self._env_for(df)
@@ -1608,6 +1611,6 @@ class Expr:
                 expression=self.text,
                 col=0,
             )
-        ctx = _EvalCtx(df, backend, env)
+        ctx = _EvalCtx(df, backend, env, refusals)
         result = ctx.series(ctx.eval(self.root), BOOL)
         return ctx.true_mask(result)

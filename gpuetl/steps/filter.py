@@ -4,9 +4,10 @@ from functools import cached_property
 
 from pydantic import RootModel
 
+from ..backends.base import STATUS, STATUS_LIVE
 from ..types import Schema
 from .base import Step, StepError, register
-from .expr import ExprError, parse_expression
+from .expr import ExprError, Refusals, parse_expression, value_error
 
 
 @register
@@ -38,7 +39,15 @@ class Filter(Step):
         return dict(schema)
 
     def keep(self, df, backend):
-        return self.expression.evaluate_predicate(df, backend)
+        """A filter cannot set records aside: a live record the expression cannot compute (int64
+        overflow, a string grown too long) stops the run; rows that already left are ignored."""
+        refusals = Refusals()
+        kept = self.expression.evaluate_predicate(df, backend, refusals)
+        if refusals.mask is not None:
+            live = refusals.mask & (df[STATUS] == STATUS_LIVE) if STATUS in df.columns else refusals.mask
+            if bool(live.any()):
+                raise value_error(self.expression, refusals.reasons[live].iloc[0], int(live.sum()))
+        return kept
 
     def __getstate__(self):
         return {"params": self.params}

@@ -333,6 +333,24 @@ def test_int64_overflow_in_filter_stops_with_a_clear_error(tmp_path, capsys, sur
     assert not (out / "_SUCCESS").exists()
 
 
+def test_overflow_in_a_row_an_earlier_filter_dropped_is_no_error(tmp_path, capsys, surroundings):
+    file = folder(tmp_path, """\
+        version: 1
+        name: overflow
+        source: {type: jsonl, path: in/x.jsonl}
+        columns: {a: int64}
+        steps:
+          - filter: "a < 100"
+          - filter: "a * 2 > 0"
+        sink: {path: out}
+        """, {"in/x.jsonl": '{"a": 9223372036854775807}\n{"a": 5}\n'})
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        code, message = run(capsys, file)
+    assert code == 0, message
+    assert manifest_counts(out) == {"rows_in": 2, "rows_out": 1, "filtered": 1, "deduplicated": 0, "quarantined": 0}
+
+
 def test_huge_substr_arguments_are_refused(tmp_path, capsys):
     file = folder(tmp_path, BASE.replace(
         "filter: \"word != 'zzz'\"", "derive: {w: \"substr(word, 9223372036854775807, 99999999999999999999)\"}"))
