@@ -202,7 +202,7 @@ def apply_overrides(data: dict, overrides, locations) -> dict:
                                 f"so it has no key {str(part)!r}")
             path.append(part)
             if last:
-                node[part] = parse_scalar(value)
+                node[part] = parse_scalar(value, f"--set {item!r}")
             else:
                 node = node[part]
         for known in [k for k in locations if k[:len(path)] == tuple(path)]:

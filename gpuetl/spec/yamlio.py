@@ -22,8 +22,21 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader: plain data only, no Python objects."""
 
 
+class NotYaml(SpecError):
+    """The text is not valid YAML (as opposed to valid YAML that gpuetl refuses)."""
+
+
 def load_with_locations(text: str, filename: str) -> tuple[Any, dict[tuple, Location]]:
     """Parse YAML text into plain data plus a map from key path to (line, column)."""
+    node = _compose(text, filename)
+    if node is None:
+        raise SpecError(f"{filename}: the pipeline file is empty", hint="start with `version: 1`")
+    locations: dict[tuple, Location] = {}
+    return _build(node, (), locations, _Loader(""), filename), locations
+
+
+def _compose(text: str, filename: str):
+    """The YAML node graph, once it is known to be shallow and to expand to few values."""
     try:
         _check_depth(text, filename)     # before composing, which recurses
         node = yaml.compose(text, Loader=_Loader)
@@ -34,16 +47,12 @@ def load_with_locations(text: str, filename: str) -> tuple[Any, dict[tuple, Loca
         if "unknown escape character" in str(err.problem):
             hint = ("inside double quotes YAML reads a backslash as an escape; write the value in single quotes, "
                     "e.g. template: '\\[<Level>\\] <Content>'")
-        raise SpecError(f"{where}: not valid YAML: {err.problem}", hint=hint) from None
+        raise NotYaml(f"{where}: not valid YAML: {err.problem}", hint=hint) from None
     except yaml.YAMLError as err:
-        raise SpecError(f"{filename}: not valid YAML: {err}") from None
-    if node is None:
-        raise SpecError(f"{filename}: the pipeline file is empty", hint="start with `version: 1`")
-    _check_expansion(node, filename)
-    locations: dict[tuple, Location] = {}
-    loader = _Loader("")
-    data = _build(node, (), locations, loader, filename)
-    return data, locations
+        raise NotYaml(f"{filename}: not valid YAML: {err}") from None
+    if node is not None:
+        _check_expansion(node, filename)
+    return node
 
 
 def _check_depth(text: str, filename: str) -> None:
@@ -129,9 +138,13 @@ def dotted(path) -> str:
     return _dotted(tuple(path))
 
 
-def parse_scalar(text: str) -> Any:
-    """A --set value, read the way YAML reads it (safe)."""
+def parse_scalar(text: str, where: str = "--set") -> Any:
+    """A --set value, read the way YAML reads it, with the pipeline file's limits. Text that is
+    not valid YAML (`a: b: c`) is taken as it is."""
+    if not text.strip():
+        return ""
     try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
+        node = _compose(text, where)
+    except NotYaml:
         return text
+    return None if node is None else _build(node, (), {}, _Loader(""), where)

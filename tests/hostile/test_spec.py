@@ -243,6 +243,18 @@ def test_set_errors_name_the_set(tmp_path, capsys, item, expected):
     assert "pipe.yaml:" not in message.split("problem")[-1]
 
 
+@pytest.mark.parametrize("value, expected", [
+    ("[" * 5000 + "]" * 5000, "nested more than 32 levels deep"),
+    ("!!python/name:os.system x", "the tag 'tag:yaml.org,2002:python/name:os.system' is not allowed"),
+    ("{a: &a [1,1,1,1,1,1,1,1,1,1], b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b],"
+     " d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], e: [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]}",
+     "expands to more than 100000 values"),
+])
+def test_set_values_have_the_file_limits(tmp_path, capsys, value, expected):
+    message = refused(capsys, folder(tmp_path), "--set", f"parse.template={value}")
+    assert "--set 'parse.template=" in message and expected in message
+
+
 # -- 13: regexes checked with the engine that runs them ------------------------------------------
 
 @pytest.mark.parametrize("step", [
