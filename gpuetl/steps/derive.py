@@ -11,6 +11,10 @@ from .expr import ExprError, Refusals, parse_expression
 
 @register
 class Derive(Step):
+    """A record for which an expression cannot give a value (an integer result that would
+    overflow int64, a string from `replace` or `+` that would pass 16 Mi characters) is a bad
+    record (on_error; by default quarantined with the reason); values are never wrapped around."""
+
     name = "derive"
     summary = "Add or replace columns computed from expressions, in order (later ones may use earlier ones)."
     example = '- derive: {hour: "hour(time)", path_len: "len(path)"}'

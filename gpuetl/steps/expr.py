@@ -35,6 +35,10 @@ Null semantics (SQL-like)
   False, so ``x != 5`` does NOT keep rows where ``x`` is null; use
   ``x is None`` / ``is_null(x)`` / ``coalesce`` explicitly.
 * Division or modulo by zero (``/``, ``//``, ``%``) gives null.
+* Integer ``+ - * //``, unary ``-`` and ``abs`` that would overflow int64, and ``replace`` or
+  string ``+`` that would make a value longer than MAX_VALUE_CHARS, are found before they are
+  computed: with ``refusals`` (derive) the record is collected to be quarantined, without it
+  ``ExprValueError`` stops the run. Nothing wraps around.
 * ``if_else(cond, a, b)`` takes ``b`` where ``cond`` is null.
 """
 
@@ -289,11 +293,11 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         literal_args={1: "str"},
     ),
     "matches": _spec(
-        "matches(s, regex)", "true if the regular expression matches anywhere in s (anchor with ^...$)",
+        "matches(s, regex)", "true if the regular expression (RE2: no lookarounds or backreferences) matches anywhere in s (anchor with ^...$)",
         "matches(path, '^/v[0-9]+/')", 2, 2, literal_args={1: "regex"},
     ),
     "replace": _spec(
-        "replace(s, old, new)", "replace every literal occurrence of old with new", "replace(path, '//', '/')", 3, 3,
+        "replace(s, old, new)", "replace every literal occurrence of old (not empty) with new", "replace(path, '//', '/')", 3, 3,
         literal_args={1: "str", 2: "str"},
     ),
     "substr": _spec(

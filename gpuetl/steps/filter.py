@@ -12,6 +12,10 @@ from .expr import ExprError, Refusals, parse_expression, value_error
 
 @register
 class Filter(Step):
+    """A filter only keeps or drops rows: a record whose predicate cannot be computed (integer
+    overflow, a string grown past 16 Mi characters) stops the run (exit 1); compute such a value
+    in a `derive` first, which sets those records aside."""
+
     name = "filter"
     summary = "Keep the rows for which a boolean expression is true (null counts as false)."
     example = "- filter: \"status >= 200 and method in ['GET', 'POST']\""
