@@ -18,8 +18,8 @@ from ..sources.parsers import CsvParser, JsonParser, LineParser, RegexParser
 from ..sources.parquet import parquet_columns, plan_row_groups
 from ..sources.ranges import ByteRange, Partition, plan_partitions, read_range
 from ..spec.loader import LoadedSpec
-from ..spec.yamlio import dotted
 from ..spec.names import field_name_problem, new_name_problem
+from ..spec.yamlio import dotted
 from ..steps.base import StepError, closest
 from ..types import ColumnSpec, Schema, column_spec, type_name_of
 from .stages import Segment, SourceStage, StepStage
@@ -190,10 +190,7 @@ def _source_stage(loaded: LoadedSpec, files: list[InputFile], notes: list[str]) 
         if (problem := field_name_problem(name)) and name not in declared:
             raise SpecError(f"{loaded.key('source', 'path')}: the input field {problem}", hint=_FIELD_HINT[src.type])
     schema = {name: (casts[name].type if name in casts else t) for name, t in parser.schema.items()}
-    if src.provenance:
-        for name in ("_file", "_offset"):
-            if name in schema:
-                raise SpecError(f"{loaded.key('source', 'provenance')}: the data already has a column {name!r}")
+    if src.provenance:        # no input field is named so (field_name_problem)
         schema.update({"_file": "string", "_offset": "int64"})
     return SourceStage(files, parser, casts, schema, src.provenance, skip_header, parquet=src.type == "parquet")
 

@@ -60,11 +60,9 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
     locations = dict(locations or {})
     if not isinstance(data, dict):
         raise SpecError(f"{filename}: a pipeline file is a mapping (version, name, source, sink, ...)")
+    _check_step_count(data, locations, filename)      # before copying them for the overrides
     data = apply_overrides(data, overrides, locations)
-    listed = data.get("steps") if isinstance(data.get("steps"), list) else []
-    if len(listed) > MAX_STEPS:
-        raise SpecError(f"{_where(locations, ('steps',), filename)}steps: {len(listed)} steps; the limit is {MAX_STEPS}",
-                        hint="split the work into several pipelines")
+    listed = _check_step_count(data, locations, filename)
     problems: list[str] = []
     spec = None
     try:
@@ -109,6 +107,14 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
 
 
 MAX_STEPS = 1000
+
+
+def _check_step_count(data: dict, locations, filename) -> list:
+    listed = data.get("steps") if isinstance(data.get("steps"), list) else []
+    if len(listed) > MAX_STEPS:
+        raise SpecError(f"{_where(locations, ('steps',), filename)}steps: {len(listed)} steps; the limit is {MAX_STEPS}",
+                        hint="split the work into several pipelines")
+    return listed
 
 
 def _canonical(data) -> bytes:

@@ -105,6 +105,7 @@ def test_made_up_names_in_patterns_are_refused(tmp_path, capsys, parse, expected
     ("csv", "a,__st\n1,2\n", "__st", "rename that column in the CSV header"),
     ("jsonl", '{"a": 1, "_raw": "x"}\n', "_raw", "list the fields to read under `columns`"),
     ("jsonl", '{"a": 1, "__fi": 3}\n', "__fi", "list the fields to read under `columns`"),
+    ("jsonl", '{"a": 1, "_file": "x"}\n', "_file", "list the fields to read under `columns`"),
 ])
 def test_input_fields_that_clash_are_located_errors(tmp_path, capsys, kind, data, field, hint):
     file = folder(tmp_path, f"version: 1\nname: h\nsource: {{type: {kind}, path: in/x.{kind}}}\nsink: {{path: out}}\n",
@@ -208,6 +209,15 @@ def test_tiny_blocksize_on_large_input_is_refused_before_planning(tmp_path, caps
 ])
 def test_size_limits(tmp_path, capsys, old, new, expected):
     assert expected in refused(capsys, folder(tmp_path, BASE.replace(old, new)))
+
+
+def test_two_million_steps_are_refused_before_any_work(tmp_path):
+    from gpuetl import Pipeline, SpecError
+
+    spec = {"version": 1, "name": "n", "source": {"type": "text", "path": "x"}, "sink": {"path": "o"},
+            "steps": [{"filter": "a > 1"}] * 2_000_000}
+    with pytest.raises(SpecError, match="steps: 2000000 steps; the limit is 1000"):
+        Pipeline.from_dict(spec, base_dir=tmp_path, overrides=["sink.path=p"])
 
 
 def test_too_many_steps_is_refused(tmp_path, capsys):
