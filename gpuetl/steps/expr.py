@@ -777,10 +777,10 @@ _SYNTAX_HINTS = (
     (r"\|\|", "use 'or' instead of '||'"),
     (r"===?(?==)|===", "use '==' to compare"),
     (r"<>", "use '!=' instead of '<>'"),
+    (r"(?:\band|\bor|\bnot|[-+*/%<>=,(])\s*$", "the expression ends in the middle: something is missing at the end"),
     (r"(?<![=!<>])=(?!=)", "use '==' to compare ('=' assigns nothing here)"),
     (r"!(?!=)", "use 'not' instead of '!'"),
     (r"\b(?:AND|OR|NOT)\b", "write and / or / not in lower case"),
-    (r"(?:\band|\bor|\bnot|[-+*/%<>=,(])\s*$", "the expression ends in the middle: something is missing at the end"),
 )
 _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
@@ -789,8 +789,9 @@ def _syntax_hint(src: str) -> tuple[int, str] | None:
     """(column, advice) for the first known habit in `src` outside string literals."""
     code = _STRING_LITERAL.sub(lambda m: "_" * len(m.group()), src)
     for pattern, advice in _SYNTAX_HINTS:
-        match = re.search(pattern, code)
-        if match:
+        for match in re.finditer(pattern, code):
+            if match.group() == "=" and re.search(r"\b(?:seed|ndigits)\s*$", code[:match.start()]):
+                continue          # a keyword argument, not a comparison
             return (len(code.rstrip()) if "ends in the middle" in advice else match.start()), advice
     return None
 
