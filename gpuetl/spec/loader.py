@@ -202,6 +202,9 @@ def apply_overrides(data: dict, overrides, locations) -> dict:
             elif isinstance(node, dict):
                 part = str(part)
                 if not last and node.get(part) is None:
+                    if isinstance(parts[depth + 1], int):
+                        raise SpecError(f"--set {item!r}: the file has no {dotted(path + [part])}, so there is no "
+                                        f"item {dotted(path + [part, parts[depth + 1]])} to change")
                     node[part] = {}
             else:
                 raise SpecError(f"--set {item!r}: {dotted(path)} is {node!r}, not a mapping or a list, "

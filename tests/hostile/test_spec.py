@@ -244,6 +244,7 @@ def test_set_reaches_list_items(tmp_path, capsys, surroundings, key):
     ("steps[3].filter=word == 'a'", "steps[3].filter=word == 'a'\": steps has 1 item, so there is no steps[3]"),
     ("version.x=1", "--set 'version.x=1': version is 1, not a mapping or a list, so it has no key 'x'"),
     ("steps.filter=x", "--set 'steps.filter=x': steps is a list; name an item by its number"),
+    ("shard.key[0]=x", "--set 'shard.key[0]=x': the file has no shard.key, so there is no item shard.key[0]"),
     ("steps[0]=3", "(--set steps[0]=3) steps[0]: each step is a mapping with exactly one key"),
     ("steps[0].filter=word + 1", "(--set steps[0].filter=word + 1) steps[0].filter: type error"),
 ])
