@@ -314,6 +314,21 @@ def test_growing_replace_quarantines_the_record(tmp_path, capsys, surroundings):
     assert {r["word"] for r in rows(out)} == {"short", "bbbbb"}
 
 
+def test_a_partition_that_would_grow_past_the_limit_stops_before_growing(tmp_path, capsys, surroundings):
+    """2,000 values of 600 characters, each to grow 999-fold: no one value passes the limit, the
+    partition's column would (1.2 G characters); the run stops, asking for a smaller blocksize."""
+    x999 = "X" * 999
+    file = folder(tmp_path, BASE.replace("filter: \"word != 'zzz'\"", f"derive: {{big: \"replace(word, 'a', '{x999}')\"}}"),
+                  {"in/a.log": ("a" * 600 + " x\n") * 2000})
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        code, message = run(capsys, file)
+    assert code == 1
+    assert "would make 1198800000 characters in one partition; the limit is 1073741824" in message
+    assert "lower source.blocksize" in message
+    assert not (out / "_SUCCESS").exists()
+
+
 def test_replace_of_empty_text_is_refused(tmp_path, capsys):
     file = folder(tmp_path, BASE.replace("filter: \"word != 'zzz'\"", "derive: {w: \"replace(word, '', 'X')\"}"))
     assert "replace() needs a non-empty text to replace" in refused(capsys, file)
