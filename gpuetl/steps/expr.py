@@ -775,7 +775,7 @@ class _Parser:
 _SYNTAX_HINTS = (
     (r"&&", "use 'and' instead of '&&'"),
     (r"\|\|", "use 'or' instead of '||'"),
-    (r"===?(?==)|===", "use '==' to compare"),
+    (r"===", "use '==' to compare"),
     (r"<>", "use '!=' instead of '<>'"),
     (r"(?:\band|\bor|\bnot|[-+*/%<>=,(])\s*$", "the expression ends in the middle: something is missing at the end"),
     (r"(?<![=!<>])=(?!=)", "use '==' to compare ('=' assigns nothing here)"),
@@ -1128,10 +1128,6 @@ class _EvalCtx:
     def refuse(self, node: Node, mask, why: str):
         """Records (a bool Series, null = fine) where `node` cannot give a value: collected, or
         the run stops. Returns the plain mask, or None when no record is refused."""
-        if mask is None or _is_scalar(mask):
-            mask = self.full(bool(mask), BOOL) if mask is not None else None
-            if mask is None:
-                return None
         mask = self.true_mask(mask)
         if not bool(mask.any()):
             return None
