@@ -74,7 +74,8 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         try:
             schema = step.output_schema(schema)
         except (StepError, ValueError) as err:
-            raise SpecError(f"{loaded.key('steps', i - 1, step.name)}: {err}") from None
+            raise SpecError(f"{loaded.where('steps', i - 1, step.name, *getattr(err, 'key', ()))}"
+                            f"{dotted(('steps', i - 1, step.name))}: {err}") from None
         stage = StepStage(i, f"{step.name}", step, dict(schema))
         if step.is_global:
             segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error,

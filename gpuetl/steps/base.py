@@ -18,7 +18,13 @@ STEPS: dict[str, type["Step"]] = {}
 
 
 class StepError(ValueError):
-    """A step's parameters do not fit the schema it receives (raised at plan time)."""
+    """A step's parameters do not fit the schema it receives (raised at plan time). `key` is
+    the path of the parameter at fault within the step's (e.g. ('hour',) of a derive), so the
+    message can name its line."""
+
+    def __init__(self, message: str, key: tuple = ()):
+        super().__init__(message)
+        self.key = key
 
 
 class Params(BaseModel):

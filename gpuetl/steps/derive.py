@@ -48,7 +48,7 @@ class Derive(Step):
             try:
                 out[name] = expr.infer_type(out)
             except ExprError as err:
-                raise StepError(f"{name}: {err}") from None
+                raise StepError(f"{name}: {err}", key=(name,)) from None
         self._types = {name: out[name] for name in self.expressions}
         return out
 

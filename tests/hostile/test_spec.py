@@ -413,6 +413,13 @@ def test_expression_errors_are_located_with_hints(tmp_path, capsys, expression, 
     assert expected in message
 
 
+def test_derive_type_error_names_the_line_of_its_column(tmp_path, capsys):
+    file = folder(tmp_path, BASE.replace("  - filter: \"word != 'zzz'\"", "  - derive:\n      ok: \"len(word)\"\n"
+                                                                          "      bad: \"word * 2\""))
+    message = refused(capsys, file)
+    assert f"pipe.yaml:{line_of(file, 'bad:')}: steps[0].derive: bad: type error" in message
+
+
 def test_mask_and_shard_key_errors_are_located(tmp_path, capsys):
     file = folder(tmp_path, BASE.replace("filter: \"word != 'zzz'\"", "mask: {columns: [wrod]}"))
     assert f"pipe.yaml:{line_of(file, 'mask')}: steps[0].mask:" in refused(capsys, file)
