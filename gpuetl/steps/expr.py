@@ -967,6 +967,9 @@ def _infer_binop(node: BinOp, env: _TypeEnv) -> str:
         env.fail(node, f"'{node.op}' needs numbers, but {_describe(bad, bt)} is not numeric{extra}")
     if node.op == "/" or _is_float(lt) or _is_float(rt):
         return "float64"
+    for side in (node.left, node.right):
+        if _past_int64(side):
+            env.fail(side, f"the integer {side.src} does not fit in int64, the type of integer arithmetic")
     return "int64"
 
 
@@ -988,6 +991,8 @@ def _infer_compare(node: Compare, env: _TypeEnv) -> str:
         if not _comparable(l, lt, r, rt):
             env.fail(node, f"'{op}' compares {_describe(l, lt)} with {_describe(r, rt)}")
         for a, at, b in ((l, lt, r), (r, rt, l)):
+            if _is_int(at) and at != "uint64" and _past_int64(b):
+                env.fail(b, f"the integer {b.src} does not fit in {_describe(a, at)}'s type, int64")
             if at == TIMESTAMP and isinstance(b, Literal) and isinstance(b.value, str):
                 if not _valid_timestamp_literal(b.value):
                     env.fail(b, f"{b.src} is not a valid timestamp to compare with {_describe(a, at)}")
@@ -1007,10 +1012,17 @@ def _infer_inlist(node: InList, env: _TypeEnv) -> str:
             ok = isinstance(v, str) and _valid_timestamp_literal(v)
         else:  # pragma: no cover
             ok = False
+        if ok and _is_int(t) and t != "uint64" and isinstance(v, int) and v > _INT64_MAX:
+            env.fail(node, f"the list element {v} does not fit in {_describe(node.operand, t)}'s type, int64")
         if not ok:
             word = "not in" if node.negate else "in"
             env.fail(node, f"'{word}' compares {_describe(node.operand, t)} with the list element {v!r}")
     return BOOL
+
+
+def _past_int64(node: Node) -> bool:
+    return isinstance(node, Literal) and isinstance(node.value, int) and not isinstance(node.value, bool) \
+        and node.value > _INT64_MAX
 
 
 def _infer_isnull(node: IsNull, env: _TypeEnv) -> str:
@@ -1357,7 +1369,7 @@ _CMP = {
 
 def _eval_compare(node: Compare, ctx: _EvalCtx):
     operands = (node.left,) + node.rights
-    values = [ctx.eval(o) for o in operands]
+    values = [_as_uint64(ctx.eval(o)) for o in operands]
     types = [ctx.type_of(o) for o in operands]
     result = None
     for i, op in enumerate(node.ops):
@@ -1385,10 +1397,21 @@ def _eval_inlist(node: InList, ctx: _EvalCtx):
     values = list(node.values)
     if t == TIMESTAMP:
         values = [_ts_literal(v, s) for v in values]
+    elif _is_int(t):   # one type for the list: what is not whole or out of the type's range equals no value
+        info = np.iinfo(t)
+        values = [getattr(np, t)(int(v)) for v in values
+                  if float(v).is_integer() and info.min <= int(v) <= info.max]
+    elif _is_float(t):
+        values = [float(v) for v in values]
     res = s.isin(values)
     if node.negate:
         res = ~res
     return ctx.set_null(res, ctx.isna(s), BOOL)
+
+
+def _as_uint64(value):
+    """An integer literal past int64 as numpy's uint64 (Arrow cannot infer a type for it)."""
+    return np.uint64(value) if isinstance(value, int) and not isinstance(value, bool) and value > _INT64_MAX else value
 
 
 def _eval_isnull(node: IsNull, ctx: _EvalCtx):

@@ -389,6 +389,38 @@ def test_overflow_in_a_row_an_earlier_filter_dropped_is_no_error(tmp_path, capsy
     assert manifest_counts(out) == {"rows_in": 2, "rows_out": 1, "filtered": 1, "deduplicated": 0, "quarantined": 0}
 
 
+@pytest.mark.parametrize("expression, expected", [
+    ("a + 18446744073709551615 > 0", "the integer 18446744073709551615 does not fit in int64"),
+    ("a < 18446744073709551615", "does not fit in int64 column 'a''s type, int64"),
+    ("a in [18446744073709551615, 1]", "the list element 18446744073709551615 does not fit"),
+])
+def test_integers_past_int64_are_type_errors(tmp_path, capsys, expression, expected):
+    file = folder(tmp_path, f"version: 1\nname: n\nsource: {{type: jsonl, path: in/x.jsonl}}\ncolumns: {{a: int64}}\n"
+                            f"steps:\n  - filter: \"{expression}\"\nsink: {{path: out}}\n", {"in/x.jsonl": '{"a": 1}\n'})
+    assert f"pipe.yaml:6: steps[0].filter: type error in expression" in (message := refused(capsys, file))
+    assert expected in message
+
+
+def test_large_integers_compare_without_internal_errors(tmp_path, capsys, surroundings):
+    """int64 values past 2**53 against a list with floats, a uint64 hash against 2**64-1."""
+    file = folder(tmp_path, """\
+        version: 1
+        name: big
+        source: {type: jsonl, path: in/x.jsonl}
+        columns: {a: int64}
+        steps:
+          - filter: "a in [5, 2.5, 9223372036854775807, 9223372036854775808.0] or a == 7"
+          - filter: "hash(a) < 18446744073709551615 and hash(a) not in [18446744073709551615, -1]"
+        sink: {path: out}
+        """, {"in/x.jsonl": '{"a": 9223372036854775807}\n{"a": 5}\n{"a": 6}\n'})
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        code, message = run(capsys, file)
+    assert code == 0, message
+    assert manifest_counts(out)["filtered"] == 1
+    assert sorted(r["a"] for r in rows(out)) == [5, 9223372036854775807]
+
+
 def test_huge_substr_arguments_are_refused(tmp_path, capsys):
     file = folder(tmp_path, BASE.replace(
         "filter: \"word != 'zzz'\"", "derive: {w: \"substr(word, 9223372036854775807, 99999999999999999999)\"}"))
