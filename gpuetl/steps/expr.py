@@ -35,7 +35,7 @@ Null semantics (SQL-like)
   False, so ``x != 5`` does NOT keep rows where ``x`` is null; use
   ``x is None`` / ``is_null(x)`` / ``coalesce`` explicitly.
 * Division or modulo by zero (``/``, ``//``, ``%``) gives null.
-* Integer ``+ - * //``, unary ``-`` and ``abs`` that would overflow int64, and ``replace`` or
+* Integer ``+ - * //``, unary ``-``, ``abs`` and ``round`` that would overflow int64, and ``replace`` or
   string ``+`` that would make a value longer than MAX_VALUE_CHARS, are found before they are
   computed: with ``refusals`` (derive) the record is collected to be quarantined, without it
   ``ExprValueError`` stops the run. Nothing wraps around.
@@ -765,8 +765,8 @@ class _Parser:
             if name == "replace" and i == 1 and value == "":
                 self.fail(a, "replace() needs a non-empty text to replace (an empty one would insert the "
                              "new text between every two characters)")
-            if name == "round" and abs(value) > 30:
-                self.fail(a, "round() ndigits must be between -30 and 30")
+            if name == "round" and not -18 <= value <= 30:
+                self.fail(a, "round() ndigits must be between -18 and 30")
             nodes.append(Literal(value, self.col(a), self.seg(a)))
         return Call(name, nodes, kwargs, col, src)
 
@@ -1347,6 +1347,8 @@ def _eval_binop(node: BinOp, ctx: _EvalCtx):
 def _eval_division(fn, l, r, ctx: _EvalCtx, typ: str):
     if fn not in (_ARITH["/"], _ARITH["//"], _ARITH["%"]):
         return fn(l, r)
+    if fn is _ARITH["%"] and ctx.pandas:    # pandas has no '%' for Arrow-backed columns
+        fn = lambda a, b: _numpy_mod(a, b, ctx, typ)  # noqa: E731
     # division / modulo by zero -> null
     if _is_scalar(r):
         if r == 0:
@@ -1355,6 +1357,17 @@ def _eval_division(fn, l, r, ctx: _EvalCtx, typ: str):
     zero = ctx.true_mask(r == 0)
     safe = r.mask(zero, 1)
     return ctx.set_null(fn(l, safe), zero, typ)
+
+
+def _numpy_mod(a, b, ctx: _EvalCtx, typ: str):
+    """a % b with the sign of b (Python's rule), by numpy; b has no zeros here."""
+    a = ctx.series(a, typ)
+    nulls = ctx.isna(a, b)
+    fill = np.nan if _is_float(typ) else 0
+    left = a.to_numpy(dtype=typ, na_value=fill)
+    right = b if _is_scalar(b) else b.to_numpy(dtype=typ, na_value=1)
+    out = ctx.xd.Series(np.mod(left, right), index=a.index)
+    return ctx.set_null(out, nulls, typ)
 
 
 _CMP = {
@@ -1473,6 +1486,19 @@ def _eval_call(node: Call, ctx: _EvalCtx):
     if name == "round":
         s = ctx.cast(arg(0), typ)
         ndigits = lit(1) if len(args) > 1 else 0
+        if _is_int(typ):
+            if ndigits >= 0:
+                return s                          # a whole number has no decimals to round
+            unit = 10 ** -ndigits                 # the rounded value must stay within int64
+            edge = (_INT64_MAX // unit) * unit + unit // 2
+            overflow = ctx.refuse(node, (s >= edge) | (s <= -edge), "overflows int64") if edge <= _INT64_MAX else None
+            if overflow is not None:
+                return ctx.set_null(s.mask(overflow, 0).round(ndigits), overflow, typ)
+            return s.round(ndigits)
+        if ndigits > 0:    # from 2**53 on a float is whole: scaling it by 10**ndigits could overflow
+            whole = ctx.true_mask(s.abs() >= 2.0**53)
+            if bool(whole.any()):
+                return s.mask(whole, 0).round(ndigits).mask(whole, s)
         return s.round(ndigits)
     if name in ("floor", "ceil"):
         s = ctx.cast(arg(0), typ)
@@ -1606,7 +1632,7 @@ class Expr:
 
     def may_refuse(self) -> bool:
         """Whether some record could get no value (int64 overflow, a value grown too long)."""
-        return any(isinstance(n, (BinOp, Neg)) or (isinstance(n, Call) and n.name in ("abs", "replace"))
+        return any(isinstance(n, (BinOp, Neg)) or (isinstance(n, Call) and n.name in ("abs", "replace", "round"))
                    for n in _walk(self.root))
 
     def evaluate(self, df, backend=None, refusals: Refusals | None = None):

@@ -421,6 +421,29 @@ def test_large_integers_compare_without_internal_errors(tmp_path, capsys, surrou
     assert sorted(r["a"] for r in rows(out)) == [5, 9223372036854775807]
 
 
+def test_modulo_and_rounding_at_the_edges_of_int64_and_float64(tmp_path, capsys, surroundings):
+    file = folder(tmp_path, """\
+        version: 1
+        name: edges
+        source: {type: jsonl, path: in/x.jsonl}
+        columns: {a: int64, f: float64}
+        steps:
+          - derive: {m: "a % 3", n: "a % -7", g: "f % 2", r: "round(f, 30)", t: "round(a, -1)"}
+        sink: {path: out}
+        """, {"in/x.jsonl": '{"a": 9223372036854775807, "f": 1e308}\n{"a": -9223372036854775803, "f": -3.5}\n'
+                            '{"a": 14, "f": 2.25}\n'})
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        code, message = run(capsys, file)
+    assert code == 0, message
+    assert manifest_counts(out)["quarantined"] == 1          # round(a, -1) of the largest int64
+    assert [r["_reason"] for r in rows(out, "_quarantine")] == ["`round(a, -1)` overflows int64"]
+    got = sorted(rows(out), key=lambda r: r["a"])
+    a0, a1 = -9223372036854775803, 14
+    assert [(r["m"], r["n"], r["g"], r["r"], r["t"]) for r in got] == [
+        (a0 % 3, a0 % -7, -3.5 % 2, -3.5, -9223372036854775800), (a1 % 3, a1 % -7, 2.25 % 2, 2.25, 10)]
+
+
 def test_huge_substr_arguments_are_refused(tmp_path, capsys):
     file = folder(tmp_path, BASE.replace(
         "filter: \"word != 'zzz'\"", "derive: {w: \"substr(word, 9223372036854775807, 99999999999999999999)\"}"))
