@@ -143,6 +143,12 @@ class Backend(ABC):
         counted in fallbacks()), or None. Called by the plan: it never touches data."""
         return None
 
+    def regex_error(self, pattern: str) -> str | None:
+        """Why this backend cannot run `pattern` at all, not even on its CPU fallback (the plan
+        then refuses the pipeline, naming the key), or None. RE2 syntax is checked for every
+        backend when the file is loaded (steps.expr.regex_problem)."""
+        return None
+
     def fallbacks(self, client: Any = None) -> dict[str, int]:
         """Work handed to the CPU kernels, by reason: {reason: rows or columns}. With a dask
         client, summed over its workers. The CPU backend never falls back."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from ..spec.names import new_name_problem
+
 __all__ = ["template_to_regex"]
 
 _FIELD_SPLIT = re.compile(r"<([^<>]+)>")
@@ -63,6 +65,8 @@ def template_to_regex(template: str) -> tuple[str, tuple[str, ...]]:
             )
         if name in seen:
             raise ValueError(f"duplicate field <{name}> in log format template")
+        if problem := new_name_problem(name):
+            raise ValueError(f"field <{name}> in log format template: {problem}")
         seen.add(name)
 
     converted = _convert_fragments(fragments)
@@ -180,7 +184,8 @@ def _convert_fragments(fragments: list[str]) -> list[str]:
             i += 1
         if in_class:
             raise ValueError(
-                f"fragment {frag!r} of the log format template has an unterminated character class '['"
+                f"fragment {frag!r} of the log format template has an unterminated character class '['; "
+                "a literal bracket is written \\["
             )
         result.append("".join(out))
     if depth:

@@ -19,6 +19,8 @@ from ..sources.parquet import parquet_columns, plan_row_groups
 from ..sources.compressed import Limits
 from ..sources.ranges import Partition, plan_partitions, read_head
 from ..spec.loader import LoadedSpec
+from ..spec.names import field_name_problem, new_name_problem
+from ..spec.yamlio import dotted
 from ..steps.base import StepError, closest
 from ..types import ColumnSpec, Schema, column_spec, type_name_of
 from .stages import Segment, SourceStage, StepStage
@@ -63,6 +65,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     if spec.source.type == "parquet":
         partitions = plan_row_groups(files, spec.source.blocksize)
     else:
+        _check_partition_count(loaded, files)
         partitions = plan_partitions(files, spec.source.blocksize,
                                      Limits(spec.source.max_expand_ratio, spec.source.max_uncompressed_bytes))
     source = _source_stage(loaded, files, notes)
@@ -73,7 +76,8 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         try:
             schema = step.output_schema(schema)
         except (StepError, ValueError) as err:
-            raise SpecError(f"{loaded.path}: steps[{i - 1}].{step.name}: {err}") from None
+            raise SpecError(f"{loaded.where('steps', i - 1, step.name, *getattr(err, 'key', ()))}"
+                            f"{dotted(('steps', i - 1, step.name))}: {err}") from None
         stage = StepStage(i, f"{step.name}", step, dict(schema))
         if step.is_global:
             segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error,
@@ -83,17 +87,45 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
             segments[-1].schema = dict(schema)
         stages.append(StageInfo(i, step.name, dict(schema), _step_detail(step)))
     if not schema:
-        raise SpecError(f"{loaded.path}: the steps leave no columns to write")
+        raise SpecError(f"{loaded.key('steps')}: the steps leave no columns to write")
     out_dir = _resolve(loaded.base_dir, spec.sink.path)
     plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes)
     _check_shard(plan)
-    parser = source.parser
-    if backend is not None and isinstance(parser, RegexParser) and not parser.kernel:
-        why = backend.check_regex(parser.regex)
-        if why:
-            plan.notes.append(f"parse: {why}; on the {backend.name} backend this pattern runs on the CPU (RE2) "
-                              "on every worker, counted in the run's fallbacks")
+    if backend is not None:
+        _check_regexes(plan, source.parser, backend)
     return plan
+
+
+def _check_regexes(plan: Plan, parser, backend) -> None:
+    """Offer every user pattern to the backend: one it cannot run at all is a located error, one
+    it runs only on the CPU a note. (RE2 syntax was checked when the file was loaded.)"""
+    loaded = plan.loaded
+    patterns = []
+    if isinstance(parser, RegexParser) and not parser.kernel:
+        patterns.append((("parse",), parser.regex))
+    for i, step in enumerate(loaded.steps):
+        patterns += [(("steps", i, step.name) + path, pattern) for path, pattern in step.regexes()]
+    for path, pattern in patterns:
+        if error := backend.regex_error(pattern):
+            raise SpecError(f"{loaded.key(*path)}: the {backend.name} backend cannot run {pattern!r}: {error}")
+        if why := backend.check_regex(pattern):
+            plan.notes.append(f"{dotted(path)}: {why}; on the {backend.name} backend this pattern runs on the CPU "
+                              "(RE2) on every worker, counted in the run's fallbacks")
+
+
+MAX_PARTITIONS = 100_000
+
+
+def _check_partition_count(loaded: LoadedSpec, files: list[InputFile]) -> None:
+    """A tiny blocksize on large inputs would plan millions of tasks: refuse before planning them."""
+    blocksize = loaded.spec.source.blocksize
+    estimate = sum(1 if f.compression else -(-f.size // blocksize) for f in files)
+    if estimate > MAX_PARTITIONS:
+        total = sum(f.size for f in files)
+        need = -(-total // MAX_PARTITIONS)
+        raise SpecError(f"{loaded.key('source', 'blocksize')}: {blocksize} bytes cuts the inputs into about "
+                        f"{estimate} partitions; the limit is {MAX_PARTITIONS}",
+                        hint=f"raise source.blocksize to at least {need} bytes (the default, 64MiB, suits most inputs)")
 
 
 def _resolve(base: Path, path: str) -> Path:
@@ -106,8 +138,9 @@ def _check_shard(plan: Plan) -> None:
     for name in shard.key or []:
         if name not in plan.output_schema:
             hint = closest(name, plan.output_schema)
-            raise SpecError(f"{plan.loaded.path}: shard.key: no output column {name!r}"
-                            + (f"; did you mean {hint!r}?" if hint else ""))
+            raise SpecError(f"{plan.loaded.key('shard', 'key')}: no output column {name!r}"
+                            + (f"; did you mean {hint!r}?" if hint else "")
+                            + f" (output columns: {', '.join(plan.output_schema)})")
 
 
 # -- the source stage --------------------------------------------------------------------------
@@ -130,7 +163,8 @@ def _source_stage(loaded: LoadedSpec, files: list[InputFile], notes: list[str]) 
         try:
             regex, names = template_to_regex(spec.parse.template)
         except ValueError as err:
-            raise SpecError(f"{loaded.path}: parse.template: {err}") from None
+            raise SpecError(f"{loaded.key('parse', 'template')}: {err}",
+                            hint=_TEMPLATE_HINT if "character class" in str(err) else None) from None
         parser = RegexParser(regex, tuple(names), "the template", strip=True)
     elif src.type == "text" and spec.parse.regex:
         parser = RegexParser(*_user_regex(loaded, spec.parse.regex), "the regex")
@@ -152,33 +186,46 @@ def _source_stage(loaded: LoadedSpec, files: list[InputFile], notes: list[str]) 
     for name, col in declared.items():
         if name not in parser.schema:
             hint = closest(name, parser.schema)
-            raise SpecError(f"{loaded.path}: columns.{name}: the source has no field {name!r}"
+            raise SpecError(f"{loaded.key('columns', name)}: the source has no field {name!r}"
                             + (f"; did you mean {hint!r}?" if hint else "")
                             + f" (fields: {', '.join(parser.schema)})")
         casts[name] = col
+    for name in parser.schema:
+        if (problem := field_name_problem(name)) and name not in declared:
+            raise SpecError(f"{loaded.key('source', 'path')}: the input field {problem}", hint=_FIELD_HINT[src.type])
     schema = {name: (casts[name].type if name in casts else t) for name, t in parser.schema.items()}
-    if src.provenance:
-        for name in ("_file", "_offset"):
-            if name in schema:
-                raise SpecError(f"{loaded.path}: source.provenance: the data already has a column {name!r}")
+    if src.provenance:        # no input field is named so (field_name_problem)
         schema.update({"_file": "string", "_offset": "int64"})
     return SourceStage(files, parser, casts, schema, src.provenance, skip_header, parquet=src.type == "parquet")
+
+
+_FIELD_HINT = {
+    "jsonl": "list the fields to read under `columns`; the others are left out",
+    "text": "list the fields to read under `columns`; the others are left out",
+    "csv": "rename that column in the CSV header",
+    "parquet": "rename that column in the Parquet files",
+}
+_TEMPLATE_HINT = ("in a template, '[' starts a regular-expression character class; write \\[ and \\] for "
+                  "literal brackets, in single-quoted YAML: template: '\\[<Level>\\] <Content>'")
 
 
 def _user_regex(loaded: LoadedSpec, regex: str) -> tuple[str, tuple[str, ...]]:
     try:
         compiled = re.compile(regex)
     except re.error as err:
-        raise SpecError(f"{loaded.path}: parse.regex: not a valid regular expression: {err}") from None
+        raise SpecError(f"{loaded.key('parse', 'regex')}: not a valid regular expression: {err}") from None
     names = tuple(sorted(compiled.groupindex, key=compiled.groupindex.get))
     if not names:
-        raise SpecError(f"{loaded.path}: parse.regex: name the fields with (?P<name>...) groups")
+        raise SpecError(f"{loaded.key('parse', 'regex')}: name the fields with (?P<name>...) groups")
     if compiled.groups != len(names):
-        raise SpecError(f"{loaded.path}: parse.regex: every group must be named; use (?:...) for groups that only group")
+        raise SpecError(f"{loaded.key('parse', 'regex')}: every group must be named; use (?:...) for groups that only group")
+    for name in names:
+        if problem := new_name_problem(name):
+            raise SpecError(f"{loaded.key('parse', 'regex')}: the group {problem}; name the group without a leading '_'")
     try:
         pc.extract_regex(pa.array(["x"]), pattern=regex)
     except pa.ArrowInvalid as err:
-        raise SpecError(f"{loaded.path}: parse.regex: RE2 cannot run this pattern ({err}); "
+        raise SpecError(f"{loaded.key('parse', 'regex')}: RE2 cannot run this pattern ({err}); "
                         "lookarounds and backreferences are not available") from None
     return regex, names
 
@@ -211,7 +258,7 @@ def _sample_json(loaded: LoadedSpec, files: list[InputFile]) -> Schema:
                 if v is not None:
                     fields[k].add(type_name_of(pa.array([v]).type) if not isinstance(v, (dict, list)) else "string")
     if not fields:
-        raise SpecError(f"{loaded.path}: source.path: found no JSON objects to learn the fields from",
+        raise SpecError(f"{loaded.key('source', 'path')}: found no JSON objects to learn the fields from",
                         hint="declare the fields and their types under `columns`")
     out = {}
     for name, kinds in fields.items():

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from ..errors import SpecError
 from ..steps.base import STEPS, Step, closest, step_class
 from ..steps.expr import ExprError
 from .models import PipelineSpec
-from .yamlio import dotted, load_with_locations, parse_scalar
+from .names import field_name_problem, new_name_problem
+from .yamlio import MAX_FILE_BYTES, dotted, load_with_locations, parse_scalar
 
 
 @dataclass(frozen=True)
@@ -26,12 +28,26 @@ class LoadedSpec:
     path: str                  # the file as given ("<dict>" for Pipeline.from_dict)
     base_dir: Path
     sha256: str                # of the file's bytes, overrides included
+    locations: dict = field(default_factory=dict, compare=False, repr=False)   # key path -> line or --set
+
+    def where(self, *path) -> str:
+        """'pipe.yaml:12: ' (or '(--set KEY=VALUE) ') for a key path such as ('steps', 0, 'filter')."""
+        return _where(self.locations, path, self.path)
+
+    def key(self, *path) -> str:
+        """The located key, for messages: 'pipe.yaml:12: steps[0].filter'."""
+        return self.where(*path) + dotted(path)
 
 
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:          # read no more than the cap (a FIFO or /dev/zero ends too)
+            raw = fh.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise SpecError(f"{path}: the pipeline file is larger than the limit of {MAX_FILE_BYTES} bytes (1 MiB)",
+                            hint="a pipeline file describes the work; it does not hold data")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such pipeline file") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -44,16 +60,25 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
     locations = dict(locations or {})
     if not isinstance(data, dict):
         raise SpecError(f"{filename}: a pipeline file is a mapping (version, name, source, sink, ...)")
+    _check_step_count(data, locations, filename)      # before copying them for the overrides
     data = apply_overrides(data, overrides, locations)
+    listed = _check_step_count(data, locations, filename)
     problems: list[str] = []
     spec = None
     try:
         spec = PipelineSpec.model_validate(data)
     except ValidationError as err:
-        problems += [m for e in err.errors() if (m := _describe(e, data, locations, filename))]
-    steps: list[Step] = []
-    for i, item in enumerate(data.get("steps") or [] if isinstance(data.get("steps"), list) else []):
+        # a malformed step item is reported below, at the item's own line
+        errors = [e for e in err.errors() if not (tuple(e["loc"]) == ("steps",) and "exactly one key" in e["msg"])]
+        problems += [m for e in errors if (m := _describe(e, data, locations, filename))]
+        if errors and not problems:   # every error was a union branch not taken: say what pydantic said
+            problems += [f"{_where(locations, _clean_loc(e['loc'], data), filename)}"
+                         f"{dotted(_clean_loc(e['loc'], data)) or '(top level)'}: {e['msg']}" for e in errors]
+    steps: list[tuple[int, Step]] = []    # (index in the file, step)
+    for i, item in enumerate(listed):
         if not isinstance(item, dict) or len(item) != 1:
+            problems.append(f"{_where(locations, ('steps', i), filename)}steps[{i}]: each step is a mapping with "
+                            "exactly one key, the step's name (e.g. '- filter: \"status >= 200\"')")
             continue
         (name, raw_params), = item.items()
         where = _where(locations, ("steps", i, name), filename)
@@ -63,7 +88,7 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
             problems.append(f"{where}steps[{i}]: {err.args[0]}")
             continue
         try:
-            steps.append(cls.from_raw(raw_params))
+            steps.append((i, cls.from_raw(raw_params)))
         except ValidationError as err:
             for e in err.errors():
                 loc = ("steps", i, name) + tuple(p for p in e["loc"] if p != "root")
@@ -72,12 +97,24 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
         except ExprError as err:
             problems.append(f"{where}steps[{i}].{name}: {err}")
     problems += _not_yet(spec, data, locations, filename) if spec else []
+    problems += _reserved_names(spec, steps, locations, filename)
     if problems:
         unique = list(dict.fromkeys(problems))
         head = f"{filename}: {len(unique)} problem{'s' if len(unique) > 1 else ''} in the pipeline file"
         raise SpecError(head + "\n  " + "\n  ".join(unique))
     digest = hashlib.sha256(raw if raw is not None and not overrides else _canonical(data)).hexdigest()
-    return LoadedSpec(spec, tuple(steps), filename, base_dir, digest)
+    return LoadedSpec(spec, tuple(step for _, step in steps), filename, base_dir, digest, locations)
+
+
+MAX_STEPS = 1000
+
+
+def _check_step_count(data: dict, locations, filename) -> list:
+    listed = data.get("steps") if isinstance(data.get("steps"), list) else []
+    if len(listed) > MAX_STEPS:
+        raise SpecError(f"{_where(locations, ('steps',), filename)}steps: {len(listed)} steps; the limit is {MAX_STEPS}",
+                        hint="split the work into several pipelines")
+    return listed
 
 
 def _canonical(data) -> bytes:
@@ -100,8 +137,48 @@ def _not_yet(spec: PipelineSpec, data, locations, filename) -> list[str]:
     return out
 
 
+_OVERRIDE_PIECE = re.compile(r"([^\[\]]*)((?:\[\d+\])*)")
+
+
+def _override_path(item: str, key: str) -> list:
+    """'steps[0].filter' and 'steps.0.filter' -> ['steps', 0, 'filter'] (digits may index a list)."""
+    parts: list = []
+    for piece in key.strip().split("."):
+        match = _OVERRIDE_PIECE.fullmatch(piece.strip())
+        if not match or not piece.strip():
+            raise SpecError(f"--set {item!r}: cannot read the key {key.strip()!r}",
+                            hint="name keys with dots and list items with [N], e.g. --set 'steps[0].filter=x > 1'")
+        name, indices = match.groups()
+        if name:
+            parts.append(int(name) if name.isdigit() else name)
+        parts += [int(i) for i in re.findall(r"\[(\d+)\]", indices)]
+    return parts
+
+
+def _reserved_names(spec: PipelineSpec | None, steps: list[tuple[int, Step]], locations, filename) -> list[str]:
+    """Names that would replace gpuetl's own columns or folders (spec/names.py)."""
+    out = []
+
+    def refuse(path, problem, hint):
+        out.append(f"{_where(locations, path, filename)}{dotted(path)}: {problem}; {hint}")
+
+    if spec is not None:
+        for name in spec.columns:
+            if problem := field_name_problem(name):
+                refuse(("columns", name), problem, "such a field cannot be read as a column")
+        for name in spec.shard.splits or {}:
+            if problem := new_name_problem(name):
+                refuse(("shard", "splits", name), problem, "name the split without a leading '_'")
+    for index, step in steps:
+        for path, name in step.new_names():
+            if problem := new_name_problem(name):
+                refuse(("steps", index, step.name) + path, problem, "choose a name without a leading '_'")
+    return out
+
+
 def apply_overrides(data: dict, overrides, locations) -> dict:
-    """--set a.b.c=VALUE: VALUE is read as YAML; the key path must name a mapping key."""
+    """--set a.b.c=VALUE or --set 'steps[0].filter=VALUE': VALUE is read as YAML. Missing mapping
+    keys are created; a list item must exist; errors name the --set, not the file."""
     import copy
 
     data = copy.deepcopy(data)
@@ -109,16 +186,37 @@ def apply_overrides(data: dict, overrides, locations) -> dict:
         if "=" not in item:
             raise SpecError(f"--set {item!r}: expected KEY=VALUE, e.g. --set sink.path=/tmp/out")
         key, value = item.split("=", 1)
-        parts = [p for p in key.strip().split(".") if p]
-        if not parts:
+        if not key.strip():
             raise SpecError(f"--set {item!r}: the key is empty")
-        node = data
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[parts[-1]] = parse_scalar(value)
-        locations[tuple(parts)] = ("--set", item)
+        parts = _override_path(item, key)
+        node, path = data, []
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            if isinstance(node, list):
+                if not isinstance(part, int):
+                    raise SpecError(f"--set {item!r}: {dotted(path)} is a list; name an item by its number, "
+                                    f"e.g. {dotted(path)}[0]")
+                if part >= len(node):
+                    raise SpecError(f"--set {item!r}: {dotted(path)} has {len(node)} item"
+                                    f"{'s' if len(node) != 1 else ''}, so there is no {dotted(path + [part])}")
+            elif isinstance(node, dict):
+                part = str(part)
+                if not last and node.get(part) is None:
+                    if isinstance(parts[depth + 1], int):
+                        raise SpecError(f"--set {item!r}: the file has no {dotted(path + [part])}, so there is no "
+                                        f"item {dotted(path + [part, parts[depth + 1]])} to change")
+                    node[part] = {}
+            else:
+                raise SpecError(f"--set {item!r}: {dotted(path)} is {node!r}, not a mapping or a list, "
+                                f"so it has no key {str(part)!r}")
+            path.append(part)
+            if last:
+                node[part] = parse_scalar(value, f"--set {item!r}")
+            else:
+                node = node[part]
+        for known in [k for k in locations if k[:len(path)] == tuple(path)]:
+            del locations[known]       # what the file said below this key is gone
+        locations[tuple(path)] = ("--set", item)
     return data
 
 

@@ -11,10 +11,13 @@ from .sizes import parse_size
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `count: true` or `version: true` is a mistake, not the number 1
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 Size = int | str
+MAX_BLOCKSIZE = 1 << 30        # 1 GiB
+MIN_TARGET_BYTES = 64 << 10    # 64 KiB
 
 
 def _size(value):
@@ -36,7 +39,10 @@ class Source(Model):
     @field_validator("blocksize")
     @classmethod
     def _blocksize(cls, v):
-        return parse_size(v)
+        size = parse_size(v)
+        if size > MAX_BLOCKSIZE:
+            raise ValueError(f"{v!r} is over the limit of 1GiB: a partition is held in memory whole")
+        return size
 
     @field_validator("max_uncompressed_bytes")
     @classmethod
@@ -88,7 +94,11 @@ class Shard(Model):
     @field_validator("target_bytes")
     @classmethod
     def _target(cls, v):
-        return _size(v)
+        size = _size(v)
+        if size is not None and size < MIN_TARGET_BYTES:
+            raise ValueError(f"{v!r} is under the minimum of 64KiB (shards that small are mostly overhead; "
+                             "use count for a fixed number of shards)")
+        return size
 
     @field_validator("key", mode="before")
     @classmethod
@@ -149,6 +159,13 @@ class PipelineSpec(Model):
     max_error_ratio: float | None = Field(None, ge=0, le=1)
     shard: Shard = Field(default_factory=Shard)
     sink: Sink
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, v):
+        if isinstance(v, bool):   # a bool equals 1 to Python; not to a reader of the file
+            raise ValueError(f"expected the whole number 1, got {v!r}")
+        return v
 
     @field_validator("steps", mode="before")
     @classmethod

@@ -18,11 +18,17 @@ STEPS: dict[str, type["Step"]] = {}
 
 
 class StepError(ValueError):
-    """A step's parameters do not fit the schema it receives (raised at plan time)."""
+    """A step's parameters do not fit the schema it receives (raised at plan time). `key` is
+    the path of the parameter at fault within the step's (e.g. ('hour',) of a derive), so the
+    message can name its line."""
+
+    def __init__(self, message: str, key: tuple = ()):
+        super().__init__(message)
+        self.key = key
 
 
 class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)   # `true` is not the number 1
 
 
 class Step:
@@ -64,6 +70,16 @@ class Step:
 
     def describe(self) -> str:
         return f"{self.name}"
+
+    def new_names(self) -> list[tuple[tuple, str]]:
+        """(key path within the step's parameters, name) of each column name the step makes up;
+        the loader refuses reserved ones (spec/names.py)."""
+        return []
+
+    def regexes(self) -> list[tuple[tuple, str]]:
+        """(key path within the step's parameters, pattern) of each regular expression the step
+        runs; checked at load time with RE2 and offered to the backend's check_regex at plan time."""
+        return []
 
     # -- global steps (is_global): decided across partitions without moving rows ------------
     # plan/graph.py's resolve_in_place runs, per partition i: prepare -> row_keys; once:

@@ -6,11 +6,15 @@ from pydantic import RootModel
 
 from ..types import Schema
 from .base import Step, StepError, register
-from .expr import ExprError, parse_expression
+from .expr import ExprError, Refusals, parse_expression
 
 
 @register
 class Derive(Step):
+    """A record for which an expression cannot give a value (an integer result that would
+    overflow int64, a string from `replace` or `+` that would pass 16 Mi characters) is a bad
+    record (on_error; by default quarantined with the reason); values are never wrapped around."""
+
     name = "derive"
     summary = "Add or replace columns computed from expressions, in order (later ones may use earlier ones)."
     example = '- derive: {hour: "hour(time)", path_len: "len(path)"}'
@@ -32,20 +36,38 @@ class Derive(Step):
                 raise ExprError(f"{name}: {err}") from None
         return out
 
+    def new_names(self):
+        return [((name,), name) for name in self.params.root]
+
+    def regexes(self):
+        return [((name,), pattern) for name, expr in self.expressions.items() for pattern in expr.regexes()]
+
     def output_schema(self, schema: Schema) -> Schema:
         out = dict(schema)
         for name, expr in self.expressions.items():
             try:
                 out[name] = expr.infer_type(out)
             except ExprError as err:
-                raise StepError(f"{name}: {err}") from None
+                raise StepError(f"{name}: {err}", key=(name,)) from None
         self._types = {name: out[name] for name in self.expressions}
         return out
 
-    def transform(self, df, backend):
+    def quarantine(self, df, backend):
+        """Records an expression cannot give a value for (int64 overflow, a value grown past
+        expr.MAX_VALUE_CHARS) are set aside with the reason. Found by a first evaluation, made
+        only when an expression can refuse at all; transform then runs on the rest."""
+        if not any(expr.may_refuse() for expr in self.expressions.values()):
+            return df, None, None
+        refusals = Refusals()
+        self.transform(df, backend, refusals)
+        if refusals.mask is None:
+            return df, None, None
+        return df, refusals.mask, refusals.reasons
+
+    def transform(self, df, backend, refusals: Refusals | None = None):
         df = df.copy()
         for name, expr in self.expressions.items():
-            values = expr.evaluate(df, backend)
+            values = expr.evaluate(df, backend, refusals)
             if not hasattr(values, "index"):  # a constant: broadcast
                 values = backend.series([values] * len(df), self._types[name], index=df.index)
             df[name] = backend.astype(values, self._types[name]) if values.dtype != backend.dtype(self._types[name]) else values

@@ -35,6 +35,10 @@ Null semantics (SQL-like)
   False, so ``x != 5`` does NOT keep rows where ``x`` is null; use
   ``x is None`` / ``is_null(x)`` / ``coalesce`` explicitly.
 * Division or modulo by zero (``/``, ``//``, ``%``) gives null.
+* Integer ``+ - * //``, unary ``-``, ``abs`` and ``round`` that would overflow int64, and ``replace`` or
+  string ``+`` that would make a value longer than MAX_VALUE_CHARS, are found before they are
+  computed: with ``refusals`` (derive) the record is collected to be quarantined, without it
+  ``ExprValueError`` stops the run. Nothing wraps around.
 * ``if_else(cond, a, b)`` takes ``b`` where ``cond`` is null.
 """
 
@@ -49,6 +53,8 @@ from typing import Any, Iterator, Mapping, NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..errors import DataError
+
 __all__ = [
     "Expr",
     "ExprError",
@@ -62,12 +68,21 @@ __all__ = [
     "MAX_STRING_LITERAL",
     "MAX_DEPTH",
     "MAX_NODES",
+    "regex_problem",
+    "ExprValueError",
+    "Refusals",
 ]
 
 MAX_TEXT_LENGTH = 10_000
 MAX_STRING_LITERAL = 1_000
 MAX_DEPTH = 64
 MAX_NODES = 1_000
+# A value an expression makes (replace() or '+' of strings) may not grow past MAX_VALUE_CHARS: the
+# record is quarantined by derive (a filter stops the run). A partition's column may not grow past
+# MAX_COLUMN_CHARS: the run stops, asking for a smaller source.blocksize.
+MAX_VALUE_CHARS = 1 << 24
+MAX_COLUMN_CHARS = 1 << 30
+MAX_SUBSTR = 2**31 - 1
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -90,6 +105,34 @@ class ExprError(ValueError):
 
 class ExprTypeError(ExprError):
     """An expression does not type-check against a schema."""
+
+
+class ExprValueError(DataError):
+    """An expression cannot give a value for some records (int64 overflow, an oversized string)
+    and nothing can set them aside (a filter): the run stops, saying which and why."""
+
+
+def value_error(expr: "Expr", reason: str, records: int) -> ExprValueError:
+    return ExprValueError(f"expression {_quote(expr.text)}: {reason} ({records} record{'s' if records != 1 else ''})",
+                          hint="compute it in a derive step, which sets such records aside (on_error), "
+                               "then filter on the result")
+
+
+class Refusals:
+    """Records an expression cannot give a value for, collected (by derive) to be quarantined:
+    `mask` (plain bool Series) and `reasons` (string Series, null where fine)."""
+
+    def __init__(self):
+        self.mask = None
+        self.reasons = None
+
+    def add(self, mask, reason: str, backend) -> None:
+        if hasattr(backend, "nulls"):
+            why = backend.nulls(len(mask), "string", index=mask.index).where(~mask, reason)
+        else:
+            why = pd.Series([None] * len(mask), index=mask.index, dtype=object).where(~mask, reason)
+        self.reasons = why if self.reasons is None else self.reasons.where(self.reasons.notna(), why)
+        self.mask = mask if self.mask is None else (self.mask | mask)
 
 
 def _quote(text: str, limit: int = 120) -> str:
@@ -250,11 +293,11 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         literal_args={1: "str"},
     ),
     "matches": _spec(
-        "matches(s, regex)", "true if the regular expression matches anywhere in s (anchor with ^...$)",
+        "matches(s, regex)", "true if the regular expression (RE2: no lookarounds or backreferences) matches anywhere in s (anchor with ^...$)",
         "matches(path, '^/v[0-9]+/')", 2, 2, literal_args={1: "regex"},
     ),
     "replace": _spec(
-        "replace(s, old, new)", "replace every literal occurrence of old with new", "replace(path, '//', '/')", 3, 3,
+        "replace(s, old, new)", "replace every literal occurrence of old (not empty) with new", "replace(path, '//', '/')", 3, 3,
         literal_args={1: "str", 2: "str"},
     ),
     "substr": _spec(
@@ -658,7 +701,9 @@ class _Parser:
             allowed = ", ".join(sorted(FUNCTIONS))
             self.fail(
                 n.func,
-                f"calling '{name}' is not allowed: unknown function{_hint(name, FUNCTIONS)} (allowed functions: {allowed})",
+                f"calling '{name}' is not allowed: unknown function"
+                + (f"; use {_FUNCTION_SYNONYMS[name.lower()]}()" if name.lower() in _FUNCTION_SYNONYMS
+                   else _hint(name, FUNCTIONS)) + f" (allowed functions: {allowed})",
             )
         for a in n.args:
             if isinstance(a, ast.Starred):
@@ -713,17 +758,69 @@ class _Parser:
                 self.fail(a, f"argument {i + 1} of {name}() must be a string literal; usage: {spec.signature}")
             if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
                 self.fail(a, f"argument {i + 1} of {name}() must be an integer literal; usage: {spec.signature}")
-            if kind == "regex":
-                try:
-                    re.compile(value)
-                except (re.error, RecursionError, OverflowError, ValueError) as e:
-                    self.fail(a, f"invalid regular expression {value[:60]!r} in {name}(): {e}")
-            if name == "substr" and value < 0:
-                self.fail(a, "substr() start and length must be >= 0")
-            if name == "round" and abs(value) > 30:
-                self.fail(a, "round() ndigits must be between -30 and 30")
+            if kind == "regex" and (why := regex_problem(value)):
+                self.fail(a, f"invalid regular expression {value[:60]!r} in {name}(): {why}")
+            if name == "substr" and not 0 <= value <= MAX_SUBSTR:
+                self.fail(a, f"substr() start and length must be between 0 and {MAX_SUBSTR}")
+            if name == "replace" and i == 1 and value == "":
+                self.fail(a, "replace() needs a non-empty text to replace (an empty one would insert the "
+                             "new text between every two characters)")
+            if name == "round" and not -18 <= value <= 30:
+                self.fail(a, "round() ndigits must be between -18 and 30")
             nodes.append(Literal(value, self.col(a), self.seg(a)))
         return Call(name, nodes, kwargs, col, src)
+
+
+# Habits from SQL, C and JavaScript, and what to write here instead: (pattern, advice).
+_SYNTAX_HINTS = (
+    (r"&&", "use 'and' instead of '&&'"),
+    (r"\|\|", "use 'or' instead of '||'"),
+    (r"===", "use '==' to compare"),
+    (r"<>", "use '!=' instead of '<>'"),
+    (r"(?:\band|\bor|\bnot|[-+*/%<>=,(])\s*$", "the expression ends in the middle: something is missing at the end"),
+    (r"(?<![=!<>])=(?!=)", "use '==' to compare ('=' assigns nothing here)"),
+    (r"!(?!=)", "use 'not' instead of '!'"),
+    (r"\b(?:AND|OR|NOT)\b", "write and / or / not in lower case"),
+)
+_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _syntax_hint(src: str) -> tuple[int, str] | None:
+    """(column, advice) for the first known habit in `src` outside string literals."""
+    code = _STRING_LITERAL.sub(lambda m: "_" * len(m.group()), src)
+    for pattern, advice in _SYNTAX_HINTS:
+        for match in re.finditer(pattern, code):
+            if match.group() == "=" and re.search(r"\b(?:seed|ndigits)\s*$", code[:match.start()]):
+                continue          # a keyword argument, not a comparison
+            return (len(code.rstrip()) if "ends in the middle" in advice else match.start()), advice
+    return None
+
+
+# Names of functions in other languages -> the function here.
+_FUNCTION_SYNONYMS = {
+    "regexp": "matches", "regexp_like": "matches", "rlike": "matches", "regex": "matches", "re_match": "matches",
+    "search": "matches", "like": "matches (a regular expression) or contains", "length": "len",
+    "char_length": "len", "strlen": "len", "trim": "strip", "lowercase": "lower", "lcase": "lower",
+    "uppercase": "upper", "ucase": "upper", "substring": "substr", "ifnull": "coalesce", "nvl": "coalesce",
+    "isnull": "is_null", "iif": "if_else", "if": "if_else", "str_contains": "contains",
+}
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why RE2, the engine every backend can run a pattern with (pyarrow on the CPU, and the GPU
+    backend's fallback), rejects `pattern`, or None. A backend checks its own dialect at plan
+    time (Backend.check_regex / regex_error)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        pc.match_substring_regex(pa.array([""], type=pa.string()), pattern=pattern)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        message = str(err).replace("Invalid regular expression: ", "")
+        if re.search(r"\(\?<?[=!]|\\[1-9]", pattern):
+            message += " (RE2 has no lookarounds and no backreferences)"
+        return f"RE2 cannot run it: {message}"
+    return None
 
 
 def parse_expression(text: str) -> "Expr":
@@ -751,6 +848,10 @@ def parse_expression(text: str) -> "Expr":
                 col=0,
             ) from None
         col = max((e.offset or 1) - 1, 0)
+        hint = _syntax_hint(src)
+        if hint:
+            col, advice = hint
+            msg = f"{msg}; {advice}"
         raise ExprError(
             f"invalid expression {_quote(src)} at column {col}: syntax error: {msg}", expression=src, col=col
         ) from None
@@ -809,7 +910,12 @@ def _describe(node: Node, t: str) -> str:
 
 def _infer_column(node: Column, env: _TypeEnv) -> str:
     if node.name not in env.schema:
-        env.fail(node, f"unknown column '{node.name}'{_hint(node.name, env.names)}")
+        advice = _hint(node.name, env.names)
+        if node.name.lower() in ("null", "nil", "none"):
+            advice = "; to test for a missing value write 'x is None' or 'x is not None'"
+        elif node.name.lower() in ("true", "false"):
+            advice = f"; the constant is written {node.name.capitalize()}"
+        env.fail(node, f"unknown column '{node.name}'{advice}")
     t = normalize_type(env.schema[node.name])
     if t is None:
         env.fail(node, f"column '{node.name}' has type {env.schema[node.name]!r}, which expressions cannot use")
@@ -861,6 +967,9 @@ def _infer_binop(node: BinOp, env: _TypeEnv) -> str:
         env.fail(node, f"'{node.op}' needs numbers, but {_describe(bad, bt)} is not numeric{extra}")
     if node.op == "/" or _is_float(lt) or _is_float(rt):
         return "float64"
+    for side in (node.left, node.right):
+        if _past_int64(side):
+            env.fail(side, f"the integer {side.src} does not fit in int64, the type of integer arithmetic")
     return "int64"
 
 
@@ -882,6 +991,8 @@ def _infer_compare(node: Compare, env: _TypeEnv) -> str:
         if not _comparable(l, lt, r, rt):
             env.fail(node, f"'{op}' compares {_describe(l, lt)} with {_describe(r, rt)}")
         for a, at, b in ((l, lt, r), (r, rt, l)):
+            if _is_int(at) and at != "uint64" and _past_int64(b):
+                env.fail(b, f"the integer {b.src} does not fit in {_describe(a, at)}'s type, int64")
             if at == TIMESTAMP and isinstance(b, Literal) and isinstance(b.value, str):
                 if not _valid_timestamp_literal(b.value):
                     env.fail(b, f"{b.src} is not a valid timestamp to compare with {_describe(a, at)}")
@@ -901,10 +1012,17 @@ def _infer_inlist(node: InList, env: _TypeEnv) -> str:
             ok = isinstance(v, str) and _valid_timestamp_literal(v)
         else:  # pragma: no cover
             ok = False
+        if ok and _is_int(t) and t != "uint64" and isinstance(v, int) and v > _INT64_MAX:
+            env.fail(node, f"the list element {v} does not fit in {_describe(node.operand, t)}'s type, int64")
         if not ok:
             word = "not in" if node.negate else "in"
             env.fail(node, f"'{word}' compares {_describe(node.operand, t)} with the list element {v!r}")
     return BOOL
+
+
+def _past_int64(node: Node) -> bool:
+    return isinstance(node, Literal) and isinstance(node.value, int) and not isinstance(node.value, bool) \
+        and node.value > _INT64_MAX
 
 
 def _infer_isnull(node: IsNull, env: _TypeEnv) -> str:
@@ -1006,7 +1124,8 @@ def _nullable_name(typ: str) -> str:
 
 
 class _EvalCtx:
-    def __init__(self, df, backend, env: _TypeEnv):
+    def __init__(self, df, backend, env: _TypeEnv, refusals: Refusals | None = None):
+        self.refusals = refusals     # where refused records go; None: stop with ExprValueError
         self.df = df
         self.backend = backend
         self.env = env
@@ -1017,6 +1136,17 @@ class _EvalCtx:
 
     def type_of(self, node: Node) -> str:
         return self.env.type_of(node)
+
+    def refuse(self, node: Node, mask, why: str):
+        """Records (a bool Series, null = fine) where `node` cannot give a value: collected, or
+        the run stops. Returns the plain mask, or None when no record is refused."""
+        mask = self.true_mask(mask)
+        if not bool(mask.any()):
+            return None
+        if self.refusals is None:
+            raise value_error(self.env.expr, f"`{node.src}` {why}", int(mask.sum()))
+        self.refusals.add(mask, f"`{node.src}` {why}", self.backend)
+        return mask
 
     def eval(self, node: Node):
         return _EVAL[type(node)](node, self)
@@ -1109,7 +1239,58 @@ def _eval_literal(node: Literal, ctx: _EvalCtx):
 def _eval_neg(node: Neg, ctx: _EvalCtx):
     typ = ctx.type_of(node)
     s = ctx.cast(ctx.series(ctx.eval(node.operand), ctx.type_of(node.operand)), typ)
+    if _is_int(typ):
+        overflow = ctx.refuse(node, s == _INT64_MIN, "overflows int64")
+        if overflow is not None:
+            return ctx.set_null(-s.mask(overflow, 0), overflow, typ)
     return -s
+
+
+def _length(v):
+    return len(v) if isinstance(v, str) else v.str.len()
+
+
+def _limit_growth(node: Node, ctx: _EvalCtx, projected, inputs: tuple):
+    """Refuse records whose new string would pass MAX_VALUE_CHARS, from the length it would
+    have (computed before the string is made); null those inputs so the string is never made.
+    Stop when the partition's column as a whole would pass MAX_COLUMN_CHARS."""
+    too_long = ctx.refuse(node, projected > MAX_VALUE_CHARS,
+                          f"would make a value of more than {MAX_VALUE_CHARS} characters")
+    if too_long is not None:
+        inputs = tuple(v if isinstance(v, str) else v.mask(too_long) for v in inputs)
+        projected = projected.mask(too_long, 0)
+    total = int(projected.sum()) if not isinstance(projected, int) else projected * ctx.n
+    if total > MAX_COLUMN_CHARS:
+        raise ExprValueError(f"expression {_quote(ctx.env.expr.text)}: `{node.src}` would make {total} characters "
+                             f"in one partition; the limit is {MAX_COLUMN_CHARS}",
+                             hint="lower source.blocksize, or make the expression grow its values less")
+    return inputs
+
+
+def _checked(node: BinOp, ctx: _EvalCtx, l, r):
+    """int64 +, -, * with overflow found before it happens: (l, r, overflow mask or None),
+    the refused records' operands replaced by 0 so the operation itself cannot overflow."""
+    l, r = ctx.series(l, "int64"), ctx.series(r, "int64")
+    if node.op == "+":
+        over = ((r > 0) & (l > _INT64_MAX - r.clip(lower=0))) | ((r < 0) & (l < _INT64_MIN - r.clip(upper=0)))
+    elif node.op == "-":
+        over = ((r < 0) & (l > _INT64_MAX + r.clip(upper=0))) | ((r > 0) & (l < _INT64_MIN + r.clip(lower=0)))
+    else:   # '*': a float product far from the limit decides; the few near it are checked exactly
+        near = ctx.true_mask((l.astype("float64") * r.astype("float64")).abs() >= 2.0**62)
+        over = near.copy()
+        if bool(near.any()):
+            exact = [a is not None and b is not None and not (pd.isna(a) or pd.isna(b))
+                     and not _INT64_MIN <= int(a) * int(b) <= _INT64_MAX
+                     for a, b in zip(_host_list(l[near]), _host_list(r[near]))]
+            over[near] = exact
+    overflow = ctx.refuse(node, over, "overflows int64")
+    if overflow is not None:
+        l, r = l.mask(overflow, 0), r.mask(overflow, 0)
+    return l, r, overflow
+
+
+def _host_list(s) -> list:
+    return s.to_arrow().to_pylist() if hasattr(s, "to_arrow") else s.tolist()
 
 
 def _eval_not(node: Not, ctx: _EvalCtx):
@@ -1149,8 +1330,25 @@ def _eval_binop(node: BinOp, ctx: _EvalCtx):
     if typ != STRING:
         l, r = ctx.cast(l, typ), ctx.cast(r, typ)
     fn = _ARITH[node.op]
-    if node.op not in ("/", "//", "%"):
+    if typ == STRING:
+        l, r = _limit_growth(node, ctx, _length(l) + _length(r), (l, r))
         return fn(l, r)
+    if _is_int(typ) and node.op in ("+", "-", "*"):
+        l, r, overflow = _checked(node, ctx, l, r)
+        return ctx.set_null(fn(l, r), overflow, typ)
+    if _is_int(typ) and node.op == "//" and (not _is_scalar(r) or r == -1):   # MIN // -1
+        overflow = ctx.refuse(node, (l == _INT64_MIN) & (r == -1), "overflows int64")
+        if overflow is not None:
+            l = ctx.series(l, typ).mask(overflow, 0)
+            return ctx.set_null(_eval_division(fn, l, r, ctx, typ), overflow, typ)
+    return _eval_division(fn, l, r, ctx, typ)
+
+
+def _eval_division(fn, l, r, ctx: _EvalCtx, typ: str):
+    if fn not in (_ARITH["/"], _ARITH["//"], _ARITH["%"]):
+        return fn(l, r)
+    if fn is _ARITH["%"] and ctx.pandas:    # pandas has no '%' for Arrow-backed columns
+        fn = lambda a, b: _numpy_mod(a, b, ctx, typ)  # noqa: E731
     # division / modulo by zero -> null
     if _is_scalar(r):
         if r == 0:
@@ -1159,6 +1357,17 @@ def _eval_binop(node: BinOp, ctx: _EvalCtx):
     zero = ctx.true_mask(r == 0)
     safe = r.mask(zero, 1)
     return ctx.set_null(fn(l, safe), zero, typ)
+
+
+def _numpy_mod(a, b, ctx: _EvalCtx, typ: str):
+    """a % b with the sign of b (Python's rule), by numpy; b has no zeros here."""
+    a = ctx.series(a, typ)
+    nulls = ctx.isna(a, b)
+    fill = np.nan if _is_float(typ) else 0
+    left = a.to_numpy(dtype=typ, na_value=fill)
+    right = b if _is_scalar(b) else b.to_numpy(dtype=typ, na_value=1)
+    out = ctx.xd.Series(np.mod(left, right), index=a.index)
+    return ctx.set_null(out, nulls, typ)
 
 
 _CMP = {
@@ -1173,7 +1382,7 @@ _CMP = {
 
 def _eval_compare(node: Compare, ctx: _EvalCtx):
     operands = (node.left,) + node.rights
-    values = [ctx.eval(o) for o in operands]
+    values = [_as_uint64(ctx.eval(o)) for o in operands]
     types = [ctx.type_of(o) for o in operands]
     result = None
     for i, op in enumerate(node.ops):
@@ -1201,10 +1410,21 @@ def _eval_inlist(node: InList, ctx: _EvalCtx):
     values = list(node.values)
     if t == TIMESTAMP:
         values = [_ts_literal(v, s) for v in values]
+    elif _is_int(t):   # one type for the list: what is not whole or out of the type's range equals no value
+        info = np.iinfo(t)
+        values = [getattr(np, t)(int(v)) for v in values
+                  if float(v).is_integer() and info.min <= int(v) <= info.max]
+    elif _is_float(t):
+        values = [float(v) for v in values]
     res = s.isin(values)
     if node.negate:
         res = ~res
     return ctx.set_null(res, ctx.isna(s), BOOL)
+
+
+def _as_uint64(value):
+    """An integer literal past int64 as numpy's uint64 (Arrow cannot infer a type for it)."""
+    return np.uint64(value) if isinstance(value, int) and not isinstance(value, bool) and value > _INT64_MAX else value
 
 
 def _eval_isnull(node: IsNull, ctx: _EvalCtx):
@@ -1244,7 +1464,11 @@ def _eval_call(node: Call, ctx: _EvalCtx):
             res = s.str.endswith(lit(1))
         return ctx.set_null(res, ctx.isna(s), BOOL)
     if name == "replace":
-        return arg(0).str.replace(lit(1), lit(2), regex=False)
+        s, old, new = arg(0), lit(1), lit(2)
+        if len(new) > len(old):
+            projected = s.str.len() + s.str.count(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", old)) * (len(new) - len(old))
+            s, = _limit_growth(node, ctx, projected, (s,))
+        return s.str.replace(old, new, regex=False)
     if name == "substr":
         start, length = lit(1), lit(2)
         return arg(0).str.slice(start, start + length)
@@ -1253,10 +1477,28 @@ def _eval_call(node: Call, ctx: _EvalCtx):
             return arg(0).dt.day_of_week
         return getattr(arg(0).dt, name)
     if name == "abs":
-        return arg(0).abs()
+        s = arg(0)
+        if _is_int(typ):
+            overflow = ctx.refuse(node, s == _INT64_MIN, "overflows int64")
+            if overflow is not None:
+                return ctx.set_null(s.mask(overflow, 0).abs(), overflow, typ)
+        return s.abs()
     if name == "round":
         s = ctx.cast(arg(0), typ)
         ndigits = lit(1) if len(args) > 1 else 0
+        if _is_int(typ):
+            if ndigits >= 0:
+                return s                          # a whole number has no decimals to round
+            unit = 10 ** -ndigits                 # the rounded value must stay within int64
+            edge = (_INT64_MAX // unit) * unit + unit // 2
+            overflow = ctx.refuse(node, (s >= edge) | (s <= -edge), "overflows int64") if edge <= _INT64_MAX else None
+            if overflow is not None:
+                return ctx.set_null(s.mask(overflow, 0).round(ndigits), overflow, typ)
+            return s.round(ndigits)
+        if ndigits > 0:    # from 2**53 on a float is whole: scaling it by 10**ndigits could overflow
+            whole = ctx.true_mask(s.abs() >= 2.0**53)
+            if bool(whole.any()):
+                return s.mask(whole, 0).round(ndigits).mask(whole, s)
         return s.round(ndigits)
     if name in ("floor", "ceil"):
         s = ctx.cast(arg(0), typ)
@@ -1345,6 +1587,10 @@ class Expr:
         """Names of all columns the expression reads."""
         return {n.name for n in _walk(self.root) if isinstance(n, Column)}
 
+    def regexes(self) -> list[str]:
+        """The regular expressions the expression runs (matches() patterns)."""
+        return [n.args[1].value for n in _walk(self.root) if isinstance(n, Call) and n.name == "matches"]
+
     def functions(self) -> set[str]:
         """Names of all functions the expression calls."""
         return {n.name for n in _walk(self.root) if isinstance(n, Call)}
@@ -1384,7 +1630,12 @@ class Expr:
                 schema[name] = t
         return _TypeEnv(self, schema, names=list(df.columns))
 
-    def evaluate(self, df, backend=None):
+    def may_refuse(self) -> bool:
+        """Whether some record could get no value (int64 overflow, a value grown too long)."""
+        return any(isinstance(n, (BinOp, Neg)) or (isinstance(n, Call) and n.name in ("abs", "replace", "round"))
+                   for n in _walk(self.root))
+
+    def evaluate(self, df, backend=None, refusals: Refusals | None = None):
         """Evaluate on a pandas/cuDF DataFrame; returns a Series aligned with ``df.index``.
 
         ``backend`` needs attributes ``xp`` (numpy/cupy), ``xd`` (pandas/cudf) and a
@@ -1395,10 +1646,10 @@ class Expr:
         typ = env.type_of(self.root)
         if typ == NULL:
             env.fail(self.root, "the expression is always null, so its type cannot be inferred")
-        ctx = _EvalCtx(df, backend, env)
+        ctx = _EvalCtx(df, backend, env, refusals)
         return ctx.finalize(ctx.eval(self.root), typ)
 
-    def evaluate_predicate(self, df, backend=None):
+    def evaluate_predicate(self, df, backend=None, refusals: Refusals | None = None):
         """Evaluate a bool expression as a filter mask: plain bool Series, null -> False."""
         backend = backend if backend is not None else _DEFAULT_BACKEND
         env = self._env_for(df)
@@ -1410,6 +1661,6 @@ class Expr:
                 expression=self.text,
                 col=0,
             )
-        ctx = _EvalCtx(df, backend, env)
+        ctx = _EvalCtx(df, backend, env, refusals)
         result = ctx.series(ctx.eval(self.root), BOOL)
         return ctx.true_mask(result)

@@ -4,13 +4,18 @@ from functools import cached_property
 
 from pydantic import RootModel
 
+from ..backends.base import STATUS, STATUS_LIVE
 from ..types import Schema
 from .base import Step, StepError, register
-from .expr import ExprError, parse_expression
+from .expr import ExprError, Refusals, parse_expression, value_error
 
 
 @register
 class Filter(Step):
+    """A filter only keeps or drops rows: a record whose predicate cannot be computed (integer
+    overflow, a string grown past 16 Mi characters) stops the run (exit 1); compute such a value
+    in a `derive` first, which sets those records aside."""
+
     name = "filter"
     summary = "Keep the rows for which a boolean expression is true (null counts as false)."
     example = "- filter: \"status >= 200 and method in ['GET', 'POST']\""
@@ -27,6 +32,9 @@ class Filter(Step):
     def expression(self):
         return parse_expression(self.params.root)
 
+    def regexes(self):
+        return [((), pattern) for pattern in self.expression.regexes()]
+
     def output_schema(self, schema: Schema) -> Schema:
         try:
             self.expression.check_predicate(schema)
@@ -35,7 +43,15 @@ class Filter(Step):
         return dict(schema)
 
     def keep(self, df, backend):
-        return self.expression.evaluate_predicate(df, backend)
+        """A filter cannot set records aside: a live record the expression cannot compute (int64
+        overflow, a string grown too long) stops the run; rows that already left are ignored."""
+        refusals = Refusals()
+        kept = self.expression.evaluate_predicate(df, backend, refusals)
+        if refusals.mask is not None:
+            live = refusals.mask & (df[STATUS] == STATUS_LIVE) if STATUS in df.columns else refusals.mask
+            if bool(live.any()):
+                raise value_error(self.expression, refusals.reasons[live].iloc[0], int(live.sum()))
+        return kept
 
     def __getstate__(self):
         return {"params": self.params}

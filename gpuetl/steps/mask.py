@@ -3,12 +3,12 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import Field, field_validator, model_validator
 
+from ..spec.names import ADDED
 from ..types import Schema
 from .base import Params, Step, StepError, register
+from .expr import regex_problem
 from .select import missing
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -53,11 +53,8 @@ class MaskParams(Params):
                 raise ValueError(f"custom.{name}: not a valid regular expression: {err}") from None
             if compiled.match(""):
                 raise ValueError(f"custom.{name}: the pattern matches the empty string, so it would mask nothing useful")
-            try:
-                pc.replace_substring_regex(pa.array(["x"]), pattern, "")
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                raise ValueError(f"custom.{name}: RE2 cannot run this pattern ({err}); "
-                                 "lookarounds and backreferences are not available") from None
+            if why := regex_problem(pattern):
+                raise ValueError(f"custom.{name}: {why}")
         return value
 
     @model_validator(mode="after")
@@ -101,6 +98,9 @@ class Mask(Step):
         rules += [(PATTERNS[k], p.placeholder.format(kind=k.upper())) for k in ORDER if k in p.kinds]
         return rules
 
+    def regexes(self):
+        return [(("custom", name), pattern) for name, pattern in self.params.custom.items()]
+
     def output_schema(self, schema: Schema) -> Schema:
         if self.params.columns is not None:
             missing(schema, self.params.columns)
@@ -109,7 +109,8 @@ class Mask(Step):
                     raise StepError(f"mask: column {name!r} is {schema[name]}, not string")
             self._columns = list(self.params.columns)
         else:
-            self._columns = [n for n, t in schema.items() if t == "string" and not n.startswith("_")]
+            # every string column the input has (a `_comment` field too), not the _file gpuetl adds
+            self._columns = [n for n, t in schema.items() if t == "string" and n not in ADDED]
         return dict(schema)
 
     def transform(self, df, backend):

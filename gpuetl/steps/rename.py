@@ -15,6 +15,9 @@ class Rename(Step):
     Params = RootModel[dict[str, str]]
     sees_dropped = True         # columns only: no row is read
 
+    def new_names(self):
+        return [((old,), new) for old, new in self.params.root.items()]
+
     def output_schema(self, schema: Schema) -> Schema:
         mapping = self.params.root
         missing(schema, mapping)

@@ -657,3 +657,18 @@ def test_random_valid_expressions_evaluate(text):
     assert len(r) == len(d)
     if t == "bool":
         assert e.evaluate_predicate(d, backend=StubBackend()).dtype == bool
+
+
+@pytest.mark.parametrize("text, column, advice", [
+    ("a && b", 2, "use 'and' instead of '&&'"),
+    ("a == 'x&&y' or", 14, "the expression ends in the middle"),     # '&&' inside a string is text
+    ("round(x, ndigits=1) = 3", 20, "use '=='"),                     # a keyword argument is no '='
+    ("hash(x, seed = 1) >", 19, "the expression ends in the middle"),
+    ("a <> 1", 2, "use '!=' instead of '<>'"),
+    ("a == 1 OR b == 2", 7, "write and / or / not in lower case"),
+])
+def test_syntax_errors_point_at_the_habit_and_say_what_to_write(text, column, advice):
+    with pytest.raises(ExprError) as err:
+        parse_expression(text)
+    assert err.value.col == column and f"at column {column}:" in str(err.value)
+    assert advice in str(err.value)
