@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -33,21 +31,10 @@ def polars_available() -> bool:
     return importlib.util.find_spec("polars") is not None
 
 
-POLARS_JEMALLOC = "oversize_threshold:0,dirty_decay_ms:5000,muzzy_decay_ms:5000"
-
-
 def polars():
-    """polars, set up before its first import (later is too late) unless the environment says
-    otherwise: its thread pool sized to one thread (POLARS_MAX_THREADS): gpuetl already runs a
-    task per core, and a polars pool per task oversubscribes the cores (measured 12% slower on
-    1 GB with two cores); and its allocator (jemalloc, _RJEM_MALLOC_CONF, which polars appends to
-    its own defaults of 0.5-1 s) keeping freed pages a few seconds and large blocks with the rest:
-    a partition's columns are exported in blocks of 8-35 MiB, which jemalloc otherwise hands back
-    to the kernel at once, so each one was faulted in afresh (1 GB filter + dedupe: ~35% more
-    page faults, ~0.8 s more system time)."""
-    if "polars" not in sys.modules:
-        os.environ.setdefault("POLARS_MAX_THREADS", "1")
-        os.environ.setdefault("_RJEM_MALLOC_CONF", POLARS_JEMALLOC)
+    """polars, imported on first use (the CPU backend works without it). Its thread pool and
+    allocator are the process's: the `gpuetl` command sizes them (gpuetl/tuning.py), library
+    callers keep their own."""
     import polars as pl
 
     return pl
