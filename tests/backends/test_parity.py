@@ -1,19 +1,21 @@
-"""Parity, written once: the same pipelines on every available backend give the CPU's bytes.
+"""Parity: the same pipeline gives the same bytes however it runs.
 
-On CI only the CPU runs (the test then checks the CPU against itself across schedulers and its
-fixed counts); with `pytest -m gpu` on a GPU machine the GPU backend joins and must produce
-byte-identical shards (sha256), the same quarantine rows and the same counts.
+- On the CPU, every way of running it gives the bytes of the plain run (the `sync` scheduler,
+  the default blocksize): dask's threaded scheduler, gpuetl's default local cluster, a
+  two-worker cluster, and blocksizes that cut the input into many or few partitions. Same
+  counts and stages, byte-identical shards (sha256), the same quarantine rows.
+- With `pytest -m gpu` on a machine with RAPIDS, the GPU backend must give the CPU's bytes for
+  every case (skipped elsewhere).
 """
 
 import importlib.util
+from contextlib import contextmanager
 
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import access_spec
 from gpuetl import Pipeline
-
-BACKENDS = ["cpu"] + (["gpu"] if importlib.util.find_spec("cudf") else [])
 
 CASES = {
     "combined": {},
@@ -28,32 +30,78 @@ CASES = {
     "provenance": {"source": {"type": "text", "path": "in/*", "blocksize": "7KiB", "provenance": True}},
 }
 
+# how the CPU runs, against the reference (sync, the case's own blocksize)
+RUNS = {
+    "threads": {"scheduler": "threads"},
+    "local-cluster": {"scheduler": None},                  # gpuetl's default: one in-process worker
+    "two-workers": {"workers": 2},                         # a distributed cluster the caller brings
+    "blocksize-16KiB": {"blocksize": "16KiB"},             # many partitions (~30 over 6,000 lines)
+    "blocksize-1MiB": {"blocksize": "1MiB"},               # one partition per file
+}
 
-def _run(tmp_path, backend, name):
-    out = tmp_path / f"out-{backend}-{name}"
+
+def _run(tmp_path, name, label, backend="cpu", scheduler="sync", blocksize=None, workers=None):
+    out = tmp_path / f"out-{label}"
     spec = access_spec(sink__path=str(out), **CASES[name])
-    result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend=backend, scheduler="sync")
+    if blocksize:
+        spec["source"] = {**spec["source"], "blocksize": blocksize}
+    pipeline = Pipeline.from_dict(spec, base_dir=tmp_path)
+    with _cluster(workers) as client:
+        result = pipeline.run(backend=backend, scheduler=scheduler, client=client)
     quarantine = [pq.read_table(out / q["path"]).to_pylist() for q in result.quarantine]
-    return result, {s["path"]: s["sha256"] for s in result.shards}, quarantine
+    return result, {s["path"]: s["sha256"] for s in result.shards}, quarantine, len(pipeline.plan().partitions)
 
 
-def _params():
-    return [pytest.param(b, marks=pytest.mark.gpu) if b == "gpu" else b for b in BACKENDS]
+@contextmanager
+def _cluster(workers):
+    if not workers:
+        yield None
+        return
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert len(client.nthreads()) == workers
+        yield client
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("backend", _params())
-def test_backend_gives_the_cpu_bytes(tmp_path, access_logs, backend, name):
-    expected, expected_sha, expected_q = _run(tmp_path, "cpu", name)
-    result, sha, quarantine = _run(tmp_path, backend, name)
-    assert result.counts == expected.counts
-    assert result.stages == expected.stages
-    assert sha == expected_sha
-    assert quarantine == expected_q
-    assert result.bad_records == expected.bad_records
+def _same(got, expected):
+    result, sha, quarantine, _ = got
+    reference, reference_sha, reference_q, _ = expected
+    assert result.counts == reference.counts
+    assert result.stages == reference.stages
+    assert sha == reference_sha
+    assert quarantine == reference_q
+    assert result.bad_records == reference.bad_records
     assert result.counts["rows_in"] == 6000
 
 
+def _matrix():
+    """Each partition-sensitive case on every run; provenance (byte offsets) where the cuts move.
+    The cluster runs and the many-partition ones are `slow`."""
+    slow = ("local-cluster", "two-workers", "blocksize-16KiB")
+    cases = [(name, run) for name in ("combined", "steps", "shards") for run in sorted(RUNS)]
+    cases += [("provenance", run) for run in sorted(RUNS) if run.startswith("blocksize")]
+    return [pytest.param(name, run, id=f"{name}-{run}", marks=[pytest.mark.slow] if run in slow else [])
+            for name, run in cases]
+
+
+@pytest.mark.parametrize("name, run", _matrix())
+def test_cpu_gives_the_same_bytes_on_every_scheduler_worker_count_and_blocksize(tmp_path, access_logs, name, run):
+    reference = _run(tmp_path, name, "sync")
+    got = _run(tmp_path, name, run, **RUNS[run])
+    if "blocksize" in RUNS[run]:
+        assert got[3] != reference[3]                   # the input was cut differently
+    _same(got, reference)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(importlib.util.find_spec("cudf") is None, reason="needs RAPIDS (cudf)")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_gives_the_cpu_bytes(tmp_path, access_logs, name):
+    _same(_run(tmp_path, name, "gpu", backend="gpu"), _run(tmp_path, name, "cpu"))
+
+
 def test_cpu_fixed_counts(tmp_path, access_logs):
-    result, _, quarantine = _run(tmp_path, "cpu", "combined")
+    result, _, quarantine, _ = _run(tmp_path, "combined", "sync")
     assert result.counts["quarantined"] == 10 and sum(len(q) for q in quarantine) == 10
