@@ -1,7 +1,7 @@
 """Kernels for the Common/Combined Log Format presets (CPU backend).
 
-Extraction runs on polars' Rust regex engine, measured ~2x faster than RE2's submatch
-extraction and than gpuetl's own numpy tokenizer (benchmarks/bench_parse_kernels.py). The
+Extraction runs on polars' Rust regex engine, faster here than RE2's submatch extraction
+(benchmarks/bench_parse_kernels.py; numbers in benchmarks/README.md). The
 preset's alternation (a usual `METHOD PATH PROTOCOL` request or any quoted text) is slow in a
 regex engine, so it is taken apart: one regex with the usual request only reads nearly every
 line; the lines it leaves get, as on the GPU, the whole line with the request as one quoted
@@ -77,7 +77,7 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], null_empty: b
     Array all the same.
 
     One pass of standard_regex takes the lines whose request has the usual form (nearly all of
-    them; ~15% less CPU a batch than the two regexes); only the lines it leaves go through the
+    them, in less time than the two regexes); only the lines it leaves go through the
     two regexes (outer_regex, then REQUEST_RE on the request)."""
     pl = polars()
     chunks = [_polars_lines(c) for c in (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])] \
@@ -157,8 +157,8 @@ def _finish(frame, names: tuple[str, ...], null_empty: bool, null_dash: bool) ->
 
 def _with_validity(values: pa.Array, valid: pa.Array) -> pa.Array:
     """values (polars' large strings) as Arrow strings, null where `valid` is false. The bytes
-    stay where they are and `valid`'s bits become the validity: a masking expression in polars
-    and its export cost ~1/3 more (about 0.4 s of a core on 1 GB of access logs)."""
+    stay where they are and `valid`'s bits become the validity, which is cheaper than a masking
+    expression in polars before the export."""
     n = len(values)
     if pa.types.is_large_string(values.type) and n and not valid.offset and not valid.null_count:
         _, offsets_buf, data = values.buffers()
