@@ -105,6 +105,7 @@ def test_import_and_run_leave_the_callers_process_as_it_was(tmp_path, scheduler,
     assert (tmp_path / "out" / "_SUCCESS").exists()
 
 
+@pytest.mark.slow
 def test_the_command_sets_its_tunings_before_polars_loads_and_the_users_settings_win(polars_default_threads):
     """tuning.apply(), called first by cli.main: polars one thread a task, its allocator's
     settings in the environment (polars reads both once, at import); the user's own values stay;
@@ -124,6 +125,7 @@ def test_the_command_sets_its_tunings_before_polars_loads_and_the_users_settings
     assert POLARS_JEMALLOC not in conf and int(threads) == polars_default_threads
 
 
+@pytest.mark.slow
 def test_the_command_picks_arrows_pool_by_the_runs_shape(monkeypatch):
     """The system allocator for streamed runs; mimalloc (Arrow's default) kept otherwise, when
     the user chose a pool, and with GPUETL_NO_TUNING=1."""
