@@ -33,7 +33,9 @@ CALLER = textwrap.dedent("""
                 "gc": [gc.isenabled(), gc.get_freeze_count(), list(gc.get_threshold())],
                 "loggers": loggers, "handlers": handlers,
                 "root_handlers": [type(h).__name__ for h in logging.getLogger().handlers],
-                "warnings": [repr(f) for f in warnings.filters]}
+                "warnings": [repr(f) for f in warnings.filters],
+                "dask_config": json.dumps(sys.modules["dask"].config.config, sort_keys=True, default=repr)
+                               if "distributed" in sys.modules else None}
 
     libraries_first = sys.argv[1] == "libraries-first"
     if libraries_first:                       # a caller that uses polars and dask itself
@@ -97,6 +99,8 @@ def test_import_and_run_leave_the_callers_process_as_it_was(tmp_path, scheduler,
         assert now["gc"] == before["gc"], moment
         assert now["warnings"] == before["warnings"], moment
         assert now["root_handlers"] == before["root_handlers"], moment
+        if order == "libraries-first":      # dask's settings (distributed adds its own when imported)
+            assert now["dask_config"] == before["dask_config"], moment
         # loggers the caller had keep their levels and handlers; loggers that libraries created
         # meanwhile are left at their defaults by gpuetl
         assert {n: now["loggers"][n] for n in before["loggers"]} == before["loggers"], moment
