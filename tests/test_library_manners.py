@@ -1,6 +1,6 @@
 """A program that uses gpuetl as a library keeps its process as it was: `import gpuetl` and
 `Pipeline.run()` leave the environment, polars' thread pool, Arrow's default memory pool, the
-GC, logging levels and warning filters alone. Process-wide speed settings belong to the `gpuetl`
+GC, logging levels, warning filters and dask's settings alone. Process-wide speed settings belong to the `gpuetl`
 command (gpuetl/tuning.py). Each check runs in a fresh interpreter, as a caller's program would."""
 
 from __future__ import annotations
