@@ -1,9 +1,9 @@
-# Two entry points (see README): `make demo` and `make test`. Everything is installed into .venv.
+# Two entry points (see README): `make demo` and `make test` (`make test-fast` skips the tests marked slow). Everything is installed into .venv.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv sample-data bench clean gpu-api
+.PHONY: demo test test-fast venv sample-data bench clean gpu-api
 
 $(BIN)/gpuetl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ demo: sample-data
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: venv
 	$(BIN)/python benchmarks/bench_access_logs.py

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import sys
 import time
 
-from . import __version__
+from . import __version__, tuning
 from .errors import GpuetlError
 from .spec.sizes import format_size
 
@@ -58,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tuning.apply()                     # the command's own process-wide settings (GPUETL_NO_TUNING=1: none)
     args = build_parser().parse_args(argv)
     try:
         code = COMMANDS[args.command](args) or 0
@@ -167,14 +167,13 @@ def _schema_change(before: dict, after: dict) -> list[str]:
 def cmd_run(args) -> int:
     from .api import load
     from .backends import get_backend
-    from .runtime.executor import open_executor
+    from .runtime.executor import DASHBOARD_ADDRESS, open_executor
     from .runtime.run import layout_of, run_plan
 
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
     plan = pipeline.plan(backend)
-    if layout_of(plan).in_input_order:
-        use_system_allocator()
+    tuning.arrow_pool(streamed=layout_of(plan).in_input_order)
     log = (lambda *a: print(*a, file=sys.stderr))
     for note in plan.notes:
         log(f"note: {note}")
@@ -182,10 +181,9 @@ def cmd_run(args) -> int:
     log(f"gpuetl {__version__}: pipeline {pipeline.name!r}, backend {picked}, {len(plan.files)} files "
         f"({format_size(plan.input_bytes)}), {len(plan.partitions)} partitions")
     started = time.perf_counter()
-    with open_executor(args.scheduler, backend, quiet=True) as executor:
-        # The libraries' objects from imports live for the whole run: keep the collector off
-        # them (three full collections of them cost ~0.14 s of a 1 GB run).
-        gc.freeze()
+    watched = sys.stderr.isatty()      # a dashboard only where someone can open its link
+    with open_executor(args.scheduler, backend, quiet=True,
+                       dashboard_address=DASHBOARD_ADDRESS if watched else None) as executor:
         if executor.dashboard_link:
             log(f"dashboard: {executor.dashboard_link}")
         result = run_plan(plan, backend, executor, progress=sys.stderr.isatty() and not args.json, log=log)
@@ -200,20 +198,6 @@ def cmd_run(args) -> int:
     else:
         print_summary(result, seconds)
     return 0
-
-
-def use_system_allocator() -> None:
-    """Arrow's buffers from the C library's allocator, not the bundled mimalloc, unless
-    ARROW_DEFAULT_MEMORY_POOL says otherwise; for runs whose rows stream to their shard in input
-    order. There a run allocates and frees partition-sized buffers all the time, and with
-    mimalloc the fresh pages cost twice the system time (1 GB filter + dedupe: 5.2–5.5 s against
-    2.6–2.7 s, 5–8 % of the wall time). Shuffled or hash-ranged runs sort and gather whole pieces
-    instead, and were ~15 % slower with it: they keep mimalloc. Only the command does this: it
-    owns its process; a program that imports gpuetl keeps its own choice (docs/design.md)."""
-    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
-        import pyarrow as pa
-
-        pa.set_memory_pool(pa.system_memory_pool())
 
 
 def print_summary(result, seconds: float) -> None:

@@ -218,17 +218,38 @@ def test_run_set_without_equals_exit_2(workdir, capsys):
     assert "expected KEY=VALUE" in capsys.readouterr().err
 
 
-def test_run_with_local_cluster_prints_dashboard(workdir, tmp_path):
-    """The default scheduler starts a local dask cluster and says where its dashboard is."""
+def test_run_with_local_cluster_and_no_terminal_serves_no_dashboard(workdir, tmp_path):
+    """The default scheduler starts a local dask cluster; with no one at a terminal to open a
+    dashboard, none is served (its pages cost an import of bokeh before the first task)."""
     path = pipeline_file(workdir, name="cluster.yaml")
     out = tmp_path / "cluster"
     proc = subprocess.run([*GPUETL, "run", str(path), "--backend", "cpu", "--set", f"sink.path={out}"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r"^dashboard: http://\S+", proc.stderr, re.M), proc.stderr
+    assert "dashboard" not in proc.stderr
     assert f"dataset: {out}" in proc.stdout
     assert (out / "_SUCCESS").exists()
     no_traceback(proc.stderr)
+
+
+def test_run_in_a_terminal_prints_the_dashboard_link(workdir, tmp_path, monkeypatch):
+    """At a terminal `gpuetl run` serves the local cluster's dashboard and says where (on a free
+    port here; the command uses dask's usual 8787, or a free one when that is taken)."""
+    import io
+
+    from gpuetl.runtime import executor
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(executor, "DASHBOARD_ADDRESS", ":0")
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    path = pipeline_file(workdir, name="watched.yaml")
+    assert main(["run", str(path), "--backend", "cpu", "--set", f"sink.path={tmp_path / 'o'}"]) == 0
+    link = re.search(r"^dashboard: (http://\S+)$", sys.stderr.getvalue(), re.M)
+    assert link and not link[1].endswith(":8787/status"), sys.stderr.getvalue()
+    assert (tmp_path / "o" / "_SUCCESS").exists()
 
 
 # --------------------------------------------------------------------------- inspect and verify
@@ -363,6 +384,7 @@ def test_streamed_runs_give_arrow_the_system_allocator_unless_told(workdir, tmp_
     import pyarrow as pa
 
     before = pa.default_memory_pool()
+    monkeypatch.delenv("GPUETL_NO_TUNING", raising=False)      # the command's tunings on (gpuetl/tuning.py)
     if env is None:
         monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     else:

@@ -173,6 +173,7 @@ def test_syslog(tmp_path):
 # --------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow
 def test_cli_writes_sample_set(tmp_path):
     out = tmp_path / "data"
     for _ in range(2):  # idempotent: a second run overwrites

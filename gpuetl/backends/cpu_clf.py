@@ -1,7 +1,7 @@
 """Kernels for the Common/Combined Log Format presets (CPU backend).
 
-Extraction runs on polars' Rust regex engine, measured ~2x faster than RE2's submatch
-extraction and than gpuetl's own numpy tokenizer (benchmarks/bench_parse_kernels.py). The
+Extraction runs on polars' Rust regex engine, faster here than RE2's submatch extraction
+(benchmarks/bench_parse_kernels.py; numbers in benchmarks/README.md). The
 preset's alternation (a usual `METHOD PATH PROTOCOL` request or any quoted text) is slow in a
 regex engine, so it is taken apart: one regex with the usual request only reads nearly every
 line; the lines it leaves get, as on the GPU, the whole line with the request as one quoted
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -33,21 +31,10 @@ def polars_available() -> bool:
     return importlib.util.find_spec("polars") is not None
 
 
-POLARS_JEMALLOC = "oversize_threshold:0,dirty_decay_ms:5000,muzzy_decay_ms:5000"
-
-
 def polars():
-    """polars, set up before its first import (later is too late) unless the environment says
-    otherwise: its thread pool sized to one thread (POLARS_MAX_THREADS): gpuetl already runs a
-    task per core, and a polars pool per task oversubscribes the cores (measured 12% slower on
-    1 GB with two cores); and its allocator (jemalloc, _RJEM_MALLOC_CONF, which polars appends to
-    its own defaults of 0.5-1 s) keeping freed pages a few seconds and large blocks with the rest:
-    a partition's columns are exported in blocks of 8-35 MiB, which jemalloc otherwise hands back
-    to the kernel at once, so each one was faulted in afresh (1 GB filter + dedupe: ~35% more
-    page faults, ~0.8 s more system time)."""
-    if "polars" not in sys.modules:
-        os.environ.setdefault("POLARS_MAX_THREADS", "1")
-        os.environ.setdefault("_RJEM_MALLOC_CONF", POLARS_JEMALLOC)
+    """polars, imported on first use (the CPU backend works without it). Its thread pool and
+    allocator are the process's: the `gpuetl` command sizes them (gpuetl/tuning.py), library
+    callers keep their own."""
     import polars as pl
 
     return pl
@@ -90,7 +77,7 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], null_empty: b
     Array all the same.
 
     One pass of standard_regex takes the lines whose request has the usual form (nearly all of
-    them; ~15% less CPU a batch than the two regexes); only the lines it leaves go through the
+    them, in less time than the two regexes); only the lines it leaves go through the
     two regexes (outer_regex, then REQUEST_RE on the request)."""
     pl = polars()
     chunks = [_polars_lines(c) for c in (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])] \
@@ -170,8 +157,8 @@ def _finish(frame, names: tuple[str, ...], null_empty: bool, null_dash: bool) ->
 
 def _with_validity(values: pa.Array, valid: pa.Array) -> pa.Array:
     """values (polars' large strings) as Arrow strings, null where `valid` is false. The bytes
-    stay where they are and `valid`'s bits become the validity: a masking expression in polars
-    and its export cost ~1/3 more (about 0.4 s of a core on 1 GB of access logs)."""
+    stay where they are and `valid`'s bits become the validity, which is cheaper than a masking
+    expression in polars before the export."""
     n = len(values)
     if pa.types.is_large_string(values.type) and n and not valid.offset and not valid.null_count:
         _, offsets_buf, data = values.buffers()

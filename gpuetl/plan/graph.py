@@ -2,8 +2,8 @@
 partition, joined only where a global step decides across partitions. Each stage has its own
 label, so the dashboard shows read-parse-…, keys-dedupe, decide-dedupe, mark-dedupe, dedupe,
 spill. No dask DataFrame is built: the run consumes partitions one by one (the streaming writer,
-the spill), and dask.dataframe alone took ~0.3 s to import before the first task could start
-(docs/design.md, "The graph")."""
+the spill), and importing dask.dataframe would delay the first task (docs/design.md, "The
+graph")."""
 
 from __future__ import annotations
 

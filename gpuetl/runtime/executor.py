@@ -15,16 +15,17 @@ from ..errors import GpuetlError, SpecError
 
 
 class Executor:
-    def __init__(self, client=None, scheduler: str | None = None):
+    def __init__(self, client=None, scheduler: str | None = None, dashboard: bool = True):
         self.client = client
         self.scheduler = scheduler
+        self.dashboard = dashboard      # False: gpuetl's own cluster, started without one
 
     @property
     def dashboard_link(self) -> str | None:
         """The dashboard's address, where there is one to see (bokeh draws its pages)."""
-        if self.client is None or importlib.util.find_spec("bokeh") is None:
+        if self.client is None or not self.dashboard or importlib.util.find_spec("bokeh") is None:
             return None
-        return getattr(self.client, "dashboard_link", None)
+        return self.client.dashboard_link
 
     def compute(self, tasks: list, progress: bool = False) -> list:
         if not tasks:
@@ -117,10 +118,17 @@ def _our_error(err: BaseException) -> GpuetlError | None:
     return None
 
 
+DASHBOARD_ADDRESS = ":8787"     # dask's usual port; when it is taken dask picks a free one
+
+
 @contextmanager
-def open_executor(scheduler: str | None, backend, client=None, quiet: bool = False):
+def open_executor(scheduler: str | None, backend, client=None, quiet: bool = False,
+                  dashboard_address: str | None = None):
     """scheduler: None/'local' (a LocalCluster sized to the machine), 'sync' or 'threads'
-    (no cluster), or a scheduler address such as tcp://10.0.0.5:8786."""
+    (no cluster), or a scheduler address such as tcp://10.0.0.5:8786. dashboard_address: where
+    the local cluster serves its dashboard (DASHBOARD_ADDRESS, ":0" for any free port); None, the
+    default, serves none (a library call opens no port, and drawing the pages means importing
+    bokeh before the first task)."""
     if client is not None:
         yield Executor(client)
         return
@@ -136,12 +144,12 @@ def open_executor(scheduler: str | None, backend, client=None, quiet: bool = Fal
         except OSError as err:
             raise SpecError(f"--scheduler {scheduler}: cannot reach the scheduler ({err})") from None
         return
-    with backend_cluster(backend, quiet) as cluster, Client(cluster) as c:
-        yield Executor(c)
+    with backend_cluster(backend, quiet, dashboard_address) as cluster, Client(cluster) as c:
+        yield Executor(c, dashboard=dashboard_address is not None)
 
 
 @contextmanager
-def backend_cluster(backend, quiet: bool):
+def backend_cluster(backend, quiet: bool, dashboard_address: str | None = None):
     make = getattr(backend, "local_cluster", None)
     if make is not None:
         with make() as cluster:
@@ -156,83 +164,49 @@ def backend_cluster(backend, quiet: bool):
     # the seconds that spawning worker processes (each importing pandas and pyarrow) takes.
     # GPU backends bring their own cluster (one process per GPU).
     threads = max(1, min(os.cpu_count() or 1, 64))
-    logging.getLogger("distributed").setLevel(logging.ERROR if quiet else logging.WARNING)
+    levels = {"distributed": logging.ERROR if quiet else logging.WARNING}
     # A task's error reaches the user once, from the client, as gpuetl's own message (the
     # worker would also log it with a traceback; GPUETL_DEBUG=1 shows that one).
     if not os.environ.get("GPUETL_DEBUG"):
-        logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
-    # The dashboard's web server starts with the cluster; its pages on the first visit
-    # (_dashboard_on_first_visit).
-    settings, profile_later = _profile_settings()
-    with dask.config.set(settings), \
-            LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=":8787",
-                         scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR) as cluster:
-        workers = list(cluster.workers.values()) if profile_later else []
-        _dashboard_on_first_visit(cluster.scheduler, workers)
+        levels["distributed.worker"] = logging.CRITICAL
+    with _logger_levels(levels), dask.config.set(profile_settings(dashboard_address is not None)), \
+            LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
+                         dashboard_address=dashboard_address, silence_logs=logging.ERROR,
+                         # without a dashboard the scheduler still serves /health and the like:
+                         # on a free local port, not dask's usual 8787
+                         scheduler_kwargs={} if dashboard_address else {"dashboard_address": "127.0.0.1:0"}) as cluster:
         yield cluster
 
 
-def _dashboard_on_first_visit(scheduler, profiled_workers: list = ()) -> None:
-    """Add the dashboard's pages (distributed's own: distributed.dashboard.scheduler.connect, as
-    the scheduler does when it starts with a dashboard) when someone first opens one, and start
-    the profilers of `profiled_workers` then (_start_profiling). Importing the pages (bokeh) takes
-    ~0.45 s of a core, which dask spends before the cluster accepts its first task, in every run,
-    watched or not. Until then a catch-all handler, consulted after the server's own routes, adds
-    them, steps aside and sends the browser back to the same page."""
-    from tornado import web
+@contextmanager
+def _logger_levels(levels: dict):
+    """Set these loggers' levels for the cluster's lifetime, then give the caller theirs back."""
+    import logging
 
-    router = scheduler.http_application
-
-    class FirstVisit(web.RequestHandler):
-        def get(self, *args):
-            if waiting in router.applications:
-                router.applications.remove(waiting)
-                try:
-                    from distributed.dashboard import scheduler as pages
-                except ImportError:
-                    self.set_status(404)
-                    self.finish("the dashboard needs bokeh: pip install 'bokeh>=3.1'")
-                    return
-                pages.connect(router, scheduler.http_server, scheduler, prefix="/")
-                _start_profiling(profiled_workers)
-            self.redirect(self.request.uri)
-
-    waiting = web.Application([(r"/.*", FirstVisit)])
-    router.add_application(waiting)
+    loggers = {logging.getLogger(name): level for name, level in levels.items()}
+    before = {logger: logger.level for logger in loggers}
+    try:
+        for logger, level in loggers.items():
+            logger.setLevel(level)
+        yield
+    finally:
+        for logger, level in before.items():
+            logger.setLevel(level)
 
 
 PROFILE_INTERVAL = "100ms"
 _PROFILE = "distributed.worker.profile."
 
 
-def _profile_settings() -> tuple[dict, bool]:
-    """(dask settings for the local cluster, whether its profilers start on the first dashboard
-    visit). The dashboard's statistical profiler samples every task thread's stack, holding the
-    GIL, every 10 ms by default: on a 2-core machine that cost ~10% of a run. Sampling every
-    100 ms keeps the Profile page useful, and it starts when someone first opens the dashboard
-    (~2% of an unwatched 1 GB run on two cores). An interval other than the default, or
-    profiling switched off, is left alone."""
+def profile_settings(dashboard: bool) -> dict:
+    """dask settings for gpuetl's local cluster. The workers' statistical profiler samples every
+    task thread's stack, holding the GIL, every 10 ms by default, which slows the tasks on a
+    small machine. Its samples are shown only on the dashboard: without one it is off; with
+    one it samples every 100 ms, which still fills the Profile page. The user's own interval or
+    switch is left alone."""
     settings = {}
+    if not dashboard and dask.config.get(_PROFILE + "enabled", True) is True:
+        settings[_PROFILE + "enabled"] = False
     if dask.config.get(_PROFILE + "interval", "10ms") in ("10ms", "10 ms"):
         settings[_PROFILE + "interval"] = PROFILE_INTERVAL
-    later = dask.config.get(_PROFILE + "enabled", True) is True
-    if later:
-        settings[_PROFILE + "enabled"] = False
-    return settings, later
-
-
-def _start_profiling(workers: list) -> None:
-    """What distributed.Worker sets up at start when distributed.worker.profile.enabled: one
-    callback samples the task threads' stacks, the other files the samples by time. Runs on the
-    workers' event loop (the dashboard's request handler, the same loop on the local cluster)."""
-    from dask.utils import parse_timedelta
-    from tornado.ioloop import PeriodicCallback
-
-    every = {"profile": parse_timedelta(dask.config.get(_PROFILE + "interval"), default="ms"),
-             "profile-cycle": parse_timedelta(dask.config.get(_PROFILE + "cycle"), default="ms")}
-    for worker in workers:
-        if "profile" in worker.periodic_callbacks:
-            continue
-        for name, callback in (("profile", worker.trigger_profile), ("profile-cycle", worker.cycle_profile)):
-            worker.periodic_callbacks[name] = timer = PeriodicCallback(callback, every[name] * 1000)
-            timer.start()
+    return settings

@@ -167,17 +167,16 @@ class ShardWriter:
 
 _SIZING_ROWS = 65_536
 DICTIONARY_MAX_SHARE = 0.3
-_DICTIONARY_SAMPLE_ROWS = DEFAULT_ROW_GROUP_ROWS    # at most one default row group (~50 ms to count)
+_DICTIONARY_SAMPLE_ROWS = DEFAULT_ROW_GROUP_ROWS    # at most one default row group
 
 
 def dictionary_columns(table: pa.Table) -> list[str]:
     """Columns to dictionary-encode: those with few distinct values in the shard's first row
     group (the writer passes it, so the choice depends only on the rows). A dictionary holds a
-    row group's distinct values, so a row group is what is judged: client IPs, distinct for 35% of
-    the first 8,192 access-log rows but for 3% of 131,072, encode 3x faster with one. Timestamps,
-    sizes and URLs are mostly distinct: their dictionary is as large as the data and slower to
-    build; plain encoding measured 2.7x smaller for access-log timestamps and ~25% faster to
-    write for paths."""
+    row group's distinct values, so a row group is what is judged (client IPs repeat across a
+    row group though rarely within its first few thousand rows). Timestamps, sizes and URLs are
+    mostly distinct: their dictionary is as large as the data and slower to build, so they are
+    plain-encoded (measurements in benchmarks/README.md)."""
     sample = table.slice(0, _DICTIONARY_SAMPLE_ROWS)
     limit = DICTIONARY_MAX_SHARE * max(sample.num_rows, 1)
     return [name for name in sample.column_names

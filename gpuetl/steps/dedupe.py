@@ -218,7 +218,7 @@ def _merge_runs(runs: list) -> tuple:
         (h1, r1), (h2, r2) = runs[-2], runs[-1]
         hashes = np.concatenate((h1, h2))
         # two sorted runs back to back: the stable sort (timsort) finds them and merges them in
-        # one linear pass, ~2x faster than placing the newer run by searchsorted; equal hashes
+        # one linear pass, faster than placing the newer run by searchsorted; equal hashes
         # keep the older run's rows first
         order = np.argsort(hashes, kind="stable")
         runs[-2:] = [(hashes[order], np.concatenate((r1, r2))[order])]

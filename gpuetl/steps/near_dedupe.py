@@ -204,7 +204,7 @@ class NearDedupe(Step):
         # exact signature repeats inside a bucket are duplicates of their first copy (J = 1)
         keyed = np.concatenate([buckets.view(np.uint32).reshape(len(buckets), 2), sig], axis=1)
         rows = np.ascontiguousarray(keyed).view(np.dtype((np.void, keyed.shape[1] * keyed.itemsize))).ravel()
-        _, first = np.unique(rows, return_index=True)       # whole rows as bytes: 4× faster than axis=0
+        _, first = np.unique(rows, return_index=True)       # whole rows as bytes: faster than axis=0
         repeat = np.ones(len(sig), dtype=bool)
         repeat[first] = False
         marked |= repeat

@@ -160,31 +160,6 @@ def test_without_polars_the_backend_runs_the_preset_regex_itself(tmp_path, monke
         assert fast[name].tolist() == slow[name].tolist(), name
 
 
-@pytest.mark.parametrize("env, expected", [({}, (1, "POLARS_JEMALLOC")),
-                                           ({"POLARS_MAX_THREADS": "2", "_RJEM_MALLOC_CONF": "narenas:2"},
-                                            (2, "narenas:2"))])
-def test_polars_runs_one_thread_per_task_and_keeps_its_pages_unless_told(env, expected):
-    """gpuetl runs a task per core; a polars pool inside each task would oversubscribe them. Its
-    allocator's settings go in before polars loads (jemalloc reads them once); the user's win."""
-    import os
-    import subprocess
-    import sys
-
-    from gpuetl.backends.cpu_clf import POLARS_JEMALLOC
-
-    code = ("import os; from gpuetl.backends.cpu_clf import polars; import pyarrow as pa; "
-            "from gpuetl.backends.cpu import CpuBackend; b = CpuBackend(); "
-            "b.row_hash([b.series(pa.array(['a']), 'string')]); "
-            "print(polars().thread_pool_size(), os.environ['_RJEM_MALLOC_CONF'])")
-    clean = {k: v for k, v in os.environ.items() if k not in ("POLARS_MAX_THREADS", "_RJEM_MALLOC_CONF")}
-    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
-    threads, conf = expected
-    got_threads, got_conf = out.stdout.split()
-    # polars puts its own defaults first; the later settings win
-    wanted = POLARS_JEMALLOC if conf == "POLARS_JEMALLOC" else conf
-    assert got_threads == str(threads) and got_conf.endswith("," + wanted)
-
-
 def test_validity_is_laid_over_the_strings_without_moving_them():
     """_with_validity: a sliced large-string column keeps its own values; a mask with nulls (or
     an empty column) takes the copying path and gives the same answer."""

@@ -1,22 +1,26 @@
-"""Parity, written once. Within a backend the shards' bytes are identical whatever the blocksize
-and scheduler; across backends the dataset is *logically* identical: the same rows in the same
-order with the same values and the same Arrow schema, the same quarantine rows and the same
-counts (each backend encodes Parquet with its own writer: pyarrow's, libcudf's).
+"""Parity: the same pipeline gives the same dataset however it runs.
 
-On CI only the CPU runs; with `pytest -m gpu` on a GPU machine the GPU backend joins, through
-`scheduler="sync"` and through its LocalCUDACluster, and must also stay on the device: its
-fallback counters are zero wherever the device path is expected.
+- Within a backend the shards' bytes are identical whatever the scheduler, worker count or
+  blocksize: on the CPU every way of running gives the bytes of the plain run (the `sync`
+  scheduler, the default blocksize): dask's threaded scheduler, gpuetl's default local cluster,
+  a two-worker cluster, and blocksizes that cut the input into many or few partitions. Same
+  counts and stages, byte-identical shards (sha256), the same quarantine rows.
+- Across backends the dataset is *logically* identical: the same rows in the same order with the
+  same values and the same Arrow schema, the same quarantine rows and counts (each backend
+  encodes Parquet with its own writer: pyarrow's, libcudf's). With `pytest -m gpu` on a GPU
+  machine the GPU backend joins, through `scheduler="sync"` and through its LocalCUDACluster, and
+  must also stay on the device: its fallback counters are zero wherever the device path is
+  expected.
 """
 
 import importlib.util
+from contextlib import contextmanager
 
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import access_spec
 from gpuetl import Pipeline
-
-HAS_RAPIDS = importlib.util.find_spec("cudf") is not None
 
 CASES = {
     "combined": {},
@@ -30,62 +34,109 @@ CASES = {
     "regex-fallback": {"parse": {"regex": r"(?i)^(?P<ip>\S+) .*\b(?P<status>\d{3}) "}},
     "provenance": {"source": {"type": "text", "path": "in/*", "blocksize": "7KiB", "provenance": True}},
 }
-HOST_BY_DESIGN = {"regex-fallback"}        # cases whose regex the device cannot run
+
+# how the CPU runs, against the reference (sync, the case's own blocksize)
+RUNS = {
+    "threads": {"scheduler": "threads"},
+    "local-cluster": {"scheduler": None},                  # gpuetl's default: one in-process worker
+    "two-workers": {"workers": 2},                         # a distributed cluster the caller brings
+    "blocksize-16KiB": {"blocksize": "16KiB"},             # many partitions (~30 over 6,000 lines)
+    "blocksize-1MiB": {"blocksize": "1MiB"},               # one partition per file
+}
 
 
-def _run(tmp_path, backend, name, scheduler="sync", **extra):
-    out = tmp_path / f"out-{backend}-{scheduler}-{name}-{len(extra)}"
-    spec = access_spec(sink__path=str(out), **{**CASES[name], **extra})
-    result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend=backend, scheduler=scheduler)
-    shards = {s["path"]: pq.read_table(out / s["path"]) for s in result.shards}
+def _run(tmp_path, name, label, backend="cpu", scheduler="sync", blocksize=None, workers=None):
+    out = tmp_path / f"out-{label}"
+    spec = access_spec(sink__path=str(out), **CASES[name])
+    if blocksize:
+        spec["source"] = {**spec["source"], "blocksize": blocksize}
+    pipeline = Pipeline.from_dict(spec, base_dir=tmp_path)
+    with _cluster(workers) as client:
+        result = pipeline.run(backend=backend, scheduler=scheduler, client=client)
     quarantine = [pq.read_table(out / q["path"]).to_pylist() for q in result.quarantine]
-    return result, shards, quarantine
+    return result, {s["path"]: s["sha256"] for s in result.shards}, quarantine, len(pipeline.plan().partitions)
 
 
-def _logically_equal(shards, expected):
-    assert sorted(shards) == sorted(expected)
-    for path, table in expected.items():
-        got = shards[path]
-        assert got.schema.remove_metadata() == table.schema.remove_metadata(), path
-        assert got.to_pylist() == table.to_pylist(), path
+@contextmanager
+def _cluster(workers):
+    if not workers:
+        yield None
+        return
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert len(client.nthreads()) == workers
+        yield client
 
 
-def _params():
-    out = ["cpu"]
-    if HAS_RAPIDS:
-        out += [pytest.param("gpu", "sync", marks=pytest.mark.gpu, id="gpu-sync"),
-                pytest.param("gpu", "local", marks=[pytest.mark.gpu, pytest.mark.slow], id="gpu-cluster")]
-    return [p if not isinstance(p, str) else pytest.param(p, "sync", id=f"{p}-sync") for p in out]
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("backend, scheduler", _params())
-def test_backend_gives_the_cpu_dataset(tmp_path, access_logs, backend, scheduler, name):
-    expected, expected_shards, expected_q = _run(tmp_path, "cpu", name)
-    result, shards, quarantine = _run(tmp_path, backend, name, scheduler)
-    assert result.counts == expected.counts
-    assert result.stages == expected.stages
-    _logically_equal(shards, expected_shards)
-    assert quarantine == expected_q
-    assert result.bad_records == expected.bad_records
+def _same(got, expected):
+    result, sha, quarantine, _ = got
+    reference, reference_sha, reference_q, _ = expected
+    assert result.counts == reference.counts
+    assert result.stages == reference.stages
+    assert sha == reference_sha
+    assert quarantine == reference_q
+    assert result.bad_records == reference.bad_records
     assert result.counts["rows_in"] == 6000
-    if backend == "gpu":
-        fallbacks = result.manifest["fallbacks"]
-        assert (fallbacks != {}) if name in HOST_BY_DESIGN else (fallbacks == {}), fallbacks
-        moved = result.manifest["host_transfer"]
-        read = sum(r["bytes"] for path, r in moved["reads"].items() if path.startswith("kvikio"))
-        assert read > 0 and moved["input_bytes"] == result.input_bytes
 
 
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
-def test_bytes_within_a_backend_do_not_depend_on_the_blocksize(tmp_path, access_logs, backend):
-    sha = []
-    for blocksize in ("64KiB", "7KiB", "3KiB"):
-        result, _, _ = _run(tmp_path, backend, "combined", source={"type": "text", "path": "in/*", "blocksize": blocksize})
-        sha.append({s["path"]: s["sha256"] for s in result.shards})
+def _matrix():
+    """Each partition-sensitive case on every run; provenance (byte offsets) where the cuts move.
+    The cluster runs and the many-partition ones are `slow`."""
+    slow = ("local-cluster", "two-workers", "blocksize-16KiB")
+    cases = [(name, run) for name in ("combined", "steps", "shards") for run in sorted(RUNS)]
+    cases += [("provenance", run) for run in sorted(RUNS) if run.startswith("blocksize")]
+    return [pytest.param(name, run, id=f"{name}-{run}", marks=[pytest.mark.slow] if run in slow else [])
+            for name, run in cases]
+
+
+@pytest.mark.parametrize("name, run", _matrix())
+def test_cpu_gives_the_same_bytes_on_every_scheduler_worker_count_and_blocksize(tmp_path, access_logs, name, run):
+    reference = _run(tmp_path, name, "sync")
+    got = _run(tmp_path, name, run, **RUNS[run])
+    if "blocksize" in RUNS[run]:
+        assert got[3] != reference[3]                   # the input was cut differently
+    _same(got, reference)
+
+
+HOST_BY_DESIGN = {"regex-fallback"}        # cases whose regex the device cannot run
+GPU_RUNS = [pytest.param("sync", marks=pytest.mark.gpu, id="gpu-sync"),
+            pytest.param(None, marks=[pytest.mark.gpu, pytest.mark.slow], id="gpu-cluster")]
+
+
+def _tables(result):
+    return {s["path"]: pq.read_table(result.out_dir / s["path"]) for s in result.shards}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cudf") is None, reason="needs RAPIDS (cudf)")
+@pytest.mark.parametrize("scheduler", GPU_RUNS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_gives_the_cpu_dataset(tmp_path, access_logs, name, scheduler):
+    expected = _run(tmp_path, name, "cpu")
+    got = _run(tmp_path, name, f"gpu-{scheduler}", backend="gpu", scheduler=scheduler)
+    result, reference = got[0], expected[0]
+    assert result.counts == reference.counts and result.stages == reference.stages
+    assert got[2] == expected[2] and result.bad_records == reference.bad_records
+    shards, expected_shards = _tables(result), _tables(reference)
+    assert sorted(shards) == sorted(expected_shards)
+    for path, table in expected_shards.items():
+        assert shards[path].schema.remove_metadata() == table.schema.remove_metadata(), path
+        assert shards[path].to_pylist() == table.to_pylist(), path
+    fallbacks = result.manifest["fallbacks"]
+    assert (fallbacks != {}) if name in HOST_BY_DESIGN else (fallbacks == {}), fallbacks
+    moved = result.manifest["host_transfer"]
+    read = sum(r["bytes"] for path, r in moved["reads"].items() if path.startswith("kvikio"))
+    assert read > 0 and moved["input_bytes"] == result.input_bytes
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(importlib.util.find_spec("cudf") is None, reason="needs RAPIDS (cudf)")
+def test_gpu_bytes_do_not_depend_on_the_blocksize(tmp_path, access_logs):
+    sha = [_run(tmp_path, "combined", f"gpu-{b}", backend="gpu", blocksize=b)[1] for b in ("64KiB", "7KiB", "3KiB")]
     assert sha[0] == sha[1] == sha[2]
 
 
 def test_cpu_fixed_counts(tmp_path, access_logs):
-    result, _, quarantine = _run(tmp_path, "cpu", "combined")
+    result, _, quarantine, _ = _run(tmp_path, "combined", "sync")
     assert result.counts["quarantined"] == 10 and sum(len(q) for q in quarantine) == 10

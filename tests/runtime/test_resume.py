@@ -58,6 +58,7 @@ def maps_done(tmp_path, n):
     return lambda: len(list((tmp_path / "out" / "_tmp").glob("*/maps/p*.json"))) >= n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shard, point", [
     ({}, 1),                                             # in-order stream, killed after one partition
     ({"count": 3, "shuffle": True, "seed": 5}, 2),       # ranged shards, killed mid-map
@@ -115,6 +116,7 @@ def test_resume_refuses_a_complete_dataset_of_other_inputs(inputs):
         Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
 
 
+@pytest.mark.slow
 def test_target_bytes_shards_are_within_ten_percent(inputs):
     file = pipeline(inputs, "overwrite", {"target_bytes": "200KiB", "splits": {"train": 0.8, "val": 0.2}},
                     blocksize="128KiB")
