@@ -21,6 +21,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "float64": pa.float64(),
     "string": pa.string(),
     "timestamp": pa.timestamp("us", tz="UTC"),
+    "binary": pa.binary(),     # image bytes and pixels (image sources); not a `columns` type
 }
 
 Schema = dict[str, str]  # column name -> type name
@@ -34,8 +35,10 @@ def type_name_of(arrow_type: pa.DataType) -> str:
     """Map an Arrow type read from data (jsonl, csv, parquet sources) to a contract type name."""
     if pa.types.is_boolean(arrow_type):
         return "bool"
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return "binary"
     for name, known in ARROW_TYPES.items():
-        if name not in ("string", "timestamp", "bool") and arrow_type == known:
+        if name not in ("string", "timestamp", "bool", "binary") and arrow_type == known:
             return name
     if pa.types.is_floating(arrow_type):
         return "float64"

@@ -3,6 +3,7 @@ each, and the sink's layout. Everything here is checked before any data is read.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,9 @@ from .stages import Segment, SourceStage, StepStage
 
 JSON_SAMPLE_LINES = 1000
 PRESET_KERNELS = {"apache_common": "clf", "apache_combined": "combined", "nginx_combined": "combined"}
+# Source types that plan their own records: type -> "module:function" returning
+# (partitions, a source stage with read(partition, segment, backend), manifest metadata).
+SOURCE_PLANNERS = {"images": "gpuetl.sources.images:plan_images"}
 
 
 @dataclass
@@ -44,6 +48,8 @@ class Plan:
     output_schema: Schema
     out_dir: Path
     notes: list[str] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)      # the source's additions to the manifest (labels)
+    default_key: tuple[str, ...] = ()                 # what splits and placement hash without shard.key
 
     @property
     def spec(self):
@@ -59,14 +65,25 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     spec = loaded.spec
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression)
     notes: list[str] = []
-    if spec.source.type == "parquet":
+    metadata: dict = {}
+    raw_type = "string"
+    if spec.source.type in SOURCE_PLANNERS:
+        module, func = SOURCE_PLANNERS[spec.source.type].split(":")
+        partitions, source, metadata = getattr(importlib.import_module(module), func)(loaded, files, notes)
+        raw_type = source.raw_type
+    elif spec.source.type == "parquet":
         partitions = plan_row_groups(files, spec.source.blocksize)
+        source = _source_stage(loaded, files, notes)
     else:
         partitions = plan_partitions(files, spec.source.blocksize)
-    source = _source_stage(loaded, files, notes)
+        source = _source_stage(loaded, files, notes)
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
-    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
+    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files,
+                        raw_type=raw_type)]
     schema = dict(source.schema)
+    for i, step in enumerate(loaded.steps):
+        if hasattr(step, "look_ahead"):           # decode: a later resize's size lets it decode smaller
+            step.look_ahead(loaded.steps[i + 1:])
     for i, step in enumerate(loaded.steps, start=1):
         try:
             schema = step.output_schema(schema)
@@ -75,7 +92,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         stage = StepStage(i, f"{step.name}", step, dict(schema))
         if step.is_global:
             segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error,
-                                    files=files))
+                                    files=files, raw_type=raw_type))
         else:
             segments[-1].steps.append(stage)
             segments[-1].schema = dict(schema)
@@ -83,9 +100,10 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     if not schema:
         raise SpecError(f"{loaded.path}: the steps leave no columns to write")
     out_dir = _resolve(loaded.base_dir, spec.sink.path)
-    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes)
+    default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes, metadata, default_key)
     _check_shard(plan)
-    parser = source.parser
+    parser = getattr(source, "parser", None)
     if backend is not None and isinstance(parser, RegexParser) and not parser.kernel:
         why = backend.check_regex(parser.regex)
         if why:

@@ -52,6 +52,7 @@ class Segment:
     schema: Schema = field(default_factory=dict)   # data columns at the end
     on_error: str = "quarantine"
     files: list = field(default_factory=list)      # the inputs, to name them in errors
+    raw_type: str = "string"                       # a quarantined record's raw form (binary: image bytes)
 
     @property
     def label(self) -> str:
@@ -59,8 +60,8 @@ class Segment:
         return "-".join(names) or "pass"
 
 
-def frame_schema(schema: Schema) -> Schema:
-    return {**schema, **INTERNAL_TYPES}
+def frame_schema(schema: Schema, raw_type: str = "string") -> Schema:
+    return {**schema, **INTERNAL_TYPES, RAW: raw_type}
 
 
 # -- the source stage ---------------------------------------------------------------------------
@@ -71,6 +72,8 @@ def read_partition(partition: Partition, segment: Segment, backend):
     parser that takes a partition's batches at once (`whole_partition`: the log presets' kernel)
     then parses them together, the others batch by batch."""
     source = segment.source
+    if hasattr(source, "read"):          # a source with its own records (sources/images.py)
+        return run_steps(source.read(partition, segment, backend), segment, backend)
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     block = backend.read_block(source.files, partition.ranges)
@@ -247,7 +250,8 @@ def run_steps(df, segment: Segment, backend):
         checked, bad, reasons = step.quarantine(frame, backend)
         if bad is not None and bool(bad.any()):
             rows = checked[bad].copy()
-            rows[RAW] = _row_json(frame[bad], backend)        # the values as they reached the step
+            raw = step.raw_record(frame[bad], backend)
+            rows[RAW] = _row_json(frame[bad], backend) if raw is None else raw   # as the record reached the step
             rows[REASON] = reasons[bad]
             rows[STATUS] = backend.series(backend.xp.full(len(rows), STATUS_QUARANTINED, dtype=backend.xp.int8),
                                           "int8", index=rows.index)
@@ -266,9 +270,9 @@ def run_steps(df, segment: Segment, backend):
         keep = step.keep(frame, backend)
         if keep is not None:
             frame = _mark_dropped(frame, keep, step.drops_as, stage.index, backend)
-    out = [backend.conform(part, frame_schema(segment.schema)) for part in [frame, *side] if len(part)]
+    out = [backend.conform(part, frame_schema(segment.schema, segment.raw_type)) for part in [frame, *side] if len(part)]
     if not out:
-        return backend.empty(frame_schema(segment.schema))
+        return backend.empty(frame_schema(segment.schema, segment.raw_type))
     return _finish(backend.concat(out), segment, backend)
 
 
@@ -292,7 +296,7 @@ def _finish(df, segment: Segment, backend):
     """Quarantined rows are kept whole only when on_error is quarantine; else they become tallies."""
     if segment.on_error == "drop":
         df = collapse_quarantine(df, backend)
-    return backend.conform(df, frame_schema(segment.schema)).reset_index(drop=True)
+    return backend.conform(df, frame_schema(segment.schema, segment.raw_type)).reset_index(drop=True)
 
 
 def collapse_quarantine(df, backend):

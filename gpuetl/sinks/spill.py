@@ -174,7 +174,8 @@ def _write_ipc(table: pa.Table, path: str) -> None:
 
 
 def _write_quarantine(bad, partition, tmp_dir, file_names, stage_names, backend) -> str:
-    table = backend.to_arrow(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: "string", REASON: "string",
+    raw_type = "binary" if bad[RAW].dtype == backend.dtype("binary") else "string"   # image bytes stay bytes
+    table = backend.to_arrow(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: raw_type, REASON: "string",
                                    STAGE: "int16"})
     fi = table.column(FILE_INDEX).to_numpy()
     names = np.asarray(file_names, dtype=object)
