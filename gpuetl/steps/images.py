@@ -49,8 +49,23 @@ def _needs(schema: Schema, names, step: str, hint: str) -> None:
 
 
 def _columns(df, backend, names: dict) -> dict[str, list]:
+    """The columns as Python lists; binary values as memoryviews into the Arrow buffer (no copy:
+    pixels are large, and Pillow reads them in place)."""
     table = backend.to_arrow(df, names)
-    return {n: table.column(n).to_pylist() for n in names}
+    return {n: _views(table.column(n)) if t == "binary" else table.column(n).to_pylist() for n, t in names.items()}
+
+
+def _views(col) -> list:
+    import numpy as np
+
+    out: list = []
+    for chunk in col.chunks:
+        validity, offsets, data = chunk.buffers()
+        ends = np.frombuffer(offsets, np.int32, len(chunk) + 1, chunk.offset * 4)
+        view = memoryview(data) if data is not None else memoryview(b"")
+        valid = chunk.is_valid().to_numpy(zero_copy_only=False) if chunk.null_count else None
+        out += [view[ends[i]:ends[i + 1]] if valid is None or valid[i] else None for i in range(len(chunk))]
+    return out
 
 
 def _apply(df, backend, results, keep_format: str | None = "raw"):
