@@ -589,9 +589,6 @@ def write_sample_set(out_dir) -> list[tuple[Path, int]]:
 
     p = out / "syslog" / "syslog-000.log"
     rec(p, write_syslog(p, lines=10_000, seed=300))
-
-    for p, nbytes in write_images(out / "photos", 200, seed=400):
-        rec(p, nbytes)
     return written
 
 
@@ -600,11 +597,16 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m gpuetl.samples",
         description="Write the deterministic sample data set used by the example pipelines.",
     )
-    ap.add_argument("out_dir", help="directory to write access/, events/, syslog/ and photos/ into (overwritten)")
+    ap.add_argument("out_dir", help="directory to write access/, events/ and syslog/ into (overwritten)")
+    ap.add_argument("--photos", type=int, default=0, metavar="N",
+                    help="also write N photo-like JPEGs (500x375) into photos/<class>/ for pipelines/images.yaml")
     args = ap.parse_args(argv)
     for p, nbytes in write_sample_set(args.out_dir):
         note = " (uncompressed; %d on disk)" % os.path.getsize(p) if p.suffix == ".gz" else ""
         print(f"wrote {p}  {nbytes:,} bytes{note}")
+    if args.photos:
+        photos = write_images(Path(args.out_dir) / "photos", args.photos, seed=400)
+        print(f"wrote {len(photos)} photos in {Path(args.out_dir) / 'photos'}  {sum(n for _, n in photos):,} bytes")
     return 0
 
 

@@ -128,6 +128,14 @@ def test_dedupe_on_phash_and_content_hash(tmp_path):
     assert balanced(result) and result.counts["deduplicated"] == 2
 
 
+def test_generated_photos_are_deterministic_and_photo_sized(tmp_path):
+    a = write_images(tmp_path / "a", 3, seed=4)
+    b = write_images(tmp_path / "b", 3, seed=4)
+    assert [p.read_bytes() for p, _ in a] == [p.read_bytes() for p, _ in b]
+    assert all(40_000 < n < 200_000 for _, n in a)       # 500x375 at q90: photo-like, not flat
+
+
+@pytest.mark.slow
 def test_example_pipeline_on_200_generated_images(tmp_path):
     """pipelines/images.yaml as shipped, on the sample generator's photos (smaller pictures)."""
     write_images(tmp_path / "photos", 200, size=(96, 72), seed=7)
