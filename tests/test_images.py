@@ -158,3 +158,14 @@ def test_options_for_images_only_and_bad_label_options(tmp_path):
     photo_folder(tmp_path / "photos", n=1)
     with pytest.raises(SpecError, match="needs the column"):
         Pipeline.from_dict(image_spec(steps=[{"resize": {"size": 8}}]), base_dir=tmp_path).plan()
+
+
+def test_the_gpu_backend_is_refused_with_a_clear_message(tmp_path):
+    """cuDF has no binary column: until gpu.py holds one, images say so at plan time."""
+    photo_folder(tmp_path / "photos", n=1)
+
+    class NotCpu:
+        name = "gpu"
+
+    with pytest.raises(SpecError, match="--backend cpu|CPU backend"):
+        Pipeline.from_dict(image_spec(), base_dir=tmp_path).plan(NotCpu())

@@ -26,7 +26,8 @@ from .stages import Segment, SourceStage, StepStage
 JSON_SAMPLE_LINES = 1000
 PRESET_KERNELS = {"apache_common": "clf", "apache_combined": "combined", "nginx_combined": "combined"}
 # Source types that plan their own records: type -> "module:function" returning
-# (partitions, a source stage with read(partition, segment, backend), manifest metadata).
+# (partitions, a source stage with read(partition, segment, backend), manifest metadata); it is
+# given (loaded spec, input files, notes to add to, the backend or None).
 SOURCE_PLANNERS = {"images": "gpuetl.sources.images:plan_images"}
 
 
@@ -69,7 +70,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     raw_type = "string"
     if spec.source.type in SOURCE_PLANNERS:
         module, func = SOURCE_PLANNERS[spec.source.type].split(":")
-        partitions, source, metadata = getattr(importlib.import_module(module), func)(loaded, files, notes)
+        partitions, source, metadata = getattr(importlib.import_module(module), func)(loaded, files, notes, backend)
         raw_type = source.raw_type
     elif spec.source.type == "parquet":
         partitions = plan_row_groups(files, spec.source.blocksize)

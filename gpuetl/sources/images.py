@@ -153,10 +153,14 @@ def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
 
 # -- planning ----------------------------------------------------------------------------------
 
-def plan_images(loaded, files: list[InputFile], notes: list[str]) -> tuple[list[Partition], ImagesStage, dict]:
+def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) -> tuple[list[Partition], ImagesStage, dict]:
     """(partitions, the source stage, what the manifest records: the label list)."""
     src = loaded.spec.source
     where = f"{loaded.path}: source"
+    if backend is not None and backend.name != "cpu":
+        # cuDF has no binary column type; backends/gpu_images.py's kernels wait for one in gpu.py
+        raise SpecError(f"{where}.type: images run on the CPU backend for now (the {backend.name} backend "
+                        "cannot hold image columns yet)", hint="run with --backend cpu")
     extensions = tuple(e.lower().lstrip(".") for e in (src.extensions or DEFAULT_EXTENSIONS))
     roots = [_glob_root(p, loaded.base_dir) for p in src.paths]
     kept = [f for f in files if _suffix(f.path) in extensions]
