@@ -84,6 +84,20 @@ def test_webdataset_tar_members_grouped_by_key(tmp_path):
                                                                           ("b/0002", "b", "5", "a dog")]
 
 
+def test_provenance_and_no_image_files_and_columns(tmp_path):
+    photo_folder(tmp_path / "photos", n=2, classes=("x",))
+    result = run_images(tmp_path, source={"provenance": True}, steps=[])
+    assert balanced(result)
+    assert sorted((r["_file"], r["_offset"]) for r in rows_of(tmp_path / "out")) == [
+        ("photos/x/000.jpg", 0), ("photos/x/001.jpg", 0)]
+    write(tmp_path / "notes" / "a.txt", b"hello")
+    from gpuetl.errors import InputsNotFound
+    with pytest.raises(InputsNotFound, match="image suffix"):
+        run_images(tmp_path, path="notes/*")
+    with pytest.raises(SpecError, match="types its own columns"):
+        run_images(tmp_path, columns={"label": "string"})
+
+
 def test_many_files_per_task_partitions_sized_in_bytes(tmp_path):
     photo_folder(tmp_path / "photos", n=12)
     size = sum(p.stat().st_size for p in (tmp_path / "photos").rglob("*.jpg"))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..backends.base import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
-from ..errors import SpecError
+from ..errors import InputsNotFound, SpecError
 from .files import InputFile
 from .ranges import Partition, pack
 
@@ -127,13 +127,17 @@ def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
     good = [r["reason"] is None for r in rows]
     cols = {}
     for name, t in stage.schema.items():
-        if name in ("label_id",):
+        if name == "label_id":
             values = [stage.labels.get(r["label"]) if ok else None for r, ok in zip(rows, good)]
         elif name in stage.extra_fields:
             values = [(r["extras"].get(name) if name in r["extras"] else r["side"].get(name)) if ok else None
                       for r, ok in zip(rows, good)]
         elif name in ("key", "label"):
             values = [r[name] for r in rows]
+        elif name == "_file":
+            values = [stage.files[r["file_index"]].display for r in rows]
+        elif name == "_offset":
+            values = [r["offset"] for r in rows]
         else:
             values = [r.get(name) if ok else None for r, ok in zip(rows, good)]
         cols[name] = backend.series(values, t)
@@ -163,7 +167,13 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
                         "cannot hold image columns yet)", hint="run with --backend cpu")
     extensions = tuple(e.lower().lstrip(".") for e in (src.extensions or DEFAULT_EXTENSIONS))
     roots = [_glob_root(p, loaded.base_dir) for p in src.paths]
+    if loaded.spec.columns:
+        raise SpecError(f"{loaded.path}: columns: an images source types its own columns "
+                        f"({', '.join(BASE_COLUMNS)}, side fields as strings)", hint="remove `columns`")
     kept = [f for f in files if _suffix(f.path) in extensions]
+    if not kept:
+        raise InputsNotFound(f"{where}.path: none of the {len(files)} matched file(s) has an image suffix "
+                             f"({', '.join(extensions)})", hint="check the pattern, or list the suffixes in extensions")
     if len(kept) < len(files):
         notes.append(f"source: {len(files) - len(kept)} matched file(s) without an image suffix "
                      f"({', '.join(extensions)}) are not read")
@@ -191,6 +201,8 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
             raise SpecError(f"{where}: the side field or tar member {name!r} would replace the column "
                             f"{name!r}; rename it")
         fields[name] = "string"
+    if src.provenance:
+        fields.update({"_file": "string", "_offset": "int64"})
     labelled = [(_label(rec, src.label or "parent", regex, side, files), size) for rec, size in records]
     labels = sorted({rec.label for rec, _ in labelled if rec.label is not None and not rec.problem})
     stage = ImagesStage(files, fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
