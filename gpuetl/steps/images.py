@@ -78,8 +78,22 @@ def _apply(df, backend, results, keep_format: str | None = "raw"):
             cols["image"][i], cols["width"][i], cols["height"][i], cols["channels"][i] = r
             if keep_format:
                 cols["format"][i] = keep_format
-    out = df.assign(**{n: backend.series(cols[n], t, index=df.index) for n, t in {"image": "binary", **PIXELS}.items()})
+    out = df.assign(image=_binary(cols["image"], backend, df.index),
+                    **{n: backend.series(cols[n], t, index=df.index) for n, t in PIXELS.items()})
     return _verdict(out, reasons, backend)
+
+
+def _binary(values: list, backend, index):
+    """A binary column that wraps each value's buffer (one chunk per image) instead of copying
+    them all into one: decoded pixels are large, and the Parquet writer joins each row group's
+    chunks once anyway."""
+    import numpy as np
+    import pyarrow as pa
+
+    chunks = [pa.BinaryArray.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, len(v)], np.int32)),
+                                                            pa.py_buffer(v)])
+              if v is not None else pa.nulls(1, pa.binary()) for v in values]
+    return backend.series(pa.chunked_array(chunks, pa.binary()), "binary", index=index)
 
 
 def _verdict(df, reasons: list, backend):
