@@ -2,8 +2,8 @@
 
 Between `decode` and `encode` the `image` column holds raw pixels: HWC uint8 bytes, described by
 `width`, `height` and `channels` (1, 3 or 4), with `format` "raw". The pixel work is the
-backend's (backends/cpu_images.py: Pillow; backends/gpu_images.py: nvImageCodec and CV-CUDA);
-these steps only move columns. An image a step cannot process is quarantined with the reason
+backend's (backends/cpu_images.py: Pillow; backends/gpu_images.py: nvImageCodec and CV-CUDA,
+for when the GPU backend holds binary columns); these steps only move columns. An image a step cannot process is quarantined with the reason
 and its bytes as they reached the step.
 """
 
@@ -154,8 +154,9 @@ class Decode(_ImageRaw, Step):
     images are converted to `mode` (alpha over white for RGB); the source's EXIF orientation is
     applied (`source.exif_transpose: false` turns it off). Where a later `resize` makes the image
     smaller, JPEGs are decoded with libjpeg-turbo's DCT scaling (Pillow's `draft`) to the smallest
-    scale still at least the size that resize needs. On the GPU backend, nvImageCodec decodes
-    the batch into device memory. Corrupt or truncated images are quarantined."""
+    scale still at least the size that resize needs. Corrupt or truncated images are quarantined.
+    (backends/gpu_images.py holds the GPU form, nvImageCodec batch decoding into device memory;
+    image pipelines run on the CPU backend until the GPU backend holds binary columns.)"""
 
     name = "decode"
     summary = "Decode image bytes to raw pixels (RGB, L or RGBA), upright per EXIF."
@@ -216,8 +217,8 @@ class ResizeParams(Params):
 class Resize(_ImageRaw, Step):
     """Resize decoded pixels. `fit` keeps the aspect ratio within W×H; `fill` scales to cover W×H
     and cuts out the centre (one resampling of that region); `stretch` ignores the aspect ratio.
-    CPU: Pillow's antialiased resampling with the named filter; GPU: CV-CUDA's resize (linear,
-    cubic or area as the filter maps)."""
+    CPU: Pillow's antialiased resampling with the named filter (GPU form: CV-CUDA's antialiased
+    `hq_resize`, cubic, linear or area as the filter maps)."""
 
     name = "resize"
     summary = "Resize pixels to W×H: fit, fill (scale then centre crop) or stretch; antialiased."
