@@ -22,7 +22,7 @@ import os
 import re
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.base import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
@@ -70,7 +70,6 @@ class ImagesStage:
     extra_fields: tuple[str, ...] = ()
     raw_type: str = "binary"
     default_key: tuple[str, ...] = ("key",)   # splits and placement hash the path, never pixels
-    notes: list[str] = field(default_factory=list)
 
     def read(self, partition: Partition, segment, backend):
         records = partition.ranges

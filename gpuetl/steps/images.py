@@ -42,7 +42,7 @@ def _kernel(backend, name: str):
     return each
 
 
-def _needs(schema: Schema, names, step: str, hint: str) -> None:
+def _needs(schema: Schema, names, hint: str) -> None:
     missing = [n for n in names if n not in schema]
     if missing:
         raise StepError(f"needs the column(s) {', '.join(missing)}; {hint}")
@@ -180,7 +180,7 @@ class Decode(_ImageRaw, Step):
                 return
 
     def output_schema(self, schema: Schema) -> Schema:
-        _needs(schema, ["image", "orientation"], "decode", "decode reads an images source's image column")
+        _needs(schema, ["image", "orientation"], "decode reads an images source's image column")
         out = {k: v for k, v in schema.items() if k != "orientation"}
         return {**out, **PIXELS}
 
@@ -226,7 +226,7 @@ class Resize(_ImageRaw, Step):
     Params = ResizeParams
 
     def output_schema(self, schema: Schema) -> Schema:
-        _needs(schema, list(PIXELS), "resize", "put decode before resize")
+        _needs(schema, list(PIXELS), "put decode before resize")
         return dict(schema)
 
     def quarantine(self, df, backend):
@@ -258,7 +258,7 @@ class CenterCrop(_ImageRaw, Step):
         return super().from_raw({"size": raw} if isinstance(raw, (int, list)) else raw)
 
     def output_schema(self, schema: Schema) -> Schema:
-        _needs(schema, list(PIXELS), "center_crop", "put decode before center_crop")
+        _needs(schema, list(PIXELS), "put decode before center_crop")
         return dict(schema)
 
     def quarantine(self, df, backend):
@@ -275,7 +275,7 @@ class Convert(_ImageRaw, Step):
     Params = RootModel[Literal["RGB", "L"]]
 
     def output_schema(self, schema: Schema) -> Schema:
-        _needs(schema, list(PIXELS), "convert", "put decode before convert")
+        _needs(schema, list(PIXELS), "put decode before convert")
         return dict(schema)
 
     def quarantine(self, df, backend):
@@ -305,7 +305,7 @@ class Encode(_ImageRaw, Step):
         return super().from_raw({"format": raw} if isinstance(raw, str) else raw)
 
     def output_schema(self, schema: Schema) -> Schema:
-        _needs(schema, list(PIXELS), "encode", "put decode before encode")
+        _needs(schema, list(PIXELS), "put decode before encode")
         return dict(schema)
 
     def quarantine(self, df, backend):
@@ -341,7 +341,7 @@ class Phash(_ImageRaw, Step):
         return super().from_raw({} if raw is None else raw)
 
     def output_schema(self, schema: Schema) -> Schema:
-        _needs(schema, list(PIXELS), "phash", "put decode before phash")
+        _needs(schema, list(PIXELS), "put decode before phash")
         if self.params.column in schema:
             raise StepError(f"the column {self.params.column!r} exists already; name another with column:")
         return {**schema, self.params.column: "int64"}
