@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast venv sample-data bench clean gpu-api
+.PHONY: demo demo-images test test-fast venv sample-data bench bench-images clean gpu-api
 
 $(BIN)/gpuetl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,10 +14,13 @@ $(BIN)/gpuetl: pyproject.toml
 venv: $(BIN)/gpuetl
 
 sample-data: venv
-	$(BIN)/python -m gpuetl.samples pipelines/data
+	$(BIN)/python -m gpuetl.samples pipelines/data --photos 200
 
 demo: sample-data
 	$(BIN)/gpuetl run pipelines/access_logs.yaml --set sink.mode=overwrite
+
+demo-images: sample-data
+	$(BIN)/gpuetl run pipelines/images.yaml --set sink.mode=overwrite
 
 test: venv
 	$(BIN)/python -m pytest -q
@@ -40,6 +43,9 @@ $(GPU_VENV)/bin/gpuetl: pyproject.toml
 
 gpu-api: $(GPU_VENV)/bin/gpuetl
 	RAPIDS_NO_INITIALIZE=1 $(GPU_VENV)/bin/python -m pytest -q -p no:cacheprovider -m gpu_api tests
+
+bench-images: venv
+	$(BIN)/python benchmarks/bench_images.py
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) pipelines/data pipelines/out

@@ -518,6 +518,52 @@ def write_syslog(path, *, lines: int, seed: int = 0) -> int:
     return w.nbytes
 
 
+# --------------------------------------------------------------------------- images
+
+IMAGE_CLASSES = ("beach", "forest", "city", "desert", "snow")
+
+
+def photo_like(rng: np.random.Generator, width: int, height: int):
+    """A deterministic picture with what makes photos compress as they do: smooth light (a
+    gradient and blurred random fields), a few shapes, fine texture and sensor-like noise.
+    Built from Pillow's C operations, so thousands are quick to write."""
+    from PIL import Image, ImageChops, ImageDraw
+
+    def field(cell: int):
+        small = rng.integers(0, 256, (height // cell + 2, width // cell + 2, 3), dtype=np.uint8)
+        return Image.fromarray(small).resize((width, height), Image.Resampling.BICUBIC)
+
+    light = Image.linear_gradient("L").rotate(float(rng.uniform(0, 360))).resize((width, height))
+    tint = Image.new("RGB", (width, height), tuple(int(c) for c in rng.integers(0, 256, 3)))
+    img = Image.composite(tint, field(max(width, height) // 6), light)
+    img = Image.blend(img, field(5), 0.25)
+    draw = ImageDraw.Draw(img)
+    for _ in range(int(rng.integers(3, 9))):
+        cx, cy = rng.uniform(0, width), rng.uniform(0, height)
+        r = rng.uniform(0.05, 0.3) * min(width, height)
+        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+        box = (cx - r, cy - r * rng.uniform(0.5, 1.5), cx + r, cy + r * rng.uniform(0.5, 1.5))
+        (draw.ellipse if rng.random() < 0.6 else draw.rectangle)(box, fill=colour)
+    noise = Image.frombytes("L", (width, height), rng.normal(128, 9, width * height).clip(0, 255)
+                            .astype(np.uint8).tobytes()).convert("RGB")
+    return ImageChops.add(img, noise, 1.0, -128)
+
+
+def write_images(out_dir, n: int, *, size: tuple[int, int] = (500, 375), seed: int = 0,
+                 classes=IMAGE_CLASSES, quality: int = 90) -> list[tuple[Path, int]]:
+    """n JPEGs in <out_dir>/<class>/<class>-NNNNN.jpg (ImageFolder layout), deterministic."""
+    out = Path(out_dir)
+    written = []
+    for i in range(n):
+        label = classes[i % len(classes)]
+        rng = np.random.default_rng([seed, i])
+        p = out / label / f"{label}-{i:05d}.jpg"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        photo_like(rng, *size).save(p, "JPEG", quality=quality)
+        written.append((p, p.stat().st_size))
+    return written
+
+
 # --------------------------------------------------------------------------- sample set
 
 
@@ -552,10 +598,15 @@ def main(argv: list[str] | None = None) -> int:
         description="Write the deterministic sample data set used by the example pipelines.",
     )
     ap.add_argument("out_dir", help="directory to write access/, events/ and syslog/ into (overwritten)")
+    ap.add_argument("--photos", type=int, default=0, metavar="N",
+                    help="also write N photo-like JPEGs (500x375) into photos/<class>/ for pipelines/images.yaml")
     args = ap.parse_args(argv)
     for p, nbytes in write_sample_set(args.out_dir):
         note = " (uncompressed; %d on disk)" % os.path.getsize(p) if p.suffix == ".gz" else ""
         print(f"wrote {p}  {nbytes:,} bytes{note}")
+    if args.photos:
+        photos = write_images(Path(args.out_dir) / "photos", args.photos, seed=400)
+        print(f"wrote {len(photos)} photos in {Path(args.out_dir) / 'photos'}  {sum(n for _, n in photos):,} bytes")
     return 0
 
 

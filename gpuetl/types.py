@@ -21,7 +21,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "float64": pa.float64(),
     "string": pa.string(),
     "timestamp": pa.timestamp("us", tz="UTC"),
-    "binary": pa.binary(),     # not a column type of pipeline files: the quarantine's exact input bytes
+    "binary": pa.binary(),     # not a `columns` type: image bytes and pixels, the quarantine's exact input bytes
 }
 
 Schema = dict[str, str]  # column name -> type name
@@ -35,6 +35,8 @@ def type_name_of(arrow_type: pa.DataType) -> str:
     """Map an Arrow type read from data (jsonl, csv, parquet sources) to a contract type name."""
     if pa.types.is_boolean(arrow_type):
         return "bool"
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return "binary"
     for name, known in ARROW_TYPES.items():
         if name not in ("string", "timestamp", "bool", "binary") and arrow_type == known:
             return name

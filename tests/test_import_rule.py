@@ -5,7 +5,8 @@ from pathlib import Path
 
 import gpuetl
 
-GPU_MODULES = {"cudf", "cupy", "cupyx", "kvikio", "rmm", "dask_cudf", "dask_cuda", "pylibcudf", "pynvml"}
+GPU_MODULES = {"cudf", "cupy", "cupyx", "kvikio", "rmm", "dask_cudf", "dask_cuda", "pylibcudf", "pynvml",
+               "nvidia", "cvcuda"}   # nvidia: nvImageCodec (from nvidia import nvimgcodec)
 PACKAGE = Path(gpuetl.__file__).parent
 
 

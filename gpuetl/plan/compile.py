@@ -3,6 +3,7 @@ each, and the sink's layout. Everything here is checked before any data is read.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,10 @@ from .stages import Segment, SourceStage, StepStage
 
 JSON_SAMPLE_LINES = 1000
 PRESET_KERNELS = {"apache_common": "clf", "apache_combined": "combined", "nginx_combined": "combined"}
+# Source types that plan their own records: type -> "module:function" returning
+# (partitions, a source stage with read(partition, segment, backend), manifest metadata); it is
+# given (loaded spec, input files, notes to add to, the backend or None).
+SOURCE_PLANNERS = {"images": "gpuetl.sources.images:plan_images"}
 
 
 @dataclass
@@ -47,6 +52,8 @@ class Plan:
     output_schema: Schema
     out_dir: Path
     notes: list[str] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)      # the source's additions to the manifest (labels)
+    default_key: tuple[str, ...] = ()                 # what splits and placement hash without shard.key
 
     @property
     def spec(self):
@@ -62,16 +69,24 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     spec = loaded.spec
     notes: list[str] = []
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes)
-    if spec.source.type == "parquet":
+    metadata: dict = {}
+    if spec.source.type in SOURCE_PLANNERS:
+        module, func = SOURCE_PLANNERS[spec.source.type].split(":")
+        partitions, source, metadata = getattr(importlib.import_module(module), func)(loaded, files, notes, backend)
+    elif spec.source.type == "parquet":
         partitions = plan_row_groups(files, spec.source.blocksize)
+        source = _source_stage(loaded, files, notes)
     else:
         _check_partition_count(loaded, files)
         partitions = plan_partitions(files, spec.source.blocksize,
                                      Limits(spec.source.max_expand_ratio, spec.source.max_uncompressed_bytes))
-    source = _source_stage(loaded, files, notes)
+        source = _source_stage(loaded, files, notes)
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
     schema = dict(source.schema)
+    for i, step in enumerate(loaded.steps):
+        if hasattr(step, "look_ahead"):           # decode: a later resize's size lets it decode smaller
+            step.look_ahead(loaded.steps[i + 1:])
     for i, step in enumerate(loaded.steps, start=1):
         try:
             schema = step.output_schema(schema)
@@ -89,10 +104,11 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     if not schema:
         raise SpecError(f"{loaded.key('steps')}: the steps leave no columns to write")
     out_dir = _resolve(loaded.base_dir, spec.sink.path)
-    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes)
+    default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes, metadata, default_key)
     _check_shard(plan)
     if backend is not None:
-        _check_regexes(plan, source.parser, backend)
+        _check_regexes(plan, getattr(source, "parser", None), backend)
     return plan
 
 

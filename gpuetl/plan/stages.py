@@ -72,6 +72,8 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     then parses them together, the others batch by batch. `decoded`: the bytes of the partition's
     compressed ranges, in order, decoded by the tasks before (plan/graph.py)."""
     source = segment.source
+    if hasattr(source, "read"):          # a source with its own records (sources/images.py)
+        return run_steps(source.read(partition, segment, backend), segment, backend)
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
@@ -267,7 +269,8 @@ def run_steps(df, segment: Segment, backend):
         checked, bad, reasons = step.quarantine(frame, backend)
         if bad is not None and bool(bad.any()):
             rows = checked[bad].copy()
-            rows[RAW] = _row_json(frame[bad], backend)        # the values as they reached the step
+            raw = step.raw_record(frame[bad], backend)
+            rows[RAW] = _row_json(frame[bad], backend) if raw is None else raw   # as the record reached the step
             rows[REASON] = reasons[bad]
             rows[STATUS] = backend.series(backend.xp.full(len(rows), STATUS_QUARANTINED, dtype=backend.xp.int8),
                                           "int8", index=rows.index)

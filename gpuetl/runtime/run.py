@@ -51,7 +51,7 @@ def layout_of(plan: Plan) -> Layout:
     shard = plan.spec.shard
     return Layout(
         splits=tuple((shard.splits or {}).items()),
-        key=tuple(shard.key or ()),
+        key=tuple(shard.key or plan.default_key),
         shuffle=shard.shuffle,
         seed=shard.seed,
         count=shard.count,
@@ -293,6 +293,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     manifest["fallbacks"] = backend.fallbacks(getattr(executor, "client", None))
     manifest["host_transfer"] = backend.host_transfer(getattr(executor, "client", None), plan.input_bytes)
     manifest["notes"] = [*plan.notes, *warnings]
+    manifest.update(plan.metadata)
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
 

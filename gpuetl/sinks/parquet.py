@@ -203,7 +203,10 @@ def write_quarantine(pieces: list[str], tmp_dir: str, options: WriteOptions) -> 
     table = pa.concat_tables(tables)
     table = table.take(pc.sort_indices(table, sort_keys=[(FILE_INDEX, "ascending"), ("_offset", "ascending"),
                                                          ("_stage", "ascending")]))
-    table = table.select(QUARANTINE_SCHEMA.names).cast(QUARANTINE_SCHEMA)
+    schema = QUARANTINE_SCHEMA
+    if pa.types.is_binary(table.schema.field("_raw").type):     # an image source's exact input bytes
+        schema = schema.set(schema.get_field_index("_raw"), pa.field("_raw", pa.binary()))
+    table = table.select(schema.names).cast(schema)
     results = []
     for n, start in enumerate(range(0, table.num_rows, QUARANTINE_ROWS_PER_FILE)):
         relpath = f"_quarantine/part-{n:05d}.parquet"

@@ -159,7 +159,8 @@ def _row_bytes(table: pa.Table, schema: Schema) -> np.ndarray:
     size = np.zeros(table.num_rows, dtype=np.float64)
     for name in schema:
         col = table.column(name)
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        if (pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_binary(col.type)
+                or pa.types.is_large_binary(col.type)):
             import pyarrow.compute as pc
 
             size += pc.fill_null(pc.binary_length(col), 0).to_numpy().astype(np.float64)

@@ -35,6 +35,14 @@ class Source(Model):
                                                 "this (e.g. 10GiB) is refused likewise; no bound if unset")
     provenance: bool = Field(False, description="add _file (string) and _offset (int64, byte offset) columns")
     delimiter: str = Field(",", description="csv only: the field separator")
+    # images only (sources/images.py)
+    label: Literal["parent", "regex", "file", "none"] | None = Field(
+        None, description="images: the label: parent folder (default), a regex on the path, a side file, or none")
+    label_regex: str | None = Field(None, description="images, label: regex: searched in the key; group 'label' or 1")
+    side_file: str | None = Field(None, description="images, label: file: csv or jsonl with a 'key' and a 'label' field")
+    exif_transpose: bool = Field(True, description="images: apply the EXIF orientation when decoding")
+    max_pixels: int = Field(89_478_485, ge=1, description="images: larger images are quarantined, read from the header")
+    extensions: list[str] | None = Field(None, description="images: file suffixes read (default jpg jpeg png webp tar)")
 
     @field_validator("blocksize")
     @classmethod
@@ -62,6 +70,18 @@ class Source(Model):
         if len(v) != 1 or v in "\r\n\"":
             raise ValueError("the delimiter is one character, not a quote or newline")
         return v
+
+    @model_validator(mode="after")
+    def _image_options(self):
+        given = [k for k in ("label", "label_regex", "side_file", "extensions") if getattr(self, k) is not None]
+        if self.type != "images" and given:
+            raise ValueError(f"{', '.join(given)}: for images sources only")
+        if self.type == "images":
+            if self.label == "regex" and not self.label_regex:
+                raise ValueError("label: regex needs label_regex, e.g. '^(?P<label>[^/]+)/'")
+            if self.label == "file" and not self.side_file:
+                raise ValueError("label: file needs side_file (csv or jsonl with 'key' and 'label' fields)")
+        return self
 
     @property
     def paths(self) -> list[str]:

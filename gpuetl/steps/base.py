@@ -64,6 +64,10 @@ class Step:
         """(df, bad mask or None, reason Series or None): rows this step cannot process."""
         return df, None, None
 
+    def raw_record(self, rows, backend):
+        """The raw form of rows this step quarantines; None: their values as JSON."""
+        return None
+
     def keep(self, df, backend):
         """A bool mask of the live rows to keep, or None to keep every row."""
         return None

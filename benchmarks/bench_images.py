@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Side-by-side benchmark: a folder of JPEGs -> decode -> resize fill 224x224 -> JPEG q90 -> Parquet.
+
+    python benchmarks/bench_images.py [--imagenet 10000] [--large 2000] [--cores N]
+        [--data benchmarks/data] [--json benchmarks/results/images.json]
+
+Two sets, generated once (cached by count, size and a hash of gpuetl/samples.py) with
+``gpuetl.samples.write_images``: ImageNet-sized photos (500x375) and large ones (1024x768).
+On each, one after the other, each in a fresh subprocess on the same cores:
+
+- ``gpuetl-cpu``: pipelines/images.yaml's work (labels from the parent folder, decode RGB,
+  resize fill 224x224 bicubic, encode JPEG q90) run by ``gpuetl`` on the CPU backend;
+- ``pillow-mp``: a plain script: multiprocessing.Pool(cores) over the files, each worker
+  opens, converts to RGB, resizes (short side to 224, bicubic) and centre-crops, encodes JPEG
+  q90; the parent writes key, label, image to Parquet with pyarrow.
+
+Reports wall seconds (process start to the last byte written) and images/s, and the steady rate
+without each system's fixed cost (interpreter start, imports, the local cluster), measured by a run
+on the first 20 images: (n - 20) / (t_n - t_20). The page cache is warmed by reading every file
+first. Not a test; nothing here is imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))        # this checkout's gpuetl, also in the generator's workers
+SETS = {"imagenet": (500, 375), "large": (1024, 768)}
+
+PILLOW_SCRIPT = r'''
+import io, os, sys, time
+from multiprocessing import Pool
+import pyarrow as pa, pyarrow.parquet as pq
+from PIL import Image
+
+def work(path):
+    img = Image.open(path).convert("RGB")
+    w, h = img.size
+    s = 224 / min(w, h)
+    img = img.resize((max(224, round(w * s)), max(224, round(h * s))), Image.Resampling.BICUBIC)
+    left, top = (img.width - 224) // 2, (img.height - 224) // 2
+    buf = io.BytesIO()
+    img.crop((left, top, left + 224, top + 224)).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+if __name__ == "__main__":
+    root, out, cores = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".jpg"))
+    with Pool(cores) as pool:
+        images = pool.map(work, paths, chunksize=16)
+    keys = [os.path.relpath(p, root) for p in paths]
+    table = pa.table({"key": keys, "label": [k.split(os.sep)[0] for k in keys], "image": pa.array(images, pa.binary())})
+    pq.write_table(table, out, compression="none")
+'''
+
+GPUETL_SCRIPT = r'''
+import sys
+from gpuetl.api import Pipeline
+root, out, cores = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spec = {"version": 1, "name": "bench-images",
+        "source": {"type": "images", "path": root + "/**/*.jpg", "label": "parent", "blocksize": "16MiB"},
+        "steps": [{"decode": {"mode": "RGB"}}, {"resize": {"size": [224, 224], "mode": "fill", "filter": "bicubic"}},
+                  {"encode": {"format": "jpeg", "quality": 90}}],
+        "sink": {"path": out, "compression": "none", "mode": "overwrite"}}
+result = Pipeline.from_dict(spec).run(backend="cpu")      # a thread per core, as `gpuetl run` does
+assert result.counts["rows_out"] == result.counts["rows_in"], result.counts
+'''
+
+
+def _dataset(data: Path, name: str, n: int, cores: int) -> Path:
+    from multiprocessing import Pool
+
+    version = hashlib.sha256((ROOT / "gpuetl" / "samples.py").read_bytes()).hexdigest()[:8]
+    w, h = SETS[name]
+    folder = data / f"images-{name}-{w}x{h}-{n}-{version}"
+    if not (folder / ".done").exists():
+        print(f"generating {n} images of {w}x{h} in {folder} ...", flush=True)
+        chunks = [(str(folder), i, min(i + 250, n), (w, h)) for i in range(0, n, 250)]
+        with Pool(cores) as pool:
+            pool.map(_write_chunk, chunks)
+        (folder / ".done").write_text("")
+    return folder
+
+
+def _write_chunk(args) -> None:
+    import numpy as np
+
+    from gpuetl.samples import IMAGE_CLASSES, photo_like
+
+    folder, start, stop, size = args
+    for i in range(start, stop):
+        label = IMAGE_CLASSES[i % len(IMAGE_CLASSES)]
+        p = Path(folder) / label / f"{label}-{i:06d}.jpg"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        photo_like(np.random.default_rng([0, i]), *size).save(p, "JPEG", quality=90)
+
+
+FEW = 20     # a run on this many images measures each system's fixed cost (start, imports, cluster)
+
+
+def _first(folder: Path, files: list[Path], n: int) -> Path:
+    """A copy of the first n images (copies, not links: a link out of the folder is not read)."""
+    few = folder.with_name(folder.name + f"-first{n}")
+    if not few.exists():
+        for p in files[:n]:
+            (few / p.parent.name).mkdir(parents=True, exist_ok=True)
+            (few / p.parent.name / p.name).write_bytes(p.read_bytes())
+    return few
+
+
+def _run(script: str, root: Path, out: Path, cores: int) -> float:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", script, str(root), str(out), str(cores)], check=True, env=env,
+                   preexec_fn=lambda: os.sched_setaffinity(0, range(cores)))     # both on the same cores
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--imagenet", type=int, default=10_000, help="images of 500x375 (0: skip)")
+    ap.add_argument("--large", type=int, default=2_000, help="images of 1024x768 (0: skip)")
+    ap.add_argument("--cores", type=int, default=os.cpu_count())
+    ap.add_argument("--data", type=Path, default=HERE / "data")
+    ap.add_argument("--json", type=Path, default=HERE / "results" / "images.json")
+    args = ap.parse_args()
+    results = []
+    for name, n in (("imagenet", args.imagenet), ("large", args.large)):
+        if not n:
+            continue
+        folder = _dataset(args.data, name, n, args.cores)
+        files = sorted(folder.rglob("*.jpg"))
+        total = sum(len(p.read_bytes()) for p in files)            # also warms the page cache
+        row = {"set": name, "images": len(files), "mean_kb": round(total / len(files) / 1000, 1), "cores": args.cores}
+        out = args.json.parent / f"images-out-{name}"
+        out.mkdir(parents=True, exist_ok=True)
+        few = _first(folder, files, FEW)
+        for system, script in (("pillow-mp", PILLOW_SCRIPT), ("gpuetl-cpu", GPUETL_SCRIPT)):
+            target = out / (system + (".parquet" if system == "pillow-mp" else ""))
+            fixed = _run(script, few, target, args.cores)
+            seconds = _run(script, folder, target, args.cores)
+            row[system] = {"seconds": round(seconds, 2), "images_per_s": round(len(files) / seconds, 1),
+                           f"seconds_{FEW}": round(fixed, 2),
+                           "steady_images_per_s": round((len(files) - FEW) / max(seconds - fixed, 1e-9), 1)}
+        for kind in ("images_per_s", "steady_images_per_s"):
+            row[f"ratio_{kind}"] = round(row["gpuetl-cpu"][kind] / row["pillow-mp"][kind], 2)
+        results.append(row)
+        print(f"{name:9s} {len(files):6d} images ({row['mean_kb']} KB)  images/s (steady, without the run on {FEW}):"
+              f"  pillow-mp {row['pillow-mp']['images_per_s']:7.1f} ({row['pillow-mp']['steady_images_per_s']:.1f})"
+              f"  gpuetl-cpu {row['gpuetl-cpu']['images_per_s']:7.1f} ({row['gpuetl-cpu']['steady_images_per_s']:.1f})"
+              f"  ratio {row['ratio_images_per_s']:.2f}x ({row['ratio_steady_images_per_s']:.2f}x)", flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

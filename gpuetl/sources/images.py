@@ -1,0 +1,379 @@
+"""The `images` source: JPEG, PNG and WebP files, and tar shards in the WebDataset layout.
+
+A record is one image with its key, label and side fields. Planning lists every record (tar
+headers are read, no image is), gives each its label and label_id (the index in the sorted
+label list, as torchvision's ImageFolder does), and packs records into partitions of about
+`blocksize` bytes, so a million small files make a few hundred tasks. A task reads its records
+with a few threads (small-file reads wait on storage, not on the CPU), checks each header
+(format, size, the pixel limit: nothing is decoded here) and hands on the bytes as a binary
+`image` column. Anything unusable is quarantined with its reason and its exact bytes.
+
+The key is the path relative to the folder the glob starts in (`photos/**/*.jpg`: `cat/1.jpg`),
+or a WebDataset member's path up to the first '.' of its basename; splits, placement and
+shuffle hash it, never pixels.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..backends.base import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
+from ..backends.cpu_images import BadImage, probe
+from ..errors import InputsNotFound, SpecError
+from .files import InputFile
+from .ranges import Partition, pack
+
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
+READ_THREADS = 8
+_FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+BASE_COLUMNS = {
+    "key": "string", "label": "string", "label_id": "int32", "image": "binary", "orig_format": "string",
+    "orig_width": "int32", "orig_height": "int32", "orig_bytes": "int64", "content_hash": "string",
+    "orientation": "int8",
+}
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    """One image to read: where its bytes are (a file, or a member of a tar), and what is known
+    of it before reading."""
+
+    file_index: int
+    offset: int                       # 0 for a file; a tar member's header offset
+    key: str
+    label: str | None
+    image: tuple[int, int] | None     # (data offset, size) of the image bytes
+    extras: tuple[tuple[str, int, int], ...] = ()      # tar members: (field, data offset, size)
+    side: tuple[tuple[str, str | None], ...] = ()       # side-file fields
+    problem: str | None = None        # quarantined without reading (unsafe member, no label, ...)
+    name: str = ""                    # a problem record's raw: the member's name
+
+
+@dataclass
+class ImagesStage:
+    """What a partition's task needs (plan/stages.py calls read)."""
+
+    files: list[InputFile]
+    schema: dict
+    labels: dict[str, int]
+    max_pixels: int
+    exif_transpose: bool
+    extra_fields: tuple[str, ...] = ()
+    default_key: tuple[str, ...] = ("key",)   # splits and placement hash the path, never pixels
+
+    def read(self, partition: Partition, segment, backend):
+        records = partition.ranges
+        with ThreadPoolExecutor(min(READ_THREADS, max(len(records), 1))) as pool:
+            rows = list(pool.map(self._read_one, records))
+        return _frame(rows, self, segment, backend)
+
+    def _read_one(self, rec: ImageRecord) -> dict:
+        row = {"file_index": rec.file_index, "offset": rec.offset, "key": rec.key, "label": rec.label,
+               "side": dict(rec.side), "extras": {}, "raw": None, "reason": None}
+        if rec.problem:
+            row.update(raw=rec.name.encode("utf-8", "surrogateescape"), reason=rec.problem)
+            return row
+        f = self.files[rec.file_index]
+        try:
+            data = _pread(f.path, *rec.image)
+            for name, offset, size in rec.extras:
+                value = _pread(f.path, offset, size)
+                try:
+                    row["extras"][name] = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise BadImage(f"member {rec.key}.{name} is not valid UTF-8") from None
+        except OSError as err:
+            row.update(raw=b"", reason=f"{f.display}: cannot read: {err.strerror or err}")
+            return row
+        except BadImage as err:
+            row.update(raw=data, reason=str(err))
+            return row
+        try:
+            fmt, w, h, orientation = probe(data, self.max_pixels)
+        except BadImage as err:
+            row.update(raw=data, reason=str(err))
+            return row
+        row.update(image=data, orig_format=fmt, orig_width=w, orig_height=h, orig_bytes=len(data),
+                   content_hash=hashlib.sha256(data).hexdigest(),
+                   orientation=orientation if self.exif_transpose else 1)
+        return row
+
+
+def _pread(path: str, offset: int, size: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise OSError(f"short read ({len(data)} of {size} bytes): the file changed after planning")
+    return data
+
+
+def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
+    from ..plan.stages import _fail, frame_schema
+
+    good = [r["reason"] is None for r in rows]
+    cols = {}
+    for name, t in stage.schema.items():
+        if name == "label_id":
+            values = [stage.labels.get(r["label"]) if ok else None for r, ok in zip(rows, good)]
+        elif name in stage.extra_fields:
+            values = [(r["extras"].get(name) if name in r["extras"] else r["side"].get(name)) if ok else None
+                      for r, ok in zip(rows, good)]
+        elif name in ("key", "label"):
+            values = [r[name] for r in rows]
+        elif name == "_file":
+            values = [stage.files[r["file_index"]].display for r in rows]
+        elif name == "_offset":
+            values = [r["offset"] for r in rows]
+        else:
+            values = [r.get(name) if ok else None for r, ok in zip(rows, good)]
+        cols[name] = backend.series(values, t)
+    n = len(rows)
+    cols[FILE_INDEX] = backend.series([r["file_index"] for r in rows], "int32")
+    cols[OFFSET] = backend.series([r["offset"] for r in rows], "int64")
+    cols[STATUS] = backend.series([0 if ok else STATUS_QUARANTINED for ok in good], "int8")
+    cols[COUNT] = backend.series([1] * n, "int64")
+    cols[STAGE] = backend.series([-1 if ok else 0 for ok in good], "int16")
+    cols[RAW] = backend.series([r["raw"] for r in rows], "binary")
+    cols[REASON] = backend.series([r["reason"] for r in rows], "string")
+    df = backend.conform(backend.xd.DataFrame(cols), frame_schema(stage.schema, "binary"))
+    if segment.on_error == "fail" and not all(good):
+        _fail(df, stage.files)
+    return df
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) -> tuple[list[Partition], ImagesStage, dict]:
+    """(partitions, the source stage, what the manifest records: the label list)."""
+    src = loaded.spec.source
+    where = f"{loaded.path}: source"
+    if backend is not None and backend.name != "cpu":
+        # cuDF has no binary column type; backends/gpu_images.py's kernels wait for one in gpu.py
+        raise SpecError(f"{where}.type: images run on the CPU backend for now (the {backend.name} backend "
+                        "cannot hold image columns yet)", hint="run with --backend cpu")
+    extensions = tuple(e.lower().lstrip(".") for e in (src.extensions or DEFAULT_EXTENSIONS))
+    roots = [_glob_root(p, loaded.base_dir) for p in src.paths]
+    if loaded.spec.columns:
+        raise SpecError(f"{loaded.path}: columns: an images source types its own columns "
+                        f"({', '.join(BASE_COLUMNS)}, side fields as strings)", hint="remove `columns`")
+    kept = [f for f in files if _suffix(f.path) in extensions]
+    if not kept:
+        raise InputsNotFound(f"{where}.path: none of the {len(files)} matched file(s) has an image suffix "
+                             f"({', '.join(extensions)})", hint="check the pattern, or list the suffixes in extensions")
+    if len(kept) < len(files):
+        notes.append(f"source: {len(files) - len(kept)} matched file(s) without an image suffix "
+                     f"({', '.join(extensions)}) are not read")
+    side = _side_file(loaded) if src.label == "file" else {}
+    regex = _label_regex(loaded) if src.label == "regex" else None
+    records: list[tuple[ImageRecord, int]] = []
+    extra_fields: dict[str, None] = {}
+    for f in kept:
+        root = _root_of(f.path, roots)
+        if _suffix(f.path) == "tar":
+            for rec, size in _tar_records(f, extra_fields):
+                records.append((rec, size))
+        else:
+            key = os.path.relpath(f.path, root).replace(os.sep, "/")
+            problem = None
+            real = os.path.realpath(f.path)
+            if not (real + os.sep).startswith(os.path.realpath(root) + os.sep):
+                problem = f"a link that leads outside {root} (to {real}); not read"
+            records.append((ImageRecord(f.index, 0, key, None, (0, f.size), problem=problem,
+                                        name=f.display), max(f.size, 1)))
+    side_fields = sorted({k for values in side.values() for k in values} - {"key", "label"})
+    fields = {**BASE_COLUMNS}
+    for name in [*extra_fields, *side_fields]:
+        if name in fields:
+            raise SpecError(f"{where}: the side field or tar member {name!r} would replace the column "
+                            f"{name!r}; rename it")
+        fields[name] = "string"
+    if src.provenance:
+        fields.update({"_file": "string", "_offset": "int64"})
+    labelled = [(_label(rec, src.label or "parent", regex, side, files), size) for rec, size in records]
+    labels = sorted({rec.label for rec, _ in labelled if rec.label is not None and not rec.problem})
+    stage = ImagesStage(files, fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
+                        src.exif_transpose, tuple([*extra_fields, *side_fields]))
+    partitions = pack(labelled, src.blocksize)
+    return partitions, stage, {"labels": labels}
+
+
+def _suffix(path: str) -> str:
+    return Path(path).suffix.lower().lstrip(".")
+
+
+def _glob_root(pattern: str, base: Path) -> str:
+    """The folder a glob starts in: its components up to the first with a wildcard."""
+    full = pattern if os.path.isabs(pattern) else os.path.join(str(base), pattern)
+    parts = Path(full).parts
+    fixed = []
+    for part in parts[:-1]:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return os.path.abspath(os.path.join(*fixed)) if fixed else os.path.abspath(str(base))
+
+
+def _root_of(path: str, roots: list[str]) -> str:
+    under = [r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)]
+    return max(under, key=len) if under else os.path.dirname(path)
+
+
+def _label(rec: ImageRecord, how: str, regex, side: dict, files: list[InputFile]) -> ImageRecord:
+    if rec.problem:
+        return rec
+    label, fields = None, ()
+    if how == "parent":
+        folder = os.path.dirname(rec.key)
+        label = os.path.basename(folder) if folder else os.path.basename(os.path.dirname(files[rec.file_index].path))
+    elif how == "regex":
+        m = regex.search(rec.key)
+        if m is None or (m.group("label") if "label" in regex.groupindex else m.group(1)) is None:
+            return _problem(rec, f"the key {rec.key!r} does not match label_regex")
+        label = m.group("label") if "label" in regex.groupindex else m.group(1)
+    elif how == "file":
+        values = side.get(rec.key) or side.get(os.path.splitext(rec.key)[0])
+        if values is None:
+            return _problem(rec, f"the key {rec.key!r} is not in the side file")
+        label = values.get("label")
+        fields = tuple((k, v) for k, v in sorted(values.items()) if k not in ("key", "label"))
+        if label is None:
+            return _problem(rec, f"the side file has no label for {rec.key!r}")
+    return ImageRecord(rec.file_index, rec.offset, rec.key, label, rec.image, rec.extras, fields)
+
+
+def _problem(rec: ImageRecord, reason: str) -> ImageRecord:
+    return ImageRecord(rec.file_index, rec.offset, rec.key, rec.label, rec.image, rec.extras, rec.side,
+                       problem=reason, name=rec.key)
+
+
+def _label_regex(loaded):
+    src = loaded.spec.source
+    try:
+        regex = re.compile(src.label_regex)
+    except re.error as err:
+        raise SpecError(f"{loaded.path}: source.label_regex: not a valid regular expression: {err}") from None
+    if "label" not in regex.groupindex and regex.groups < 1:
+        raise SpecError(f"{loaded.path}: source.label_regex: capture the label with (?P<label>...) or a group")
+    return regex
+
+
+def _side_file(loaded) -> dict[str, dict]:
+    """key -> {field: value as a string}, from a csv (header line) or jsonl file."""
+    src = loaded.spec.source
+    path = src.side_file if os.path.isabs(src.side_file) else str(loaded.base_dir / src.side_file)
+    where = f"{loaded.path}: source.side_file: {path}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"{where}: cannot read it: {err}") from None
+    rows: list[dict] = []
+    if path.endswith((".jsonl", ".json", ".ndjson")):
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise SpecError(f"{where}, line {lineno}: not JSON ({err.msg})") from None
+                if not isinstance(obj, dict):
+                    raise SpecError(f"{where}, line {lineno}: expected a JSON object")
+                rows.append(obj)
+    else:
+        import csv
+        import io
+
+        rows = list(csv.DictReader(io.StringIO(text)))
+    out: dict[str, dict] = {}
+    for i, row in enumerate(rows, 1):
+        if "key" not in row or row["key"] in (None, ""):
+            raise SpecError(f"{where}, record {i}: no 'key' field (the image's path relative to the glob's folder)")
+        key = str(row["key"])
+        if key in out:
+            raise SpecError(f"{where}: the key {key!r} appears twice")
+        out[key] = {str(k): (None if v is None else v if isinstance(v, str) else json.dumps(v))
+                    for k, v in row.items()}
+    bad = [k for v in out.values() for k in v if not _FIELD_NAME.match(k)]
+    if bad:
+        raise SpecError(f"{where}: field name {bad[0]!r}: use lower-case letters, digits and '_'")
+    return out
+
+
+def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, int]]:
+    """A WebDataset shard's records: members grouped by key (the path up to the first '.' of the
+    basename). Members with absolute paths, '..', links or special types are quarantined, never
+    followed; nothing is extracted (members are read in place by offset)."""
+    out: list[tuple[ImageRecord, int]] = []
+    groups: dict[str, list[tarfile.TarInfo]] = {}
+    try:
+        with tarfile.open(f.path, "r:") as tar:
+            while True:
+                try:
+                    member = tar.next()
+                except tarfile.TarError as err:
+                    out.append((ImageRecord(f.index, tar.offset, f"{f.display}@{tar.offset}", None, None,
+                                            problem=f"{f.display}: the tar is truncated or corrupt here ({err})",
+                                            name=f.display), 1))
+                    break
+                if member is None:
+                    break
+                if member.isdir():
+                    continue
+                unsafe = _unsafe(member)
+                if unsafe:
+                    out.append((ImageRecord(f.index, member.offset, member.name, None, None,
+                                            problem=f"{f.display}: member {member.name!r}: {unsafe}; not read",
+                                            name=member.name), 1))
+                    continue
+                folder, base = os.path.split(member.name)
+                stem = base.split(".", 1)[0]
+                groups.setdefault(f"{folder}/{stem}" if folder else stem, []).append(member)
+    except (tarfile.TarError, OSError) as err:
+        return [(ImageRecord(f.index, 0, f.display, None, None, problem=f"{f.display}: not a readable tar ({err})",
+                             name=f.display), 1)]
+    for key, members in groups.items():
+        images, extras, problem = [], [], None
+        for m in members:
+            ext = os.path.basename(m.name).split(".", 1)[1].lower() if "." in os.path.basename(m.name) else ""
+            if ext in IMAGE_EXTENSIONS:
+                images.append(m)
+                continue
+            name = ext.replace(".", "_")
+            if not _FIELD_NAME.match(name) or name in BASE_COLUMNS:
+                problem = problem or f"member {m.name!r}: the extension {ext!r} cannot name a column"
+                continue
+            extra_fields.setdefault(name, None)
+            extras.append((name, m.offset_data, m.size))
+        first = min(members, key=lambda m: m.offset)
+        if not images:
+            problem = problem or "no image member (jpg, jpeg, png, webp) for this key"
+        elif len(images) > 1:
+            problem = problem or f"{len(images)} image members for one key"
+        image = (images[0].offset_data, images[0].size) if images else None
+        out.append((ImageRecord(f.index, first.offset, key, None, image, tuple(extras), problem=problem,
+                                name=key if problem else ""), max(sum(m.size for m in members), 1)))
+    out.sort(key=lambda item: item[0].offset)
+    return out
+
+
+def _unsafe(member: tarfile.TarInfo) -> str | None:
+    name = member.name
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "an absolute path"
+    if ".." in re.split(r"[\\/]", name):
+        return "a path with '..'"
+    if member.issym() or member.islnk():
+        return f"a link (to {member.linkname!r})"
+    if not member.isfile():
+        return "not a regular file"
+    return None

@@ -1,0 +1,142 @@
+"""Image steps: decode (unusual images, EXIF orientation, DCT scaling), resize, center_crop,
+convert, encode, phash; each run through a pipeline, with the accounting identity."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+
+from gpuetl.backends import cpu_images
+from imagedata import balanced, image_bytes, jpeg_bytes, pixels, quarantine_of, rows_of, run_images, write
+
+
+def _one(tmp_path, name: str, data: bytes, steps, **kwargs) -> dict:
+    write(tmp_path / "photos" / "x" / name, data)
+    result = run_images(tmp_path, steps=steps, **kwargs)
+    assert balanced(result) and result.counts["rows_out"] == 1, quarantine_of(tmp_path / "out")
+    (row,) = rows_of(tmp_path / "out")
+    return row
+
+
+def _marked(w=40, h=24) -> Image.Image:
+    """Asymmetric: a red block top-left, a blue one bottom-right, so every turn shows."""
+    a = np.full((h, w, 3), 128, np.uint8)
+    a[: h // 3, : w // 3] = (255, 0, 0)
+    a[-h // 4:, -w // 5:] = (0, 0, 255)
+    return Image.fromarray(a)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientations_applied(tmp_path, orientation):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = image_bytes(_marked(), "JPEG", quality=95, exif=exif.tobytes())
+    row = _one(tmp_path, "o.jpg", data, [{"decode": {}}])
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    assert row["format"] == "raw" and np.array_equal(pixels(row), expected)
+    assert (row["width"], row["height"]) == ((24, 40) if orientation >= 5 else (40, 24))
+
+
+def test_exif_transpose_off_keeps_stored_pixels(tmp_path):
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    data = image_bytes(_marked(), "JPEG", quality=95, exif=exif.tobytes())
+    row = _one(tmp_path, "o.jpg", data, [{"decode": {}}], source={"exif_transpose": False})
+    assert np.array_equal(pixels(row), np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+
+
+def _sixteen_bit() -> bytes:
+    return image_bytes(Image.fromarray(np.full((8, 10), 0x8040, np.uint16)), "PNG")
+
+
+UNUSUAL = {
+    "cmyk.jpg": lambda: image_bytes(Image.new("CMYK", (10, 8), (0, 255, 255, 0)), "JPEG", quality=95),
+    "grey.jpg": lambda: image_bytes(Image.new("L", (10, 8), 77), "JPEG", quality=95),
+    "palette.png": lambda: image_bytes(Image.new("RGB", (10, 8), (10, 200, 30)).convert("P"), "PNG"),
+    "alpha.png": lambda: image_bytes(Image.new("RGBA", (10, 8), (255, 0, 0, 0)), "PNG"),
+    "grey-alpha.png": lambda: image_bytes(Image.new("LA", (10, 8), (50, 255)), "PNG"),
+    "sixteen.png": _sixteen_bit,
+    "pic.webp": lambda: image_bytes(Image.new("RGB", (10, 8), (0, 0, 200)), "WEBP", lossless=True),
+}
+EXPECTED = {"cmyk.jpg": (255, 0, 0), "grey.jpg": (77, 77, 77), "palette.png": (10, 200, 30),
+            "alpha.png": (255, 255, 255), "grey-alpha.png": (50, 50, 50), "sixteen.png": (128, 128, 128),
+            "pic.webp": (0, 0, 200)}
+
+
+@pytest.mark.parametrize("name", sorted(UNUSUAL))
+def test_unusual_images_are_converted_not_rejected(tmp_path, name):
+    row = _one(tmp_path, name, UNUSUAL[name](), [{"decode": {"mode": "RGB"}}])
+    px = pixels(row)
+    assert px.shape == (8, 10, 3)
+    assert np.abs(px.reshape(-1, 3).mean(axis=0) - EXPECTED[name]).max() <= 3, px[0, 0]
+
+
+@pytest.mark.parametrize("mode,size,expected", [("fill", [20, 20], (20, 20)), ("fit", [20, 20], (20, 15)),
+                                                ("stretch", [20, 10], (20, 10))])
+def test_resize_modes(tmp_path, mode, size, expected):
+    row = _one(tmp_path, "a.jpg", jpeg_bytes(64, 48), [{"decode": {}}, {"resize": {"size": size, "mode": mode}}])
+    assert (row["width"], row["height"]) == expected and pixels(row).shape == (expected[1], expected[0], 3)
+
+
+def test_fill_is_scale_then_centre_crop(tmp_path):
+    """fill on a wide picture: what comes out is the middle, scaled (the edges are cut off)."""
+    a = np.zeros((20, 60, 3), np.uint8)
+    a[:, 20:40] = 255                                      # a white middle third
+    row = _one(tmp_path, "a.png", image_bytes(Image.fromarray(a), "PNG"),
+               [{"decode": {}}, {"resize": {"size": 10, "mode": "fill", "filter": "box"}}])
+    assert pixels(row).min() == 255
+
+
+def test_center_crop_convert_and_raw_encode(tmp_path):
+    steps = [{"decode": {}}, {"center_crop": 16}, {"convert": "L"}, {"encode": "raw"}]
+    row = _one(tmp_path, "a.jpg", jpeg_bytes(64, 48), steps)
+    assert (row["width"], row["height"], row["channels"], row["format"]) == (16, 16, 1, "raw")
+    assert len(row["image"]) == 16 * 16
+
+
+@pytest.mark.parametrize("fmt,magic", [("jpeg", b"\xff\xd8"), ("png", b"\x89PNG"), ("webp", b"RIFF")])
+def test_encode_formats(tmp_path, fmt, magic):
+    row = _one(tmp_path, "a.jpg", jpeg_bytes(64, 48), [{"decode": {}}, {"encode": {"format": fmt, "quality": 80}}])
+    assert row["image"].startswith(magic) and row["format"] == fmt
+    assert Image.open(io.BytesIO(row["image"])).size == (64, 48)
+
+
+def test_jpeg_of_rgba_is_quarantined_with_a_hint(tmp_path):
+    write(tmp_path / "photos" / "x" / "a.png", image_bytes(Image.new("RGBA", (8, 8)), "PNG"))
+    result = run_images(tmp_path, steps=[{"decode": {"mode": "RGBA"}}, {"encode": "jpeg"}])
+    assert balanced(result) and result.counts["quarantined"] == 1
+    (bad,) = quarantine_of(tmp_path / "out")
+    assert "convert: RGB" in bad["_reason"] and bad["_stage"].startswith("2")
+    assert len(bad["_raw"]) == 8 * 8 * 4          # the pixels as they reached encode, as bytes
+
+
+def test_draft_decoding_matches_full_decoding_closely():
+    """The DCT-scaled decode of a large JPEG, resized, stays close to the full decode resized."""
+    data = jpeg_bytes(800, 600, seed=5)
+    target = ("fill", 100, 100)
+    small = cpu_images.decode(data, "RGB", 1, cpu_images.draft_size(800, 600, 1, target))
+    full = cpu_images.decode(data, "RGB", 1)
+    assert small[1] < 800 and small[1] >= 134            # decoded at 1/4 (200x150) or 1/2, never below the need
+    a = np.frombuffer(cpu_images.resize(*small, *target, "bicubic")[0], np.uint8).astype(float)
+    b = np.frombuffer(cpu_images.resize(*full, *target, "bicubic")[0], np.uint8).astype(float)
+    psnr = 10 * np.log10(255 ** 2 / np.mean((a - b) ** 2))
+    assert psnr >= 30 and np.abs(a - b).mean() <= 3
+
+
+def test_phash_near_copies_are_close_and_different_pictures_far():
+    a = cpu_images.decode(jpeg_bytes(64, 48, seed=1), "RGB", 1)
+    b = cpu_images.decode(jpeg_bytes(64, 48, seed=1, quality=40), "RGB", 1)
+    c = cpu_images.decode(jpeg_bytes(64, 48, seed=2), "RGB", 1)
+    bits = lambda x, y: bin((cpu_images.phash(*x) ^ cpu_images.phash(*y)) & (2**64 - 1)).count("1")  # noqa: E731
+    assert bits(a, b) <= 6 < bits(a, c)
+
+
+def test_resize_before_decode_is_a_plan_error(tmp_path):
+    from gpuetl.errors import SpecError
+
+    write(tmp_path / "photos" / "x" / "a.jpg", jpeg_bytes())
+    with pytest.raises(SpecError, match="put decode before"):
+        run_images(tmp_path, steps=[{"encode": "png"}])

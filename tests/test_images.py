@@ -1,0 +1,185 @@
+"""The images source: files and WebDataset tars, labels, partitions, determinism, the example."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gpuetl.api import Pipeline
+from gpuetl.errors import SpecError
+from gpuetl.samples import write_images
+from imagedata import (balanced, image_spec, jpeg_bytes, manifest_of, photo_folder, pixels, quarantine_of,
+                       rows_of, run_images, write)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_parent_folder_labels_and_label_ids(tmp_path):
+    photo_folder(tmp_path / "photos", n=6, classes=("dog", "cat", "eel"))
+    result = run_images(tmp_path)
+    assert balanced(result) and result.counts["rows_out"] == 6
+    rows = rows_of(tmp_path / "out")
+    assert {r["key"] for r in rows} == {f"{c}/{i:03d}.jpg" for i, c in zip(range(6), ["dog", "cat", "eel"] * 2)}
+    assert manifest_of(tmp_path / "out")["labels"] == ["cat", "dog", "eel"]
+    assert all(r["label_id"] == ["cat", "dog", "eel"].index(r["label"]) for r in rows)
+    for r in rows:
+        assert (r["width"], r["height"], r["channels"], r["format"]) == (32, 32, 3, "jpeg")
+        assert pixels(r).shape == (32, 32, 3)
+        assert (r["orig_width"], r["orig_height"], r["orig_format"]) == (64, 48, "jpeg")
+        src = (tmp_path / "photos" / r["key"]).read_bytes()
+        assert r["content_hash"] == hashlib.sha256(src).hexdigest() and r["orig_bytes"] == len(src)
+
+
+def test_regex_labels_and_unmatched_keys_are_quarantined(tmp_path):
+    write(tmp_path / "photos" / "a" / "n01_x.jpg", jpeg_bytes(seed=1))
+    write(tmp_path / "photos" / "a" / "n02_y.jpg", jpeg_bytes(seed=2))
+    write(tmp_path / "photos" / "a" / "nolabel.jpg", jpeg_bytes(seed=3))
+    result = run_images(tmp_path, source={"label": "regex", "label_regex": r"/(?P<label>n\d+)_"})
+    assert balanced(result) and result.counts["quarantined"] == 1
+    assert sorted(r["label"] for r in rows_of(tmp_path / "out")) == ["n01", "n02"]
+    (bad,) = quarantine_of(tmp_path / "out")
+    assert "does not match label_regex" in bad["_reason"] and bad["_file"].endswith("nolabel.jpg")
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_side_file_labels_and_fields(tmp_path, kind):
+    photo_folder(tmp_path / "photos", n=3, classes=("x",))
+    keys = ["x/000.jpg", "x/001", "x/002.jpg"]           # a key may leave out the suffix
+    if kind == "csv":
+        (tmp_path / "labels.csv").write_text("key,label,caption\n" + "".join(f"{k},L{i},cap {i}\n" for i, k in enumerate(keys[:2])))
+    else:
+        (tmp_path / "labels.jsonl").write_text("".join(json.dumps({"key": k, "label": f"L{i}", "caption": f"cap {i}"}) + "\n"
+                                                       for i, k in enumerate(keys[:2])))
+    result = run_images(tmp_path, source={"label": "file", "side_file": f"labels.{kind}"})
+    assert balanced(result) and result.counts["quarantined"] == 1
+    rows = sorted(rows_of(tmp_path / "out"), key=lambda r: r["key"])
+    assert [(r["label"], r["caption"], r["label_id"]) for r in rows] == [("L0", "cap 0", 0), ("L1", "cap 1", 1)]
+    assert "not in the side file" in quarantine_of(tmp_path / "out")[0]["_reason"]
+
+
+def _tar(path: Path, members: list[tuple[str, bytes]]):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 0
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_webdataset_tar_members_grouped_by_key(tmp_path):
+    _tar(tmp_path / "shards" / "shard-000.tar", [
+        ("a/0001.jpg", jpeg_bytes(seed=1)), ("a/0001.cls", b"3"), ("a/0001.txt", b"a cat"),
+        ("b/0002.jpg", jpeg_bytes(seed=2)), ("b/0002.cls", b"5"), ("b/0002.txt", b"a dog"),
+    ])
+    result = run_images(tmp_path, path="shards/*.tar")
+    assert balanced(result) and result.counts["rows_out"] == 2
+    rows = sorted(rows_of(tmp_path / "out"), key=lambda r: r["key"])
+    assert [(r["key"], r["label"], r["cls"], r["txt"]) for r in rows] == [("a/0001", "a", "3", "a cat"),
+                                                                          ("b/0002", "b", "5", "a dog")]
+
+
+def test_provenance_and_no_image_files_and_columns(tmp_path):
+    photo_folder(tmp_path / "photos", n=2, classes=("x",))
+    result = run_images(tmp_path, source={"provenance": True}, steps=[])
+    assert balanced(result)
+    assert sorted((r["_file"], r["_offset"]) for r in rows_of(tmp_path / "out")) == [
+        ("photos/x/000.jpg", 0), ("photos/x/001.jpg", 0)]
+    write(tmp_path / "notes" / "a.txt", b"hello")
+    from gpuetl.errors import InputsNotFound
+    with pytest.raises(InputsNotFound, match="image suffix"):
+        run_images(tmp_path, path="notes/*")
+    with pytest.raises(SpecError, match="types its own columns"):
+        run_images(tmp_path, columns={"label": "string"})
+
+
+def test_many_files_per_task_partitions_sized_in_bytes(tmp_path):
+    photo_folder(tmp_path / "photos", n=12)
+    size = sum(p.stat().st_size for p in (tmp_path / "photos").rglob("*.jpg"))
+    plan = Pipeline.from_dict(image_spec(source={"blocksize": size // 3 + 1}), base_dir=tmp_path).plan()
+    assert 3 <= len(plan.partitions) <= 4
+    assert sum(len(p.ranges) for p in plan.partitions) == 12
+
+
+def test_same_shard_bytes_across_blocksizes_and_workers(tmp_path):
+    photo_folder(tmp_path / "photos", n=10)
+    shard = {"count": 2, "shuffle": True, "seed": 3, "splits": {"train": 0.7, "val": 0.3}}
+    digests = []
+    for blocksize, scheduler in [(1 << 30, "sync"), (3000, "sync"), (5000, "threads")]:
+        out = f"out-{blocksize}"
+        result = run_images(tmp_path, scheduler=scheduler, sink=out, shard=shard, source={"blocksize": blocksize})
+        assert balanced(result)
+        digests.append({s["path"]: s["sha256"] for s in manifest_of(tmp_path / out)["shards"]})
+    assert digests[0] == digests[1] == digests[2] and len(digests[0]) >= 2
+
+
+def test_splits_hash_the_key_not_the_pixels(tmp_path):
+    """Re-encoding every picture (new pixels, new bytes) moves no row between splits."""
+    photo_folder(tmp_path / "photos", n=12)
+    shard = {"splits": {"train": 0.5, "val": 0.5}, "seed": 1}
+    run_images(tmp_path, shard=shard, sink="a")
+    for p in (tmp_path / "photos").rglob("*.jpg"):
+        p.write_bytes(jpeg_bytes(seed=99, quality=50))
+    run_images(tmp_path, shard=shard, sink="b")
+    split_of = lambda out: {r["key"]: s for s in ("train", "val") for r in rows_of(tmp_path / out, s)}  # noqa: E731
+    assert split_of("a") == split_of("b") and set(split_of("a").values()) == {"train", "val"}
+
+
+def test_dedupe_on_phash_and_content_hash(tmp_path):
+    photo_folder(tmp_path / "photos", n=4, classes=("x",))
+    shutil.copy(tmp_path / "photos/x/000.jpg", tmp_path / "photos/x/copy.jpg")           # exact copy
+    (tmp_path / "photos/x/requal.jpg").write_bytes(jpeg_bytes(seed=1, quality=70))      # same picture, new bytes
+    steps = [{"decode": {}}, {"phash": {}}, {"dedupe": {"on": ["content_hash"]}}]
+    result = run_images(tmp_path, steps=steps)
+    assert balanced(result) and result.counts["deduplicated"] == 1
+    steps[2] = {"dedupe": {"on": ["phash"]}}
+    result = run_images(tmp_path, steps=steps, sink="out2")
+    assert balanced(result) and result.counts["deduplicated"] == 2
+
+
+def test_generated_photos_are_deterministic_and_photo_sized(tmp_path):
+    a = write_images(tmp_path / "a", 3, seed=4)
+    b = write_images(tmp_path / "b", 3, seed=4)
+    assert [p.read_bytes() for p, _ in a] == [p.read_bytes() for p, _ in b]
+    assert all(40_000 < n < 200_000 for _, n in a)       # 500x375 at q90: photo-like, not flat
+
+
+@pytest.mark.slow
+def test_example_pipeline_on_200_generated_images(tmp_path):
+    """pipelines/images.yaml as shipped, on the sample generator's photos (smaller pictures)."""
+    write_images(tmp_path / "photos", 200, size=(96, 72), seed=7)
+    spec = Pipeline.from_file(REPO / "pipelines" / "images.yaml",
+                              overrides=[f"source.path={tmp_path}/photos/**/*.jpg", f"sink.path={tmp_path}/out"])
+    result = spec.run(backend="cpu", scheduler="sync")
+    assert balanced(result) and result.counts["rows_out"] == 200
+    rows = rows_of(tmp_path / "out", "train") + rows_of(tmp_path / "out", "val")
+    assert len(rows) == 200 and len(rows_of(tmp_path / "out", "val")) > 0
+    assert {(r["width"], r["height"], r["format"]) for r in rows} == {(224, 224, "jpeg")}
+    assert manifest_of(tmp_path / "out")["labels"] == sorted({r["label"] for r in rows})
+
+
+def test_options_for_images_only_and_bad_label_options(tmp_path):
+    with pytest.raises(SpecError, match="for images sources only"):
+        Pipeline.from_dict({"version": 1, "name": "x", "source": {"type": "text", "path": "a", "label": "parent"},
+                            "sink": {"path": "o"}}, base_dir=tmp_path)
+    with pytest.raises(SpecError, match="label_regex"):
+        Pipeline.from_dict(image_spec(source={"label": "regex"}), base_dir=tmp_path)
+    photo_folder(tmp_path / "photos", n=1)
+    with pytest.raises(SpecError, match="needs the column"):
+        Pipeline.from_dict(image_spec(steps=[{"resize": {"size": 8}}]), base_dir=tmp_path).plan()
+
+
+def test_the_gpu_backend_is_refused_with_a_clear_message(tmp_path):
+    """cuDF has no binary column: until gpu.py holds one, images say so at plan time."""
+    photo_folder(tmp_path / "photos", n=1)
+
+    class NotCpu:
+        name = "gpu"
+
+    with pytest.raises(SpecError, match="--backend cpu|CPU backend"):
+        Pipeline.from_dict(image_spec(), base_dir=tmp_path).plan(NotCpu())
