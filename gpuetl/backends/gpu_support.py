@@ -125,6 +125,10 @@ class GpuPlanning:
     def check_regex(self, pattern: str) -> str | None:
         return check_regex(pattern)
 
+    def regex_error(self, pattern: str) -> str | None:
+        """Never: a pattern libcudf cannot run goes to the CPU kernel (check_regex notes it)."""
+        return None
+
 
 # ---------------------------------------------------------------------------------------------
 # per-process tallies (the runner sums them over the workers with client.run)

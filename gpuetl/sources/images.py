@@ -147,7 +147,7 @@ def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
     cols[STAGE] = backend.series([-1 if ok else 0 for ok in good], "int16")
     cols[RAW] = backend.series([r["raw"] for r in rows], "binary")
     cols[REASON] = backend.series([r["reason"] for r in rows], "string")
-    df = backend.conform(backend.xd.DataFrame(cols), frame_schema(stage.schema, "binary"))
+    df = backend.conform(backend.xd.DataFrame(cols), frame_schema(stage.schema))
     if segment.on_error == "fail" and not all(good):
         _fail(df, stage.files)
     return df

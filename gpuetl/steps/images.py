@@ -131,14 +131,16 @@ class _ImageRaw:
         return rows["image"]
 
 
-Size = int | tuple[int, int]
+Size = int | list[int]      # YAML has lists, not tuples (the parameter models are strict)
 
 
-def _size(v) -> tuple[int, int]:
+def _size(v) -> list[int]:
+    if isinstance(v, (list, tuple)) and len(v) != 2:
+        raise ValueError("size is [width, height], or one number for a square")
     w, h = (v, v) if isinstance(v, int) else v
     if not (0 < w <= 65535 and 0 < h <= 65535):
         raise ValueError("width and height are whole numbers from 1 to 65535")
-    return w, h
+    return [w, h]
 
 
 # -- decode --------------------------------------------------------------------------------
