@@ -149,7 +149,7 @@ def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
     cols[REASON] = backend.series([r["reason"] for r in rows], "string")
     df = backend.conform(backend.xd.DataFrame(cols), frame_schema(stage.schema))
     if segment.on_error == "fail" and not all(good):
-        _fail(df, stage.files)
+        _fail(df, stage.files, backend)
     return df
 
 
