@@ -176,7 +176,8 @@ class Backend(ABC):
         numpy are always listed)."""
         return {}
 
-    def local_cluster(self, *, quiet: bool, dashboard_address: str | None) -> AbstractContextManager | None:
+    def local_cluster(self, *, quiet: bool = True,
+                      dashboard_address: str | None = None) -> AbstractContextManager | None:
         """A context manager giving the dask cluster a local run uses, or None: the runner's
         in-process cluster (runtime/executor.py), which the CPU uses. A GPU brings one worker
         process per device. dashboard_address None: serve no dashboard on a fixed port."""
