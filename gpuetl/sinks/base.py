@@ -69,6 +69,16 @@ def register_sink(sink, *, replace: bool = False):
     return sink
 
 
+def is_sink(name: str) -> bool:
+    """Known, built in or registered; plugins are loaded only for a name gpuetl does not know."""
+    if name in BUILTIN_SINKS or name in _REGISTERED:
+        return True
+    from ..plugins import load_plugins
+
+    load_plugins()
+    return name in _REGISTERED
+
+
 def sink_names() -> list[str]:
     from ..plugins import load_plugins
 

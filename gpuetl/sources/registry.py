@@ -53,6 +53,16 @@ def register_source(fmt, *, replace: bool = False):
     return fmt
 
 
+def is_source(name: str) -> bool:
+    """Known, built in or registered; plugins are loaded only for a name gpuetl does not know."""
+    if name in BUILTIN_SOURCES or name in _REGISTERED:
+        return True
+    from ..plugins import load_plugins
+
+    load_plugins()
+    return name in _REGISTERED
+
+
 def source_names() -> list[str]:
     from ..plugins import load_plugins
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ..sources.registry import source_names, unknown_source
+from ..sources.registry import is_source, source_names, unknown_source
 from ..types import ColumnTypeValue
 from .sizes import parse_size
 
@@ -49,7 +49,7 @@ class Source(Model):
     @field_validator("type")
     @classmethod
     def _type(cls, v):
-        if v not in source_names():
+        if not is_source(v):
             raise ValueError(unknown_source(v))
         return v
 
@@ -175,9 +175,9 @@ class Sink(Model):
     @field_validator("type")
     @classmethod
     def _type(cls, v):
-        if v not in _sink_names():
-            from ..sinks.base import unknown_sink
+        from ..sinks.base import is_sink, unknown_sink
 
+        if not is_sink(v):
             raise ValueError(unknown_sink(v))
         return v
 
