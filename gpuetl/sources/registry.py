@@ -63,6 +63,11 @@ def is_source(name: str) -> bool:
     return name in _REGISTERED
 
 
+def registered_names() -> list[str]:
+    """The formats known now, without looking for plugins."""
+    return sorted({*BUILTIN_SOURCES, *_REGISTERED})
+
+
 def source_names() -> list[str]:
     from ..plugins import load_plugins
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ..sources.registry import is_source, source_names, unknown_source
+from ..sources.registry import get_source, is_source, registered_names, source_names, unknown_source
 from ..types import ColumnTypeValue
 from .sizes import parse_size
 
@@ -90,6 +90,17 @@ class Source(Model):
                 raise ValueError("label: regex needs label_regex, e.g. '^(?P<label>[^/]+)/'")
             if self.label == "file" and not self.side_file:
                 raise ValueError("label: file needs side_file (csv or jsonl with 'key' and 'label' fields)")
+        return self
+
+    @model_validator(mode="after")
+    def _format_options(self):
+        """An option of another format (delimiter on a jsonl source) would be ignored: refuse it."""
+        mine = set(get_source(self.type).options)
+        theirs = {option for name in registered_names() for option in get_source(name).options}
+        stray = sorted((self.model_fields_set & theirs) - mine)
+        if stray:
+            readers = [name for name in registered_names() if set(stray) & set(get_source(name).options)]
+            raise ValueError(f"{', '.join(stray)}: not read by {self.type} sources (only by {', '.join(readers)})")
         return self
 
     @property

@@ -98,3 +98,18 @@ def test_registration_refuses_a_taken_name_and_a_non_step(clean_registries):
         gpuetl.register_step(object)
     with pytest.raises(TypeError, match="needs a `name`"):
         gpuetl.register_source(object())
+
+
+def test_plugins_are_not_looked_for_while_every_name_is_known(tmp_path, clean_registries, monkeypatch):
+    looked = []
+    monkeypatch.setattr(plugins, "entry_points", lambda group: looked.append(group) or [])
+    (tmp_path / "a.txt").write_text("x\n")
+    spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "a.txt"}, "steps": [{"drop": ["line"]}],
+            "sink": {"path": "out"}}
+    with pytest.raises(gpuetl.SpecError):        # no columns left: compiled, so every name was looked up
+        gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).plan()
+    assert looked == []
+    spec["steps"] = [{"toy_exclaim": 1}]
+    with pytest.raises(gpuetl.SpecError, match="toy_exclaim"):
+        gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path)
+    assert looked == ["gpuetl.plugins"]

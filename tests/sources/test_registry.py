@@ -63,3 +63,20 @@ def test_replace_swaps_a_registered_format():
         assert get_source("registry_test_one") is other and other.options == ()
     finally:
         registry._REGISTERED.pop("registry_test_one", None)
+
+
+@pytest.mark.parametrize("source, stray, readers", [
+    ({"type": "jsonl", "delimiter": ";"}, "delimiter", "csv"),
+    ({"type": "text", "max_pixels": 10}, "max_pixels", "images"),
+    ({"type": "csv", "exif_transpose": False}, "exif_transpose", "images"),
+])
+def test_an_option_of_another_format_is_refused(tmp_path, source, stray, readers):
+    spec = {"version": 1, "name": "t", "source": {**source, "path": "x"}, "sink": {"path": "out"}}
+    with pytest.raises(gpuetl.SpecError) as err:
+        gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path)
+    assert f"{stray}: not read by {source['type']} sources (only by {readers})" in str(err.value)
+
+
+def test_an_option_of_its_own_format_is_kept(tmp_path):
+    spec = {"version": 1, "name": "t", "source": {"type": "csv", "path": "x", "delimiter": ";"}, "sink": {"path": "out"}}
+    assert gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).spec.source.delimiter == ";"
