@@ -21,7 +21,7 @@ from ..sources.ranges import Partition, with_decoded
 from ..sources.stage import SourceStage  # noqa: F401  (re-exported: the stage of the byte formats)
 from ..steps.base import Step
 from ..steps.cast import cast_columns
-from ..types import ColumnSpec, Schema
+from ..types import Schema
 
 
 @dataclass
