@@ -23,9 +23,11 @@ demo-images: sample-data
 	$(BIN)/gpuetl run pipelines/images.yaml --set sink.mode=overwrite
 
 test: venv
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 test-fast: venv
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: venv

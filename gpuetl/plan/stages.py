@@ -18,21 +18,10 @@ from ..columns import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, S
 from ..errors import DataError
 from ..sources.files import InputFile
 from ..sources.ranges import Partition, with_decoded
+from ..sources.stage import SourceStage  # noqa: F401  (re-exported: the stage of the byte formats)
 from ..steps.base import Step
 from ..steps.cast import cast_columns
-from ..types import ColumnSpec, Schema
-
-
-@dataclass
-class SourceStage:
-    files: list[InputFile]
-    parser: object
-    casts: dict[str, ColumnSpec]
-    schema: Schema                 # data columns after parsing and typing (provenance included)
-    provenance: bool = False
-    skip_header: bool = False      # csv: the first line of each file names the columns
-    index: int = 0
-    parquet: bool = False          # ranges are row groups, records are rows
+from ..types import Schema
 
 
 @dataclass

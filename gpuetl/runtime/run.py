@@ -21,7 +21,8 @@ from ..plan.compile import Plan
 from ..plan.graph import build_partitions
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import Layout, cut_points
-from ..sinks.parquet import ShardResult, ShardTask, WriteOptions, write_quarantine, write_shard
+from ..sinks.base import get_sink
+from ..sinks.parquet import ShardResult, ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
@@ -68,7 +69,7 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
     commit_protocol.check_apart_from_inputs(out, [f.path for f in plan.files], spec.source.paths,
                                             plan.loaded.base_dir)
     commit_protocol.survey_read_only(out, mode)
-    with commit_protocol.OutputFolder(out, log) as folder:
+    with get_sink(spec.sink.type).output_folder(out, log) as folder:
         folder.survey(mode)
         if mode == "resume":
             done = _already_complete(plan, out, folder.inventory.manifest)
@@ -227,7 +228,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     schema = plan.output_schema
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
     file_names = [f.display for f in plan.files]
-    options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
+    sink = get_sink(spec.sink.type)
+    options = sink.write_options(spec.sink)
     backend.start_reports(executor.client)
 
     finished = {i: r for i in range(len(plan.partitions)) if (r := load_result(str(run_tmp), i)) is not None}
@@ -261,7 +263,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     shard_state = run_tmp / "shards"
     shard_state.mkdir(exist_ok=True)
     if streamed is None:
-        tasks = _shard_tasks(layout, results, ranged, schema, options)
+        tasks = _shard_tasks(layout, results, ranged, schema, options, sink)
         shards, todo = [], []
         for task in tasks:
             saved = _load_json(shard_state / f"{task.split}-{task.index}.json")
@@ -272,7 +274,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
         if len(todo) < len(tasks):
             log(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} shards already written, skipped")
         write = dask.delayed(_write_and_record, pure=False)
-        writes = [write(task, [r.pieces[task.split] for r in results if task.split in r.pieces], str(shard_state),
+        writes = [write(sink, task, [r.pieces[task.split] for r in results if task.split in r.pieces], str(shard_state),
                         schema=schema, tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle,
                         ranged=ranged, presorted=presorted, backend=backend,
                         dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
@@ -282,7 +284,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     else:
         shards = streamed
     quarantine_pieces = [r.quarantine for r in results if r.quarantine]
-    quarantine = executor.compute([dask.delayed(write_quarantine, pure=False)(
+    quarantine = executor.compute([dask.delayed(sink.write_quarantine, pure=False)(
         quarantine_pieces, str(run_tmp), options, dask_key_name="write-quarantine")])[0] if quarantine_pieces else []
     shards = [vars(s) for s in shards]
     quarantine = [vars(q) for q in quarantine]
@@ -324,9 +326,9 @@ def _load_json(path: Path):
         return None
 
 
-def _write_and_record(task: ShardTask, pieces: list[str], state_dir: str, **kwargs) -> ShardResult:
+def _write_and_record(sink, task: ShardTask, pieces: list[str], state_dir: str, **kwargs) -> ShardResult:
     """Write one shard, then record it, so a resumed run skips it."""
-    result = write_shard(task, pieces, **kwargs)
+    result = sink.write_shard(task, pieces, **kwargs)
     path = Path(state_dir) / f"{task.split}-{task.index}.json"
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(json.dumps(vars(result)))
@@ -339,8 +341,9 @@ def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp:
     """Run the map tasks; feed each one's pieces, in partition order, to its split's writer."""
     from ..sinks.spill import read_ipc
 
-    tasks = _shard_tasks(layout, [], False, plan.output_schema, options)
-    writers = {t.split: backend.shard_writer(str(run_tmp / "data" / t.relpath), plan.output_schema, options, t)
+    sink = get_sink(plan.spec.sink.type)
+    tasks = _shard_tasks(layout, [], False, plan.output_schema, options, sink)
+    writers = {t.split: sink.shard_writer(backend, str(run_tmp / "data" / t.relpath), plan.output_schema, options, t)
                for t in tasks}
     computed = executor.ordered(list(maps.values()), independent=len(plan.segments) == 1)
     results = []
@@ -413,17 +416,16 @@ def _check_errors(plan: Plan, counts: dict, bad: dict) -> None:
         )
 
 
-def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool, schema, options) -> list[ShardTask]:
+def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool, schema, options, sink) -> list[ShardTask]:
     import numpy as np
 
     from ..sinks.layout import BUCKETS, cut_points_by_size
-    from ..sinks.parquet import compression_ratio
 
     names = layout.split_names
     hist = {i: sum((r.histograms[i] for r in results if i in r.histograms), np.zeros(BUCKETS)) for i in range(len(names))}
     if layout.target_bytes:
         pieces = [p for r in results for p in r.pieces.values()]
-        ratio = compression_ratio(pieces, sum(hist.values()), schema, options)
+        ratio = sink.size_ratio(pieces, sum(hist.values()), schema, options)
         cuts_by_split = {i: cut_points_by_size(hist[i], layout.target_bytes / ratio) for i in hist}
     else:
         counts = layout.shard_counts()
@@ -432,7 +434,7 @@ def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool, schema,
     for i, name in enumerate(names):
         cuts = cuts_by_split[i]
         for k in range(len(cuts) - 1):
-            rel = f"{name}/part-{k:05d}.parquet" if name else f"part-{k:05d}.parquet"
+            rel = sink.shard_path(name, k)
             tasks.append(ShardTask(i, name, k, cuts[k], cuts[k + 1], rel))
     return tasks
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import DataError, SpecError
 from . import commit as commit_protocol
+from .base import sink_of_manifest
 from .commit import MANIFEST, SUCCESS, TMP
 
 
@@ -208,8 +208,8 @@ def inspect_dataset(out: str | Path, sample_rows: int = 3) -> dict:
     for shard in manifest["shards"]:
         if shard["rows"] and not isinstance(_regular_file(out, shard["path"]), (str, type(None))):
             try:
-                sample = pq.ParquetFile(out / shard["path"]).read_row_group(0).slice(0, sample_rows).to_pylist()
-            except (OSError, pa.ArrowException) as err:
+                sample = sink_of_manifest(manifest).sample(out / shard["path"], sample_rows)
+            except (OSError, pa.ArrowException, ValueError) as err:
                 sample = [{"(unreadable shard)": f"{shard['path']}: {err}"}]
             break
     pending = commit_protocol.pending_journals(out)

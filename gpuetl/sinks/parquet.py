@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from ..columns import FILE_INDEX, OFFSET
 from ..types import Schema, arrow_schema
+from .base import CommittedFolder
 from .layout import BUCKETS, hash_range
 from .spill import ORDER, PLACE, QUARANTINE_SCHEMA, read_ipc
 
@@ -258,3 +259,32 @@ def compression_ratio(pieces: list[str], histogram: np.ndarray, schema: Schema, 
     pq.write_table(sample, sink, compression=compression, row_group_size=rows,
                    use_dictionary=dictionary_columns(sample))
     return max(sink.tell() / max(raw, 1.0), 1e-6)
+
+
+class ParquetSink(CommittedFolder):
+    """The Parquet sink: shards with exact row-group boundaries (ShardWriter, or the backend's own
+    Parquet writer), the quarantine as Parquet, the shared commit protocol."""
+
+    name = "parquet"
+    suffix = ".parquet"
+
+    def write_options(self, sink_spec) -> WriteOptions:
+        return WriteOptions(sink_spec.compression, sink_spec.row_group_rows, sink_spec.row_group_bytes)
+
+    def shard_path(self, split_name: str, index: int) -> str:
+        return f"{split_name}/part-{index:05d}.parquet" if split_name else f"part-{index:05d}.parquet"
+
+    def write_shard(self, task, pieces, **kwargs) -> ShardResult:
+        return write_shard(task, pieces, **kwargs)
+
+    def shard_writer(self, backend, path: str, schema: Schema, options: WriteOptions, task):
+        return (backend.shard_writer if backend is not None else ShardWriter)(path, schema, options, task)
+
+    def write_quarantine(self, pieces, tmp_dir, options) -> list[ShardResult]:
+        return write_quarantine(pieces, tmp_dir, options)
+
+    def size_ratio(self, pieces, histogram, schema, options) -> float:
+        return compression_ratio(pieces, histogram, schema, options)
+
+    def sample(self, path, rows: int) -> list[dict]:
+        return pq.ParquetFile(path).read_row_group(0).slice(0, rows).to_pylist()

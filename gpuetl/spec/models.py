@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ..sources.registry import get_source, is_source, registered_names, source_names, unknown_source
 from ..types import ColumnTypeValue
 from .sizes import parse_size
 
@@ -25,7 +26,8 @@ def _size(value):
 
 
 class Source(Model):
-    type: Literal["text", "jsonl", "csv", "parquet", "images"] = Field(description="what the input files hold")
+    type: str = Field(description="what the input files hold: a source format by name (sources/registry.py)",
+                      json_schema_extra=lambda schema: schema.update(enum=source_names()))
     path: str | list[str] = Field(description="a glob or a list of globs; '**' allowed; relative to the pipeline file")
     blocksize: Size = Field(64 * 2**20, description="partition size: byte ranges; a record is never split")
     compression: Literal["infer", "none", "gzip", "zstd", "bz2"] = "infer"
@@ -43,6 +45,13 @@ class Source(Model):
     exif_transpose: bool = Field(True, description="images: apply the EXIF orientation when decoding")
     max_pixels: int = Field(89_478_485, ge=1, description="images: larger images are quarantined, read from the header")
     extensions: list[str] | None = Field(None, description="images: file suffixes read (default jpg jpeg png webp tar)")
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v):
+        if not is_source(v):
+            raise ValueError(unknown_source(v))
+        return v
 
     @field_validator("blocksize")
     @classmethod
@@ -81,6 +90,17 @@ class Source(Model):
                 raise ValueError("label: regex needs label_regex, e.g. '^(?P<label>[^/]+)/'")
             if self.label == "file" and not self.side_file:
                 raise ValueError("label: file needs side_file (csv or jsonl with 'key' and 'label' fields)")
+        return self
+
+    @model_validator(mode="after")
+    def _format_options(self):
+        """An option of another format (delimiter on a jsonl source) would be ignored: refuse it."""
+        mine = set(get_source(self.type).options)
+        theirs = {option for name in registered_names() for option in get_source(name).options}
+        stray = sorted((self.model_fields_set & theirs) - mine)
+        if stray:
+            readers = [name for name in registered_names() if set(stray) & set(get_source(name).options)]
+            raise ValueError(f"{', '.join(stray)}: not read by {self.type} sources (only by {', '.join(readers)})")
         return self
 
     @property
@@ -148,13 +168,29 @@ class Shard(Model):
         return self
 
 
+def _sink_names() -> list[str]:
+    from ..sinks.base import sink_names
+
+    return sink_names()
+
+
 class Sink(Model):
-    type: Literal["parquet"] = "parquet"
+    type: str = Field("parquet", description="the sink by name (sinks/base.py)",
+                      json_schema_extra=lambda schema: schema.update(enum=_sink_names()))
     path: str = Field(description="the dataset folder; relative to the pipeline file")
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
     row_group_rows: int | None = Field(None, ge=1)
     row_group_bytes: Size | None = None
     mode: Literal["error", "overwrite", "resume"] = "error"
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v):
+        from ..sinks.base import is_sink, unknown_sink
+
+        if not is_sink(v):
+            raise ValueError(unknown_sink(v))
+        return v
 
     @field_validator("row_group_bytes")
     @classmethod

@@ -141,6 +141,10 @@ def closest(name: str, known) -> str | None:
 def step_class(name: str) -> type[Step]:
     from . import _load_all  # noqa: F401  (registers every step)
 
+    if name not in STEPS:                    # not built in: perhaps a plugin's (gpuetl/plugins.py)
+        from ..plugins import load_plugins
+
+        load_plugins()
     try:
         return STEPS[name]
     except KeyError:

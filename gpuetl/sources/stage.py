@@ -1,0 +1,73 @@
+"""The source stage of the byte formats (text, jsonl, csv, parquet): the parser that turns a
+partition's records into columns, the declared casts, and the schema after them. The runtime
+(plan/stages.py) reads partitions with it; the format modules (sources/formats/) build it."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from ..errors import SpecError
+from ..spec.names import field_name_problem
+from ..types import ColumnSpec, Schema, column_spec
+from .compressed import Limits
+from .files import InputFile
+from .ranges import Partition, plan_partitions
+
+MAX_PARTITIONS = 100_000
+
+
+@dataclass
+class SourceStage:
+    files: list[InputFile]
+    parser: object
+    casts: dict[str, ColumnSpec]
+    schema: Schema                 # data columns after parsing and typing (provenance included)
+    provenance: bool = False
+    skip_header: bool = False      # csv: the first line of each file names the columns
+    index: int = 0
+    parquet: bool = False          # ranges are row groups, records are rows
+
+
+def declared_columns(loaded) -> dict[str, ColumnSpec]:
+    return {name: column_spec(v) for name, v in loaded.spec.columns.items()}
+
+
+def plan_byte_ranges(loaded, files: list[InputFile]) -> list[Partition]:
+    """Cut line-oriented inputs into byte ranges of about `source.blocksize`, a record never split."""
+    src = loaded.spec.source
+    _check_partition_count(loaded, files)
+    return plan_partitions(files, src.blocksize, Limits(src.max_expand_ratio, src.max_uncompressed_bytes))
+
+
+def _check_partition_count(loaded, files: list[InputFile]) -> None:
+    """A tiny blocksize on large inputs would plan millions of tasks: refuse before planning them."""
+    blocksize = loaded.spec.source.blocksize
+    estimate = sum(1 if f.compression else -(-f.size // blocksize) for f in files)
+    if estimate > MAX_PARTITIONS:
+        total = sum(f.size for f in files)
+        need = -(-total // MAX_PARTITIONS)
+        raise SpecError(f"{loaded.key('source', 'blocksize')}: {blocksize} bytes cuts the inputs into about "
+                        f"{estimate} partitions; the limit is {MAX_PARTITIONS}",
+                        hint=f"raise source.blocksize to at least {need} bytes (the default, 64MiB, suits most inputs)")
+
+
+def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, ColumnSpec], declared: dict[str, ColumnSpec],
+                 field_hint: str, skip_header: bool = False, parquet: bool = False) -> SourceStage:
+    """Check the declared columns against what the parser yields and build the stage."""
+    src = loaded.spec.source
+    casts = dict(casts)
+    for name, col in declared.items():
+        if name not in parser.schema:
+            hint = difflib.get_close_matches(name, list(parser.schema), n=1, cutoff=0.6)
+            raise SpecError(f"{loaded.key('columns', name)}: the source has no field {name!r}"
+                            + (f"; did you mean {hint[0]!r}?" if hint else "")
+                            + f" (fields: {', '.join(parser.schema)})")
+        casts[name] = col
+    for name in parser.schema:
+        if (problem := field_name_problem(name)) and name not in declared:
+            raise SpecError(f"{loaded.key('source', 'path')}: the input field {problem}", hint=field_hint)
+    schema = {name: (casts[name].type if name in casts else t) for name, t in parser.schema.items()}
+    if src.provenance:        # no input field is named so (field_name_problem)
+        schema.update({"_file": "string", "_offset": "int64"})
+    return SourceStage(files, parser, casts, schema, src.provenance, skip_header, parquet=parquet)
