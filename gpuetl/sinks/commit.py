@@ -82,8 +82,15 @@ def unsafe_reason(rel) -> str | None:
 
 
 def _named(paths: list[str]) -> str:
-    shown = ", ".join(paths[:SHOWN])
+    shown = ", ".join(_printable(p) for p in paths[:SHOWN])
     return shown + (f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else "")
+
+
+def _printable(name: str, limit: int = 120) -> str:
+    """A name as a message can show it: control characters (a newline, a terminal escape) quoted,
+    a very long name cut in the middle."""
+    name = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+    return name if len(name) <= limit else f"{name[:limit // 2]}…{name[-limit // 2:]}"
 
 
 class _Tree:
@@ -690,9 +697,20 @@ def _remove_if_empty(path: Path) -> None:
         pass
 
 
+def check_not_in_a_dataset_of_ours(out: Path) -> None:
+    """A sink inside another dataset's `_tmp` or `_quarantine` would be written where that
+    dataset's runs create, move and delete files."""
+    for folder in out.parents:
+        if folder.name in (TMP, "_quarantine") and any(
+                os.path.lexists(folder.parent / name) for name in (MANIFEST, SUCCESS, os.path.join(TMP, LOCK))):
+            raise OutputError(f"sink.path: {out} lies inside {folder}, a folder the gpuetl dataset {folder.parent} "
+                              "keeps for itself", hint="choose a sink.path outside that dataset")
+
+
 def survey_read_only(out: Path, mode: str) -> None:
     """The refusals that need no lock, made before anything is created in the folder; skipped
     while a commit waits to be finished (its files are not in the old manifest yet)."""
+    check_not_in_a_dataset_of_ours(out)
     if not out.is_dir() or pending_journals(out):
         return
     if os.path.lexists(out / TMP) and (out / TMP).is_symlink():
