@@ -585,6 +585,7 @@ class OutputFolder:
             previous = sorted(set(self.inventory.ours) - {SUCCESS})
             journal = {"format": JOURNAL_FORMAT, "run": run_tmp.name, "previous": previous, "moves": moves,
                        "manifest": manifest}
+            self._preflight(run_tmp.name, journal)     # a refusal now leaves the old dataset as it was
             try:
                 run.write_file(JOURNAL, json.dumps(journal, indent=1).encode())
             except OSError as err:

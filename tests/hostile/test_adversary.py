@@ -122,11 +122,13 @@ def test_link_swapped_in_between_the_check_and_the_commit(base, surroundings, mo
         return real(*a, **k)
     monkeypatch.setattr(run_module, "_check_errors", swap)
     with surroundings(base, dataset=out):
-        try:
+        with pytest.raises(OutputError, match="part-00000.parquet is a symbolic link"):
             run(base, mode="overwrite")
-        except OutputError as err:
-            assert "part-00000.parquet" in str(err)
     assert victim.read_bytes() == b"do not touch"
+    monkeypatch.undo()
+    assert main(["verify", str(out)]) == 1        # the link, and no half-done commit left behind
+    printed = capsys.readouterr().out
+    assert "part-00000.parquet is a symbolic link" in printed and "interrupted commit" not in printed
 
 
 def test_resume_after_an_edit_that_does_not_change_the_output(base, surroundings, monkeypatch):
