@@ -356,6 +356,8 @@ def take_inventory(tree: _Tree) -> Inventory:
                 rel = prefix + entry.name
                 if entry.name.startswith(".") or rel == TMP:
                     continue
+                if rel == MANIFEST and inv.foreign[:1] and inv.foreign[0].startswith(MANIFEST):
+                    continue                       # named already, with why it is not ours
                 if entry.is_symlink():
                     inv.foreign.append(f"{rel} (a symbolic link)")
                 elif entry.is_dir(follow_symlinks=False):
@@ -369,8 +371,6 @@ def take_inventory(tree: _Tree) -> Inventory:
                         os.close(sub)
                 elif entry.is_file(follow_symlinks=False) and rel in listed:
                     inv.ours.append(rel)
-                elif rel == MANIFEST and inv.foreign[:1] and inv.foreign[0].startswith(MANIFEST):
-                    pass                           # named already, with why it is not ours
                 else:
                     inv.foreign.append(rel)
 
