@@ -333,7 +333,7 @@ def load_manifest(tree: _Tree) -> dict | None:
         raise ValueError(f"{MANIFEST} is not a file")
     try:
         manifest = json.loads(tree.read_file(MANIFEST))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:     # RecursionError: nested past Python's limit
         raise ValueError(f"{MANIFEST} is not valid JSON ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{MANIFEST} is not a gpuetl manifest")

@@ -41,7 +41,7 @@ def read_manifest(out: str | Path) -> tuple[Path, dict]:
         raise DataError(f"{path}: not a regular file (a symbolic link, a folder or a special file); gpuetl reads only plain files here")
     try:
         manifest = json.loads(path.read_bytes())
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:             # RecursionError: nested past Python's limit
         raise DataError(f"{path}: the manifest is not valid JSON ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != commit_protocol.MANIFEST_FORMAT:
         raise DataError(f"{path}: not a gpuetl manifest (no format {commit_protocol.MANIFEST_FORMAT!r})")

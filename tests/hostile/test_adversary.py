@@ -213,6 +213,18 @@ def test_manifest_that_is_a_link(base, surroundings, capsys):
         assert "_manifest.json (_manifest.json is not a file)" in err and err.count("_manifest.json (") == 1
 
 
+def test_manifest_nested_past_pythons_recursion_limit(base, surroundings, capsys):
+    out = run(base).out_dir
+    (out / "_manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    path = write_pipe(base, mode="overwrite")
+    with surroundings(base):
+        assert main(["verify", str(out)]) == 1
+        assert main(["inspect", str(out)]) == 1
+        assert main(["run", str(path), "--scheduler", "sync"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("is not valid JSON") == 3 and "internal error" not in err
+
+
 def test_hard_link_to_a_file_outside_is_replaced_not_written_through(base, surroundings):
     out = run(base).out_dir
     outside = base / "outside.parquet"
