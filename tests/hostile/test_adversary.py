@@ -225,6 +225,24 @@ def test_manifest_nested_past_pythons_recursion_limit(base, surroundings, capsys
     assert err.count("is not valid JSON") == 3 and "internal error" not in err
 
 
+@pytest.mark.parametrize("listed", ["ABSOLUTE", "./part-00000.parquet", "part-00000.parquet/../../victim"])
+def test_manifest_listing_an_absolute_or_dotted_path_is_not_trusted(base, surroundings, capsys, listed):
+    out = run(base).out_dir
+    victim = base / "victim"
+    victim.write_text("do not delete")
+    listed = str(victim) if listed == "ABSOLUTE" else listed
+    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest["shards"][0]["path"] = listed
+    (out / "_manifest.json").write_text(json.dumps(manifest))
+    path = write_pipe(base, mode="overwrite")
+    with surroundings(base):
+        assert main(["verify", str(out)]) == 1
+        assert f"{listed}: not a path inside the dataset" in capsys.readouterr().out
+        assert main(["inspect", str(out)]) == 0
+        assert main(["run", str(path), "--scheduler", "sync"]) == 2
+        assert "refusing to overwrite" in capsys.readouterr().err
+
+
 def test_hard_link_to_a_file_outside_is_replaced_not_written_through(base, surroundings):
     out = run(base).out_dir
     outside = base / "outside.parquet"
