@@ -314,3 +314,29 @@ def test_set_with_anchors_and_deep_paths(base, capsys, item, code, expected):
     assert main(["validate", str(write_pipe(base)), "--set", item]) == code
     captured = capsys.readouterr()
     assert expected in captured.out + captured.err
+
+
+def test_a_compressed_file_without_a_compression_suffix_is_named_in_a_note(tmp_path, surroundings):
+    """A gzip file named .log (or an xz file) is read as it is, never silently: the plan says so."""
+    pipeline = write_source(tmp_path, "text", "a.log", gzip.compress(b"a\nb\n"))
+    (tmp_path / "in" / "b.log").write_bytes(b"BZh9 a plain line that merely starts like bz2\n")
+    (tmp_path / "in" / "c.log").write_bytes(b"\xfd7zXZ\x00" + bytes(range(256)))
+    [note] = [n for n in pipeline.plan().notes if "look compressed" in n]
+    assert "in/a.log (gzip), in/c.log (xz)" in note and "b.log" not in note
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = pipeline.run(backend="cpu", scheduler="sync")
+    assert_identity(result, result.counts["rows_in"])
+    assert result.counts["quarantined"] > 0         # the compressed bytes: not text, quarantined
+
+
+def test_set_compression_reads_a_mislabelled_file(tmp_path, surroundings):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.log").write_bytes(gzip.compress(b"a\nb\n"))
+    spec = {"version": 1, "name": "adversary", "source": {"type": "text", "path": "in/*", "compression": "gzip"},
+            "sink": {"path": "out"}}
+    pipeline = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path)
+    assert not [n for n in pipeline.plan().notes if "look compressed" in n]
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = pipeline.run(backend="cpu", scheduler="sync")
+    assert_identity(result, 2)
+    assert result.counts["rows_out"] == 2
