@@ -255,6 +255,7 @@ def _exists(fd: int, name: str) -> bool:
 def check_apart_from_inputs(out: Path, input_files: list[str], patterns: list[str], base_dir: Path) -> None:
     """The sink may not equal, contain or lie inside an input path: overwrite would delete the
     inputs, and a later run would read its own output."""
+    _check_sink_name(out)
     sink = os.path.realpath(out)
     for path in input_files:
         real = os.path.realpath(path)
@@ -267,6 +268,18 @@ def check_apart_from_inputs(out: Path, input_files: list[str], patterns: list[st
             raise OutputError(f"sink.path: {out} lies where source.path {pattern!r} reads: a later run would "
                               "read this run's output", hint="choose a sink.path outside the inputs' folders, "
                               "or narrow the pattern")
+
+
+def _check_sink_name(out: Path) -> None:
+    """A name no file system takes (a NUL byte, a part past the length limit): a pipeline error."""
+    if "\x00" in str(out):
+        raise OutputError(f"sink.path: {_printable(str(out))} holds a NUL byte", hint="choose another sink.path")
+    try:
+        os.lstat(out)
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise OutputError(f"sink.path: {_printable(str(out))}: {err.strerror}",
+                              hint="choose a shorter sink.path") from None
 
 
 def _pattern_reaches(pattern: str, sink: str) -> bool:

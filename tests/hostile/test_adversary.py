@@ -162,6 +162,19 @@ def test_sink_inside_a_folder_another_dataset_keeps_for_itself_is_refused(base, 
     assert "a folder the gpuetl dataset" in err and "internal error" not in err
 
 
+@pytest.mark.parametrize("sink, expected", [
+    ("out\x00x", "holds a NUL byte"),
+    ("o" * 300, "File name too long"),
+    ("/".join(["d" * 200] * 30), "File name too long"),
+])
+def test_sink_names_no_file_system_takes_are_pipeline_errors(base, surroundings, capsys, sink, expected):
+    path = write_pipe(base, sink_path=sink)
+    with surroundings(base):
+        assert main(["run", str(path), "--scheduler", "sync"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "internal error" not in err and "\x00" not in err and len(err) < 2000
+
+
 def test_plan_prints_the_sink_path_the_run_writes(base, capsys):
     assert main(["plan", str(write_pipe(base, sink_path="out/new/../x/./"))]) == 0
     printed = capsys.readouterr().out
