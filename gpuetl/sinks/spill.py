@@ -139,7 +139,7 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
     try:
         with open(path) as fh:
             state = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     try:
         pieces = {int(k): v for k, v in state["pieces"].items()}
@@ -164,8 +164,13 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
             hists[split] = np.load(path, allow_pickle=False)
         except (OSError, ValueError):
             return None
-    return MapResult(partition, {(s, st): n for s, st, n in state["tallies"]}, state["reasons"], pieces,
-                     {int(k): v for k, v in state["rows"].items()}, hists, quarantine)
+    try:
+        tallies = {(int(s), int(st)): int(n) for s, st, n in state["tallies"]}
+        reasons = {str(k): int(v) for k, v in state["reasons"].items()}
+        rows = {int(k): int(v) for k, v in state["rows"].items()}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None                     # not a state this code wrote: the partition is run again
+    return MapResult(partition, tallies, reasons, pieces, rows, hists, quarantine)
 
 
 def _ours(tmp_dir: str, path: str) -> bool:

@@ -91,6 +91,14 @@ def test_crafted_spill_state_never_makes_resume_read_a_file_outside(base, surrou
     assert "/LEAKED" not in rows.column("path").to_pylist()
 
 
+@pytest.mark.parametrize("state", ["[1, 2]", '{"pieces": {}, "tallies": "x"}', '{"pieces": {"x": 1}}', "[" * 10_000])
+def test_malformed_spill_state_reruns_the_partition(base, surroundings, monkeypatch, state):
+    run_tmp = interrupted_resume(base, monkeypatch)
+    (run_tmp / "maps" / "p000000.json").write_text(state)
+    with surroundings(base, dataset=base / "out"):
+        assert_identity(run(base, mode="resume"))
+
+
 def test_spill_piece_reached_through_a_link_is_not_trusted(base, surroundings, monkeypatch, tmp_path):
     from gpuetl.sinks.spill import load_result
 
