@@ -203,6 +203,27 @@ def test_refusal_quotes_control_characters_and_cuts_long_names(base, surrounding
     assert "L" * 60 + "…" + "L" * 60 in line and "L" * 121 not in line
 
 
+def _lock_record(pid) -> str:
+    import socket
+
+    return json.dumps({"format": "gpuetl-lock/1", "host": socket.gethostname(), "pid": pid, "start": "x"})
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000, "PID0", "PID-1", "PID2**70", "PIDtext", "PIDtrue"])
+def test_lock_file_gpuetl_cannot_have_written_is_refused_by_name(base, surroundings, capsys, content):
+    """pid 0 or -1 would make the liveness check ask about a process group or every process."""
+    if content.startswith("PID"):
+        content = _lock_record({"0": 0, "-1": -1, "2**70": 2 ** 70, "text": "1; rm", "true": True}[content[3:]])
+    lock = base / "out" / "_tmp" / "_lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(content)
+    path = write_pipe(base, mode="overwrite")
+    with surroundings(base):
+        assert main(["run", str(path), "--scheduler", "sync"]) == 2
+    err = capsys.readouterr().err
+    assert "_tmp/_lock is not a lock file gpuetl can read" in err and "internal error" not in err
+
+
 # --------------------------------------------------------------------------- odd things in the output folder
 
 
