@@ -396,7 +396,7 @@ def take_inventory(tree: _Tree) -> Inventory:
 def _valid_owner(run: _Tree) -> dict | None:
     try:
         record = json.loads(run.read_file(OWNER, 1 << 16))
-    except (OSError, ValueError, OutputError):
+    except (OSError, ValueError, RecursionError, OutputError):
         return None
     if not isinstance(record, dict) or record.get("format") != RUN_FORMAT or record.get("run") != run.path.name:
         return None
@@ -429,7 +429,7 @@ def validate_journal(run: _Tree, on_disk: set[str]) -> dict:
         raise ValueError(f"{run.path / OWNER} is not an owner record gpuetl wrote")
     try:
         journal = json.loads(run.read_file(JOURNAL))
-    except (OSError, ValueError, OutputError) as err:
+    except (OSError, ValueError, RecursionError, OutputError) as err:
         raise ValueError(f"{run.path / JOURNAL} cannot be read ({err})") from None
     if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run.path.name:
         raise ValueError(f"{run.path / JOURNAL} is not a commit journal of this run")

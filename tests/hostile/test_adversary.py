@@ -285,6 +285,28 @@ def test_manifest_listing_an_absolute_or_dotted_path_is_not_trusted(base, surrou
         assert "refusing to overwrite" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("deep", [["_owner.json"], ["_commit.json"], ["_owner.json", "_commit.json"]])
+def test_run_records_nested_past_pythons_recursion_limit(base, surroundings, capsys, deep):
+    out = run(base).out_dir
+    crafted = out / "_tmp" / "x"
+    crafted.mkdir(parents=True)
+    (crafted / "_owner.json").write_text(json.dumps({"format": "gpuetl-run/1", "run": "x", "host": "h", "pid": 1}))
+    for name in deep:
+        (crafted / name).write_text("[" * 100_000)
+    path = write_pipe(base, mode="overwrite")
+    with surroundings(base, dataset=out):
+        codes = [main([*command, str(out)]) for command in (["verify"], ["verify", "--repair"], ["inspect"])]
+        codes.append(main(["run", str(path), "--scheduler", "sync"]))
+    err = capsys.readouterr().err
+    assert "internal error" not in err
+    # verify names a journal it cannot use; with our owner record --repair and run refuse it (exit
+    # 2); an unreadable owner record makes the folder not ours: left alone
+    expected = {("_owner.json",): [0, 0, 0, 0], ("_commit.json",): [1, 2, 0, 2],
+                ("_owner.json", "_commit.json"): [1, 1, 0, 0]}[tuple(deep)]
+    assert codes == expected, (codes, err)
+    assert sorted(p.name for p in crafted.iterdir()) == sorted({"_owner.json", *deep})   # let be: not ours
+
+
 def test_hard_link_to_a_file_outside_is_replaced_not_written_through(base, surroundings):
     out = run(base).out_dir
     outside = base / "outside.parquet"
