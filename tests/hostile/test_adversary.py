@@ -139,14 +139,16 @@ def test_link_swapped_in_between_the_check_and_the_commit(base, surroundings, mo
     assert "part-00000.parquet is a symbolic link" in printed and "interrupted commit" not in printed
 
 
-def test_resume_after_an_edit_that_does_not_change_the_output(base, surroundings, monkeypatch):
+def test_resume_after_an_edit_that_does_not_change_the_output(base, surroundings, monkeypatch, capsys):
     """A comment and reordered keys leave the pipeline the same: resume finishes the earlier run."""
-    interrupted_resume(base, monkeypatch)
+    run_tmp = interrupted_resume(base, monkeypatch)
     path = write_pipe(base, mode="resume")
     data = yaml.safe_load(path.read_text())
     path.write_text("# a comment\n" + yaml.safe_dump(dict(reversed(list(data.items()))), sort_keys=False))
+    capsys.readouterr()
     with surroundings(base, dataset=base / "out"):
         assert main(["run", str(path), "--scheduler", "sync"]) == 0
+    assert f"resuming {run_tmp.name}: 1 of 1 partitions already done" in capsys.readouterr().err
     assert main(["verify", str(base / "out")]) == 0
 
 
