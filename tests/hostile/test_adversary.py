@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -87,7 +88,7 @@ def test_crafted_spill_state_never_makes_resume_read_a_file_outside(base, surrou
     with surroundings(base, dataset=base / "out"):
         result = run(base, mode="resume")
     assert_identity(result)
-    rows = pa.concat_tables([pa.parquet.read_table(result.out_dir / s["path"]) for s in result.shards])
+    rows = pa.concat_tables([pq.read_table(result.out_dir / s["path"]) for s in result.shards])
     assert "/LEAKED" not in rows.column("path").to_pylist()
 
 
