@@ -3,6 +3,7 @@ each, and the sink's layout. Everything here is checked before any data is read.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         stages.append(StageInfo(i, step.name, dict(schema), _step_detail(step)))
     if not schema:
         raise SpecError(f"{loaded.key('steps')}: the steps leave no columns to write")
-    out_dir = _resolve(loaded.base_dir, spec.sink.path)
+    out_dir = Path(os.path.normpath(_resolve(loaded.base_dir, spec.sink.path)))   # as the run writes it
     default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)
     plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes, metadata, default_key)
     _check_shard(plan)

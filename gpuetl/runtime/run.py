@@ -177,7 +177,7 @@ def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
     same backend and gpuetl version."""
     try:
         state = json.loads((run_tmp / STATE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     if not isinstance(state, dict):
         return False
@@ -322,7 +322,7 @@ def _balance_warnings(layout: Layout, shards: list[dict], rows_out: int) -> list
 def _load_json(path: Path):
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 

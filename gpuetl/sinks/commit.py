@@ -82,8 +82,15 @@ def unsafe_reason(rel) -> str | None:
 
 
 def _named(paths: list[str]) -> str:
-    shown = ", ".join(paths[:SHOWN])
+    shown = ", ".join(_printable(p) for p in paths[:SHOWN])
     return shown + (f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else "")
+
+
+def _printable(name: str, limit: int = 120) -> str:
+    """A name as a message can show it: control characters (a newline, a terminal escape) quoted,
+    a very long name cut in the middle."""
+    name = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+    return name if len(name) <= limit else f"{name[:limit // 2]}…{name[-limit // 2:]}"
 
 
 class _Tree:
@@ -248,6 +255,7 @@ def _exists(fd: int, name: str) -> bool:
 def check_apart_from_inputs(out: Path, input_files: list[str], patterns: list[str], base_dir: Path) -> None:
     """The sink may not equal, contain or lie inside an input path: overwrite would delete the
     inputs, and a later run would read its own output."""
+    _check_sink_name(out)
     sink = os.path.realpath(out)
     for path in input_files:
         real = os.path.realpath(path)
@@ -260,6 +268,18 @@ def check_apart_from_inputs(out: Path, input_files: list[str], patterns: list[st
             raise OutputError(f"sink.path: {out} lies where source.path {pattern!r} reads: a later run would "
                               "read this run's output", hint="choose a sink.path outside the inputs' folders, "
                               "or narrow the pattern")
+
+
+def _check_sink_name(out: Path) -> None:
+    """A name no file system takes (a NUL byte, a part past the length limit): a pipeline error."""
+    if "\x00" in str(out):
+        raise OutputError(f"sink.path: {_printable(str(out))} holds a NUL byte", hint="choose another sink.path")
+    try:
+        os.lstat(out)
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise OutputError(f"sink.path: {_printable(str(out))}: {err.strerror}",
+                              hint="choose a shorter sink.path") from None
 
 
 def _pattern_reaches(pattern: str, sink: str) -> bool:
@@ -326,7 +346,7 @@ def load_manifest(tree: _Tree) -> dict | None:
         raise ValueError(f"{MANIFEST} is not a file")
     try:
         manifest = json.loads(tree.read_file(MANIFEST))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:     # RecursionError: nested past Python's limit
         raise ValueError(f"{MANIFEST} is not valid JSON ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{MANIFEST} is not a gpuetl manifest")
@@ -349,6 +369,8 @@ def take_inventory(tree: _Tree) -> Inventory:
                 rel = prefix + entry.name
                 if entry.name.startswith(".") or rel == TMP:
                     continue
+                if rel == MANIFEST and inv.foreign[:1] and inv.foreign[0].startswith(MANIFEST):
+                    continue                       # named already, with why it is not ours
                 if entry.is_symlink():
                     inv.foreign.append(f"{rel} (a symbolic link)")
                 elif entry.is_dir(follow_symlinks=False):
@@ -362,8 +384,6 @@ def take_inventory(tree: _Tree) -> Inventory:
                         os.close(sub)
                 elif entry.is_file(follow_symlinks=False) and rel in listed:
                     inv.ours.append(rel)
-                elif rel == MANIFEST and inv.foreign[:1] and inv.foreign[0].startswith(MANIFEST):
-                    pass                           # named already, with why it is not ours
                 else:
                     inv.foreign.append(rel)
 
@@ -376,7 +396,7 @@ def take_inventory(tree: _Tree) -> Inventory:
 def _valid_owner(run: _Tree) -> dict | None:
     try:
         record = json.loads(run.read_file(OWNER, 1 << 16))
-    except (OSError, ValueError, OutputError):
+    except (OSError, ValueError, RecursionError, OutputError):
         return None
     if not isinstance(record, dict) or record.get("format") != RUN_FORMAT or record.get("run") != run.path.name:
         return None
@@ -409,7 +429,7 @@ def validate_journal(run: _Tree, on_disk: set[str]) -> dict:
         raise ValueError(f"{run.path / OWNER} is not an owner record gpuetl wrote")
     try:
         journal = json.loads(run.read_file(JOURNAL))
-    except (OSError, ValueError, OutputError) as err:
+    except (OSError, ValueError, RecursionError, OutputError) as err:
         raise ValueError(f"{run.path / JOURNAL} cannot be read ({err})") from None
     if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run.path.name:
         raise ValueError(f"{run.path / JOURNAL} is not a commit journal of this run")
@@ -578,6 +598,7 @@ class OutputFolder:
             previous = sorted(set(self.inventory.ours) - {SUCCESS})
             journal = {"format": JOURNAL_FORMAT, "run": run_tmp.name, "previous": previous, "moves": moves,
                        "manifest": manifest}
+            self._preflight(run_tmp.name, journal)     # a refusal now leaves the old dataset as it was
             try:
                 run.write_file(JOURNAL, json.dumps(journal, indent=1).encode())
             except OSError as err:
@@ -690,9 +711,20 @@ def _remove_if_empty(path: Path) -> None:
         pass
 
 
+def check_not_in_a_dataset_of_ours(out: Path) -> None:
+    """A sink inside another dataset's `_tmp` or `_quarantine` would be written where that
+    dataset's runs create, move and delete files."""
+    for folder in out.parents:
+        if folder.name in (TMP, "_quarantine") and any(
+                os.path.lexists(folder.parent / name) for name in (MANIFEST, SUCCESS, os.path.join(TMP, LOCK))):
+            raise OutputError(f"sink.path: {out} lies inside {folder}, a folder the gpuetl dataset {folder.parent} "
+                              "keeps for itself", hint="choose a sink.path outside that dataset")
+
+
 def survey_read_only(out: Path, mode: str) -> None:
     """The refusals that need no lock, made before anything is created in the folder; skipped
     while a commit waits to be finished (its files are not in the old manifest yet)."""
+    check_not_in_a_dataset_of_ours(out)
     if not out.is_dir() or pending_journals(out):
         return
     if os.path.lexists(out / TMP) and (out / TMP).is_symlink():

@@ -38,10 +38,10 @@ def read_manifest(out: str | Path) -> tuple[Path, dict]:
             why = "nothing was committed here"
         raise DataError(f"{out}: no {MANIFEST}; this is not a complete gpuetl dataset ({why})")
     if path.is_symlink() or not path.is_file():
-        raise DataError(f"{path}: not a file (a symbolic link or a folder); gpuetl does not follow links here")
+        raise DataError(f"{path}: not a regular file (a symbolic link, a folder or a special file); gpuetl reads only plain files here")
     try:
         manifest = json.loads(path.read_bytes())
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:             # RecursionError: nested past Python's limit
         raise DataError(f"{path}: the manifest is not valid JSON ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != commit_protocol.MANIFEST_FORMAT:
         raise DataError(f"{path}: not a gpuetl manifest (no format {commit_protocol.MANIFEST_FORMAT!r})")

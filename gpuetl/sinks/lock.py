@@ -53,12 +53,14 @@ def is_alive(record: dict) -> bool:
         return False
     try:
         pid = int(record["pid"])
+        if pid <= 0:                          # 0 and -1 would ask about a group or every process
+            return False
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass                                  # someone else's process: it exists
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return False
     try:                                      # a killed process lingers as a zombie until reaped
         with open(f"/proc/{pid}/stat") as fh:
@@ -128,9 +130,10 @@ class RunLock:
                               hint="move it or choose another sink.path")
         try:
             record = json.loads(self.tmp.read_file(LOCK, 1 << 16))
-            if not isinstance(record, dict) or record.get("format") != LOCK_FORMAT:
+            if not isinstance(record, dict) or record.get("format") != LOCK_FORMAT or \
+                    type(record.get("pid")) is not int or not 0 < record["pid"] < 1 << 31:
                 raise ValueError
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             raise OutputError(f"sink.path: {self.tmp.path / LOCK} is not a lock file gpuetl can read",
                               hint="if no gpuetl run is writing here, remove it") from None
         return record, st.st_ino

@@ -139,19 +139,57 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
     try:
         with open(path) as fh:
             state = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    pieces = {int(k): v for k, v in state["pieces"].items()}
-    if not all(os.path.exists(p) for p in pieces.values()):
+    try:
+        pieces = {int(k): v for k, v in state["pieces"].items()}
+        splits = [int(s) for s in state.get("histograms", [])]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    # The state is read back from disk: a piece counts only when it is exactly where this run
+    # writes it (never a path taken from the file), a regular file reached without a link.
+    expected = {s: os.path.join(tmp_dir, "spill", f"s{s}", f"p{partition:06d}.arrow") for s in pieces}
+    if pieces != expected or not all(_ours(tmp_dir, p) for p in pieces.values()):
+        return None
+    quarantine = state.get("quarantine")
+    if quarantine is not None and (quarantine != os.path.join(tmp_dir, "spill", "quarantine", f"p{partition:06d}.arrow")
+                                   or not _ours(tmp_dir, quarantine)):
         return None
     hists = {}
-    for split in state.get("histograms", []):
+    for split in splits:
+        path = os.path.join(tmp_dir, "maps", f"p{partition:06d}-s{split}.npy")
+        if not _ours(tmp_dir, path):
+            return None
         try:
-            hists[split] = np.load(os.path.join(tmp_dir, "maps", f"p{partition:06d}-s{split}.npy"), allow_pickle=False)
+            hists[split] = np.load(path, allow_pickle=False)
         except (OSError, ValueError):
             return None
-    return MapResult(partition, {(s, st): n for s, st, n in state["tallies"]}, state["reasons"], pieces,
-                     {int(k): v for k, v in state["rows"].items()}, hists, state["quarantine"])
+    try:
+        tallies = {(int(s), int(st)): int(n) for s, st, n in state["tallies"]}
+        reasons = {str(k): int(v) for k, v in state["reasons"].items()}
+        rows = {int(k): int(v) for k, v in state["rows"].items()}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None                     # not a state this code wrote: the partition is run again
+    return MapResult(partition, tallies, reasons, pieces, rows, hists, quarantine)
+
+
+def _ours(tmp_dir: str, path: str) -> bool:
+    """`path` (under `tmp_dir`) is a regular file and no folder between them is a link."""
+    import stat
+
+    rel = os.path.relpath(path, tmp_dir)
+    if rel == os.curdir or rel.split(os.sep)[0] == os.pardir:
+        return False
+    current, mode = tmp_dir, 0
+    for part in rel.split(os.sep):
+        current = os.path.join(current, part)
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            return False
+        if stat.S_ISLNK(mode):
+            return False
+    return stat.S_ISREG(mode)
 
 
 def _row_bytes(table: pa.Table, schema: Schema) -> np.ndarray:

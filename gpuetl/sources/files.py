@@ -73,6 +73,8 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
     result: list[InputFile] = []
     seen: dict[tuple[int, int], str] = {}
     duplicates: list[str] = []
+    mislabelled: list[str] = []
+    sniffed = 0
     for path in sorted(found):
         try:
             st = os.stat(path)
@@ -84,7 +86,14 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
             duplicates.append(f"{display} (= {first})")
             continue
         result.append(InputFile(len(result), path, display, st.st_size, st.st_mtime_ns, _compression(path, compression)))
+        if compression == "infer" and result[-1].compression is None and notes is not None and sniffed < MAX_SNIFFED:
+            sniffed += 1
+            if kind := _compressed_by_its_bytes(path):
+                mislabelled.append(f"{display} ({kind})")
     if notes is not None:
+        if mislabelled:
+            notes.append(f"source: {_names(mislabelled)} look compressed, but their names do not say so: read as "
+                         "they are; name them .gz/.zst/.bz2 or set source.compression (xz and zip: decompress first)")
         for kind, paths in sorted(skipped.items()):
             notes.append(f"source: skipped {len(paths)} path(s) that are {kind}, not regular files: "
                          + _names(paths))
@@ -202,6 +211,23 @@ def _listdir(folder: str) -> list[str]:
         return sorted(os.listdir(folder))
     except OSError:
         return []
+
+
+MAX_SNIFFED = 20        # files without a compression suffix whose first bytes are looked at
+MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz",
+         b"PK\x03\x04": "zip"}
+
+
+def _compressed_by_its_bytes(path: str) -> str | None:
+    """The compression a file's first bytes announce (a mislabelled `.log` that is gzip), or None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(10)
+    except OSError:
+        return None
+    if head.startswith(b"BZh") and head[4:10] != b"\x31\x41\x59\x26\x53\x59":   # bz2's block magic too
+        return None
+    return next((kind for magic, kind in MAGIC.items() if head.startswith(magic)), None)
 
 
 def _compression(path: str, setting: str) -> str | None:

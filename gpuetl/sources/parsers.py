@@ -177,6 +177,9 @@ def read_csv_header(f: InputFile, delimiter: str, where: str) -> tuple[str, ...]
         return None
     text = line.decode("utf-8", "replace").lstrip("\ufeff")
     names = tuple(n.strip() for n in next(csv.reader([text], delimiter=delimiter)))
+    if not all(n.isprintable() and "\ufffd" not in n for n in names):
+        raise SpecError(f"{where}: the CSV header of {f.display}, {text[:200]!r}, is not UTF-8 text "
+                        "(a UTF-16 file or binary data?)", hint="save the file as UTF-8")
     if len(set(names)) != len(names) or not all(names):
         raise SpecError(f"{where}: the CSV header of {f.display}, {text[:200]!r}, has empty or repeated names")
     return names
