@@ -5,7 +5,7 @@ import pytest
 from gpuetl.samples import write_access_logs
 
 # The tests call gpuetl.cli.main in this process, which is a library caller's: the command's
-# process-wide tunings (gpuetl/tuning.py) stay out of it. tests/test_library_manners.py checks
+# process-wide tunings (gpuetl/cli/tuning.py) stay out of it. tests/test_library_manners.py checks
 # them in fresh processes.
 os.environ.setdefault("GPUETL_NO_TUNING", "1")
 

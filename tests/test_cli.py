@@ -384,7 +384,7 @@ def test_streamed_runs_give_arrow_the_system_allocator_unless_told(workdir, tmp_
     import pyarrow as pa
 
     before = pa.default_memory_pool()
-    monkeypatch.delenv("GPUETL_NO_TUNING", raising=False)      # the command's tunings on (gpuetl/tuning.py)
+    monkeypatch.delenv("GPUETL_NO_TUNING", raising=False)      # the command's tunings on (gpuetl/cli/tuning.py)
     if env is None:
         monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     else:

@@ -1,7 +1,7 @@
 """A program that uses gpuetl as a library keeps its process as it was: `import gpuetl` and
 `Pipeline.run()` leave the environment, polars' thread pool, Arrow's default memory pool, the
 GC, logging levels, warning filters and dask's settings alone. Process-wide speed settings belong to the `gpuetl`
-command (gpuetl/tuning.py). Each check runs in a fresh interpreter, as a caller's program would."""
+command (gpuetl/cli/tuning.py). Each check runs in a fresh interpreter, as a caller's program would."""
 
 from __future__ import annotations
 
@@ -114,9 +114,9 @@ def test_the_command_sets_its_tunings_before_polars_loads_and_the_users_settings
     """tuning.apply(), called first by cli.main: polars one thread a task, its allocator's
     settings in the environment (polars reads both once, at import); the user's own values stay;
     GPUETL_NO_TUNING=1 sets nothing."""
-    from gpuetl.tuning import POLARS_JEMALLOC
+    from gpuetl.cli.tuning import POLARS_JEMALLOC
 
-    code = ("import os, sys; from gpuetl import tuning; tuning.apply(); import polars; "
+    code = ("import os, sys; from gpuetl.cli import tuning; tuning.apply(); import polars; "
             "print(polars.thread_pool_size(), os.environ.get('_RJEM_MALLOC_CONF', '-'))")
     # polars puts its own jemalloc defaults first; the later settings win
     threads, conf = _python(["-c", code], _clean_env()).split()
@@ -135,7 +135,7 @@ def test_the_command_picks_arrows_pool_by_the_runs_shape(monkeypatch):
     the user chose a pool, and with GPUETL_NO_TUNING=1."""
     code = textwrap.dedent("""
         import sys, pyarrow as pa
-        from gpuetl import tuning
+        from gpuetl.cli import tuning
         tuning.arrow_pool(streamed=sys.argv[1] == "streamed")
         print(pa.default_memory_pool().backend_name)
     """)

@@ -39,7 +39,7 @@ def _chunked(col: pd.Series) -> pa.ChunkedArray:
 def _scratch_pool() -> pa.MemoryPool:
     """Arrow's mimalloc pool, for a batch's short-lived buffers that the same thread frees (the
     trimmed lines: the parser reads them, the batch drops them). A kernel that shrinks its output
-    at the end reallocates, and the system allocator, which in-order runs use (cli.py), reallocates
+    at the end reallocates, and the system allocator, which in-order runs use (cli/tuning.py), reallocates
     aligned memory by allocating afresh and copying: utf8_rtrim of a 16 MiB batch took ~7 ms with
     it and ~1.6 ms with mimalloc, which also reuses the previous batch's pages."""
     try:

@@ -33,7 +33,7 @@ def polars_available() -> bool:
 
 def polars():
     """polars, imported on first use (the CPU backend works without it). Its thread pool and
-    allocator are the process's: the `gpuetl` command sizes them (gpuetl/tuning.py), library
+    allocator are the process's: the `gpuetl` command sizes them (gpuetl/cli/tuning.py), library
     callers keep their own."""
     import polars as pl
 

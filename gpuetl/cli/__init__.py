@@ -8,10 +8,11 @@ import os
 import sys
 import time
 
-from . import __version__, tuning
-from .backends import backend_choices
-from .errors import GpuetlError
-from .spec.sizes import format_size
+from .. import __version__
+from . import tuning
+from ..backends import backend_choices
+from ..errors import GpuetlError
+from ..spec.sizes import format_size
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,9 +96,9 @@ def _stdout_closed() -> int:
 
 
 def cmd_validate(args) -> int:
-    from .api import load
+    from ..api import load
 
-    from .errors import InputsNotFound
+    from ..errors import InputsNotFound
 
     pipeline = load(args.file, args.overrides)
     try:                      # the schema checks (columns, steps, shard keys) need the inputs' fields
@@ -112,8 +113,8 @@ def cmd_validate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from .api import load
-    from .runtime.run import layout_of
+    from ..api import load
+    from ..runtime.run import layout_of
 
     plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
@@ -149,8 +150,8 @@ def cmd_plan(args) -> int:
 def _graph_tasks(plan, in_order: bool = False) -> int:
     """Tasks in the graph run would build (its shape does not depend on the backend, so this
     works for a GPU plan on any machine)."""
-    from .backends.cpu import CpuBackend
-    from .plan.graph import build_partitions, count_tasks
+    from ..backends.cpu import CpuBackend
+    from ..plan.graph import build_partitions, count_tasks
 
     return count_tasks(build_partitions(plan, CpuBackend(), in_order=in_order))
 
@@ -166,10 +167,10 @@ def _schema_change(before: dict, after: dict) -> list[str]:
 
 
 def cmd_run(args) -> int:
-    from .api import load
-    from .backends import get_backend
-    from .runtime.executor import DASHBOARD_ADDRESS, open_executor
-    from .runtime.run import layout_of, run_plan
+    from ..api import load
+    from ..backends import get_backend
+    from ..runtime.executor import DASHBOARD_ADDRESS, open_executor
+    from ..runtime.run import layout_of, run_plan
 
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
@@ -233,7 +234,7 @@ def print_summary(result, seconds: float) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from .sinks.dataset import inspect_dataset
+    from ..sinks.dataset import inspect_dataset
 
     info = inspect_dataset(args.out)
     for name in info["interrupted_commits"]:
@@ -257,7 +258,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .sinks.dataset import repair, verify_dataset
+    from ..sinks.dataset import repair, verify_dataset
 
     if args.repair:
         for name in repair(args.out, log=lambda *a: print(*a, file=sys.stderr)):
@@ -274,7 +275,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from .spec.schema import pipeline_json_schema
+    from ..spec.schema import pipeline_json_schema
 
     print(json.dumps(pipeline_json_schema(), indent=2))
     return 0
