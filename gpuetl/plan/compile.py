@@ -22,7 +22,7 @@ from ..sources.ranges import Partition, plan_partitions, read_head
 from ..spec.loader import LoadedSpec
 from ..spec.names import field_name_problem, new_name_problem
 from ..spec.yamlio import dotted
-from ..steps.base import StepError, closest
+from ..steps.base import GlobalStep, StepError, closest
 from ..types import ColumnSpec, Schema, column_spec, type_name_of
 from .stages import Segment, SourceStage, StepStage
 
@@ -84,17 +84,15 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
     schema = dict(source.schema)
-    for i, step in enumerate(loaded.steps):
-        if hasattr(step, "look_ahead"):           # decode: a later resize's size lets it decode smaller
-            step.look_ahead(loaded.steps[i + 1:])
     for i, step in enumerate(loaded.steps, start=1):
         try:
-            schema = step.output_schema(schema)
+            step = step.look_ahead(loaded.steps[i:]).bind(schema)
         except (StepError, ValueError) as err:
             raise SpecError(f"{loaded.where('steps', i - 1, step.name, *getattr(err, 'key', ()))}"
                             f"{dotted(('steps', i - 1, step.name))}: {err}") from None
+        schema = dict(step.output_schema)
         stage = StepStage(i, f"{step.name}", step, dict(schema))
-        if step.is_global:
+        if isinstance(step, GlobalStep):          # decided across partitions: a segment of its own
             segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error,
                                     files=files))
         else:

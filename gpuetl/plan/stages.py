@@ -18,7 +18,7 @@ from ..backends.base import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REA
 from ..errors import DataError
 from ..sources.files import InputFile
 from ..sources.ranges import Partition, with_decoded
-from ..steps.base import Step
+from ..steps.base import RowStep, Step
 from ..steps.cast import cast_columns
 from ..types import ColumnSpec, Schema
 
@@ -266,7 +266,7 @@ def run_steps(df, segment: Segment, backend):
         if not step.sees_dropped:
             frame, rest = _cut(frame, backend)
             side += rest
-        checked, bad, reasons = step.quarantine(frame, backend)
+        checked, bad, reasons = step.quarantine(frame, backend) if isinstance(step, RowStep) else (frame, None, None)
         if bad is not None and bool(bad.any()):
             rows = checked[bad].copy()
             raw = step.raw_record(frame[bad], backend)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import RootModel
 
 from ..types import ColumnSpec, ColumnTypeValue, Schema, column_spec
-from .base import Step, register
+from .base import Binding, RowStep, register
 from .select import missing
 
 
@@ -31,7 +31,7 @@ def _reason_for(df, name, spec, bad, backend):
 
 
 @register
-class Cast(Step):
+class Cast(RowStep):
     name = "cast"
     summary = "Convert columns to other types; rows whose values do not convert go to on_error."
     example = "- cast: {status: int16, time: {type: timestamp, format: '%Y-%m-%d %H:%M:%S', timezone: UTC}}"
@@ -41,9 +41,9 @@ class Cast(Step):
     def specs(self) -> dict[str, ColumnSpec]:
         return {k: column_spec(v) for k, v in self.params.root.items()}
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         missing(schema, self.params.root)
-        return {k: (self.specs[k].type if k in self.specs else t) for k, t in schema.items()}
+        return Binding({k: (self.specs[k].type if k in self.specs else t) for k, t in schema.items()})
 
     def quarantine(self, df, backend):
         return cast_columns(df, self.specs, backend)
