@@ -30,12 +30,16 @@ def _reason_for(df, name, spec, bad, backend):
     return full.where(~bad, message.iloc[0])
 
 
+class CastParams(RootModel[dict[str, ColumnTypeValue]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
 class Cast(RowStep):
     name = "cast"
     summary = "Convert columns to other types; rows whose values do not convert go to on_error."
     example = "- cast: {status: int16, time: {type: timestamp, format: '%Y-%m-%d %H:%M:%S', timezone: UTC}}"
-    Params = RootModel[dict[str, ColumnTypeValue]]
+    Params = CastParams
 
     @property
     def specs(self) -> dict[str, ColumnSpec]:

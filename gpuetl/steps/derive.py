@@ -16,6 +16,10 @@ class DeriveBinding(Binding):
     types: dict[str, str]          # each new column's type, inferred from the input schema
 
 
+class DeriveParams(RootModel[dict[str, str]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
 class Derive(RowStep):
     """A record for which an expression cannot give a value (an integer result that would
@@ -25,7 +29,7 @@ class Derive(RowStep):
     name = "derive"
     summary = "Add or replace columns computed from expressions, in order (later ones may use earlier ones)."
     example = '- derive: {hour: "hour(time)", path_len: "len(path)"}'
-    Params = RootModel[dict[str, str]]
+    Params = DeriveParams
 
     @classmethod
     def from_raw(cls, raw):

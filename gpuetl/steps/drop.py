@@ -7,12 +7,16 @@ from .base import Binding, RowStep, register
 from .select import missing
 
 
+class DropParams(RootModel[list[str]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
 class Drop(RowStep):
     name = "drop"
     summary = "Remove these columns."
     example = "- drop: [ident, user]"
-    Params = RootModel[list[str]]
+    Params = DropParams
     sees_dropped = True         # columns only: no row is read
 
     def derive(self, schema: Schema) -> Binding:

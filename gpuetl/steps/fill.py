@@ -58,6 +58,10 @@ class FillBinding(Binding):
     types: dict[str, str]
 
 
+class FillParams(RootModel[dict[str, Literal_]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
 class Fill(RowStep):
     """Each value is checked against its column's type at plan time: a string for string
@@ -68,7 +72,7 @@ class Fill(RowStep):
     name = "fill"
     summary = "Replace nulls in columns with a constant of the column's type."
     example = "- fill: {referer: '-', size: 0, status: 0}"
-    Params = RootModel[dict[str, Literal_]]
+    Params = FillParams
 
     def derive(self, schema: Schema) -> Binding:
         missing(schema, self.params.root)

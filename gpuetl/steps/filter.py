@@ -10,6 +10,10 @@ from .base import Binding, RowStep, StepError, register
 from .expr import ExprError, Refusals, parse_expression, value_error
 
 
+class FilterParams(RootModel[str]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
 class Filter(RowStep):
     """A filter only keeps or drops rows: a record whose predicate cannot be computed (integer
@@ -19,7 +23,7 @@ class Filter(RowStep):
     name = "filter"
     summary = "Keep the rows for which a boolean expression is true (null counts as false)."
     example = "- filter: \"status >= 200 and method in ['GET', 'POST']\""
-    Params = RootModel[str]
+    Params = FilterParams
     sees_dropped = True
 
     @classmethod

@@ -274,6 +274,10 @@ class CenterCrop(_ImageRaw, RowStep):
         return _pixel_step(df, backend, "center_crop", "center_crop", *self.params.size)
 
 
+class ConvertParams(RootModel[Literal["RGB", "L"]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
 class Convert(_ImageRaw, RowStep):
     """Convert decoded pixels to RGB (3 channels) or L (grey, 1 channel)."""
@@ -281,7 +285,7 @@ class Convert(_ImageRaw, RowStep):
     name = "convert"
     summary = "Convert pixels to RGB or L (grey)."
     example = "- convert: L"
-    Params = RootModel[Literal["RGB", "L"]]
+    Params = ConvertParams
 
     def derive(self, schema: Schema) -> Binding:
         _needs(schema, list(PIXELS), "put decode before convert")

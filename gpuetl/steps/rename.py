@@ -7,12 +7,16 @@ from .base import Binding, RowStep, StepError, register
 from .select import missing
 
 
+class RenameParams(RootModel[dict[str, str]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
 class Rename(RowStep):
     name = "rename"
     summary = "Rename columns: old name -> new name."
     example = "- rename: {size: bytes}"
-    Params = RootModel[dict[str, str]]
+    Params = RenameParams
     sees_dropped = True         # columns only: no row is read
 
     def new_names(self):

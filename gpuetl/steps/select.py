@@ -6,12 +6,16 @@ from ..types import Schema
 from .base import Binding, RowStep, StepError, closest, register
 
 
+class SelectParams(RootModel[list[str]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
 class Select(RowStep):
     name = "select"
     summary = "Keep only these columns, in this order."
     example = "- select: [ip, time, status]"
-    Params = RootModel[list[str]]
+    Params = SelectParams
     sees_dropped = True         # columns only: no row is read
 
     def derive(self, schema: Schema) -> Binding:
