@@ -296,5 +296,4 @@ def _source_detail(loaded: LoadedSpec) -> str:
 
 
 def _step_detail(step) -> str:
-    params = step.params.model_dump() if hasattr(step.params, "model_dump") else step.params
-    return str(params.get("root", params) if isinstance(params, dict) else params)
+    return str(step.params.model_dump())      # a root model dumps its value itself
