@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-images test test-fast venv sample-data bench bench-images clean gpu-api
+.PHONY: demo demo-images test test-fast venv sample-data bench bench-images clean gpu-api gpu-api-venv
 
 $(BIN)/gpuetl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,8 @@ $(GPU_VENV)/bin/gpuetl: pyproject.toml
 	$(GPU_VENV)/bin/pip install -q --upgrade pip
 	$(GPU_VENV)/bin/pip install -q -e '.[gpu,dev]'
 	touch $@
+
+gpu-api-venv: $(GPU_VENV)/bin/gpuetl
 
 gpu-api: $(GPU_VENV)/bin/gpuetl
 	RAPIDS_NO_INITIALIZE=1 $(GPU_VENV)/bin/python -m pytest -q -p no:cacheprovider -m gpu_api tests

@@ -9,6 +9,7 @@ import sys
 import time
 
 from . import __version__, tuning
+from .backends import backend_choices
 from .errors import GpuetlError
 from .spec.sizes import format_size
 
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a pipeline file and commit the dataset")
     run.add_argument("file")
-    run.add_argument("--backend", default="auto", choices=["auto", "cpu", "gpu"])
+    run.add_argument("--backend", default="auto", choices=backend_choices())
     run.add_argument("--scheduler", default=None,
                      help="a dask scheduler address; 'local' (default) starts a cluster on this machine; "
                           "'sync' or 'threads' run without a cluster")
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("file")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
         if name == "plan":
-            p.add_argument("--backend", default="cpu", choices=["auto", "cpu", "gpu"],
+            p.add_argument("--backend", default="cpu", choices=backend_choices(),
                            help="also check what this backend runs natively (default cpu)")
 
     inspect = sub.add_parser("inspect", help="what a dataset holds")

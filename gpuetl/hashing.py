@@ -73,15 +73,9 @@ def _hash_strings(backend, col):
     return xp.where(valid, h, xp.uint64(_NULL))
 
 
-class _quiet:
-    """uint64 arithmetic wraps by design; silence numpy's overflow warnings."""
+def _quiet(xp):
+    """uint64 arithmetic wraps by design; silence numpy's overflow warnings (this thread's error
+    state, restored on exit; CuPy's device arithmetic does not warn)."""
+    import numpy
 
-    def __init__(self, xp):
-        self.xp = xp
-
-    def __enter__(self):
-        self.state = self.xp.seterr(over="ignore") if hasattr(self.xp, "seterr") else None
-
-    def __exit__(self, *exc):
-        if self.state is not None:
-            self.xp.seterr(**self.state)
+    return numpy.errstate(over="ignore")

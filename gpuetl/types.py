@@ -11,8 +11,10 @@ import pyarrow as pa
 
 INT_TYPES = ("int8", "int16", "int32", "int64")
 UINT_TYPES = ("uint8", "uint16", "uint32", "uint64")
+INTEGER_TYPES = INT_TYPES + UINT_TYPES
 FLOAT_TYPES = ("float32", "float64")
-TYPE_NAMES = ("bool", *INT_TYPES, *UINT_TYPES, *FLOAT_TYPES, "string", "timestamp")
+NUMERIC_TYPES = INTEGER_TYPES + FLOAT_TYPES
+TYPE_NAMES = ("bool", *NUMERIC_TYPES, "string", "timestamp")   # what a pipeline file's columns may be
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
@@ -51,8 +53,7 @@ from typing import Literal, Union  # noqa: E402
 
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
-TypeName = Literal["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                   "float32", "float64", "string", "timestamp"]
+TypeName = Literal[TYPE_NAMES]   # the same names, for the pipeline file's models
 
 
 class ColumnSpec(BaseModel):

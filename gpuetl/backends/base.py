@@ -10,32 +10,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
 
 from ..types import Schema
 
-# Internal bookkeeping columns carried by every partition frame (see docs/design.md).
-FILE_INDEX = "__fi"      # int32: index of the input file in the plan's sorted input list
-OFFSET = "__off"         # int64: byte offset of the record's first byte (uncompressed), or row index
-STATUS = "__st"          # int8: one of the STATUS_* values
-COUNT = "__n"            # int64: records this row stands for (1, or a tally of dropped records)
-STAGE = "__stage"        # int16: index of the stage that dropped the row, -1 for live rows
-RAW = "__raw"            # binary: the record's exact input bytes, kept for quarantined rows only
-REASON = "__reason"      # string: why a row was quarantined or dropped
-INTERNAL = (FILE_INDEX, OFFSET, STATUS, COUNT, STAGE, RAW, REASON)
-INTERNAL_TYPES: Schema = {
-    FILE_INDEX: "int32", OFFSET: "int64", STATUS: "int8", COUNT: "int64",
-    STAGE: "int16", RAW: "binary", REASON: "string",
-}
-
-STATUS_LIVE, STATUS_QUARANTINED, STATUS_FILTERED, STATUS_DEDUPLICATED, STATUS_DROPPED = 0, 1, 2, 3, 4
-STATUS_NAMES = {
-    STATUS_LIVE: "rows_out", STATUS_QUARANTINED: "quarantined", STATUS_FILTERED: "filtered",
-    STATUS_DEDUPLICATED: "deduplicated", STATUS_DROPPED: "dropped_errors",
-}
+# The bookkeeping columns live in gpuetl/columns.py; re-exported here for the step modules
+# that still import them from this module.
+from ..columns import (COUNT, FILE_INDEX, INTERNAL, INTERNAL_TYPES, OFFSET, RAW,  # noqa: F401
+                       REASON, STAGE, STATUS, STATUS_DEDUPLICATED, STATUS_DROPPED, STATUS_FILTERED,
+                       STATUS_LIVE, STATUS_NAMES, STATUS_QUARANTINED)
 
 
 @dataclass
@@ -47,6 +34,18 @@ class Lines:
     bad_utf8: Any        # xp bool array
     raw: Any = None      # where some record is not UTF-8: a binary Series, those records' exact
                          # bytes (less the line ending), null for the others; else None
+
+
+@runtime_checkable
+class PlanningBackend(Protocol):
+    """What planning asks of a backend: it never touches data or a device, so a plan for the GPU
+    can be checked where RAPIDS is not installed (gpu_support.GpuPlanning). Every Backend is one."""
+
+    name: str
+
+    def check_regex(self, pattern: str) -> str | None: ...
+
+    def regex_error(self, pattern: str) -> str | None: ...
 
 
 class Backend(ABC):
@@ -137,6 +136,11 @@ class Backend(ABC):
         """A numpy array from an xp array (no-op on the CPU)."""
         return values
 
+    def to_pandas(self, obj: Any) -> Any:
+        """A pandas Series or DataFrame on the host from one of this backend's (no-op on the CPU):
+        for the few small results read row by row in Python (tallies, a first bad row)."""
+        return obj
+
     # -- plan-time checks and run reports (CPU defaults) -----------------------------------
     def check_regex(self, pattern: str) -> str | None:
         """Why this backend cannot run `pattern` natively (it then uses the CPU kernel for it,
@@ -164,7 +168,20 @@ class Backend(ABC):
         return {}
 
     def io_path(self) -> str:
+        """How this backend reads files, for the manifest."""
         return "posix (python file reads)"
+
+    def versions(self) -> dict[str, str]:
+        """The versions of the libraries this backend adds to the manifest's (pandas, pyarrow and
+        numpy are always listed)."""
+        return {}
+
+    def local_cluster(self, *, quiet: bool = True,
+                      dashboard_address: str | None = None) -> AbstractContextManager | None:
+        """A context manager giving the dask cluster a local run uses, or None: the runner's
+        in-process cluster (runtime/executor.py), which the CPU uses. A GPU brings one worker
+        process per device. dashboard_address None: serve no dashboard on a fixed port."""
+        return None
 
     def keep_rows(self, df: Any, split: np.ndarray) -> dict[int, Any] | None:
         """A streamed partition's live rows per split, as this backend's shard writer takes them,
@@ -216,6 +233,12 @@ class Backend(ABC):
         """Parse JSON objects, one per record: ({name: Series}, ok bool Series, reason Series|None)."""
 
     @abstractmethod
+    def parse_csv(self, text: Any, names: tuple[str, ...] | list[str], delimiter: str) -> tuple[dict, Any, Any]:
+        """Parse delimited records, one per record, into the named fields: ({name: string Series},
+        ok bool Series, reason): why the records that are not ok are bad, one string for all of
+        them or a string Series."""
+
+    @abstractmethod
     def cast(self, col: Any, type_name: str, *, fmt: str | None = None, timezone: str | None = None) -> tuple[Any, Any]:
         """Parse or convert a column: (typed Series, bad bool Series). A value that was present
         but cannot be represented in the type is bad; nulls stay null and are not bad."""
@@ -243,6 +266,28 @@ class Backend(ABC):
         n = len(series[0]) if series else 1
         full = [c if hasattr(c, "index") else self.series([c] * n, _literal_type(c), index=index) for c in columns]
         return self.series(self.hash64(full, seed), "uint64", index=index)
+
+    # -- what expressions need where pandas and cuDF differ (steps/expr.py) ----------------
+    def nullable_dtype(self, type_name: str) -> Any:
+        """The dtype of a bool or integer column that may hold nulls (pandas needs its nullable
+        dtypes for that; cuDF's own dtypes hold nulls)."""
+        return self.dtype(type_name)
+
+    def mod(self, a: Any, b: Any, type_name: str) -> Any:
+        """a % b with the sign of b (Python's rule); b holds no zeros; nulls stay null."""
+        return a % b
+
+    def weekday(self, col: Any) -> Any:
+        """Monday = 0 .. Sunday = 6 of a timestamp column."""
+        return col.dt.weekday
+
+    def timezone(self, col: Any) -> Any:
+        """The time zone of a timestamp column's values (as its dtype names it), None for naive ones."""
+        return getattr(col.dtype, "tz", None)
+
+    def to_pylist(self, col: Any) -> list:
+        """A Series' values as Python objects (exact integers; None or NA for nulls)."""
+        return col.tolist()
 
     def row_hash(self, columns: list) -> Any:
         """A uint64 per row for finding equal keys within one run (exact dedupe's candidates):

@@ -414,6 +414,31 @@ class CpuBackend(Backend):
             result[naive] = _localize(pd.to_datetime(series[naive], format="ISO8601", errors="coerce"), zone)
         return pa.array(result, type=target)
 
+    _NULLABLE = {"bool": "boolean", **{t: t.capitalize() for t in ("int8", "int16", "int32", "int64")},
+                 **{t: "U" + t[1:].capitalize() for t in ("uint8", "uint16", "uint32", "uint64")}}
+
+    def nullable_dtype(self, type_name: str):
+        return self._NULLABLE[type_name]
+
+    def mod(self, a, b, type_name: str):
+        """By numpy: pandas has no '%' for Arrow-backed columns."""
+        nulls = a.isna() if not isinstance(b, pd.Series) else a.isna() | b.isna()
+        fill = np.nan if type_name.startswith("float") else 0
+        left = a.to_numpy(dtype=type_name, na_value=fill)
+        right = b.to_numpy(dtype=type_name, na_value=1) if isinstance(b, pd.Series) else b
+        out = pd.Series(np.mod(left, right), index=a.index)
+        if type_name in self._NULLABLE:
+            out = out.astype(self._NULLABLE[type_name])
+        return out.mask(nulls)
+
+    def timezone(self, col):
+        """Arrow-backed timestamps carry the zone in their Arrow type; numpy's carry none."""
+        dtype = col.dtype
+        return dtype.pyarrow_dtype.tz if isinstance(dtype, pd.ArrowDtype) else getattr(dtype, "tz", None)
+
+    def weekday(self, col):
+        return col.dt.day_of_week      # pandas 3 deprecates .dt.weekday
+
     def row_hash(self, columns: list):
         """polars' row hash (~10x the numpy hash64 here): -0.0 and NaN are made canonical first,
         so values pandas holds equal hash equal."""

@@ -27,7 +27,8 @@ import pyarrow as pa
 import pylibcudf as plc
 
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
-from .base import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED, Backend, Lines
+from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
+from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
                           host_transfer_report, integer_cast_loses, reset_tallies,
@@ -190,7 +191,7 @@ class GpuBackend(GpuTextMixin, Backend):
     def host_transfer(self, client: Any = None, input_bytes: int = 0) -> dict:
         return host_transfer_report(self._tallies(client), input_bytes)
 
-    def versions(self) -> dict:
+    def versions(self) -> dict[str, str]:
         out = {}
         for name in ("cudf", "cupy", "kvikio", "rmm", "dask_cudf", "dask_cuda"):
             try:
@@ -208,8 +209,9 @@ class GpuBackend(GpuTextMixin, Backend):
                 else "kvikio gds preferred (per-read paths in host_transfer.reads)")
 
     @contextmanager
-    def local_cluster(self):
-        """One dask-cuda worker per visible GPU; one memory design (docs/gpu.md, "Memory")."""
+    def local_cluster(self, *, quiet: bool = True, dashboard_address: str | None = None):
+        """One dask-cuda worker per visible GPU; one memory design (docs/gpu.md, "Memory"). The
+        dashboard is served where asked (--dashboard), else on a free local port, never a fixed one."""
         import logging
 
         from dask_cuda import LocalCUDACluster
@@ -217,8 +219,15 @@ class GpuBackend(GpuTextMixin, Backend):
         settings = cluster_settings(gpu_memory())
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         extra = {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {}
-        with LocalCUDACluster(**settings, **extra, dashboard_address=":8787", silence_logs=logging.ERROR) as cluster:
+        with LocalCUDACluster(**settings, **extra, dashboard_address=dashboard_address or "127.0.0.1:0",
+                              silence_logs=logging.ERROR) as cluster:
             yield cluster
+
+    def to_pandas(self, obj):
+        return obj.to_pandas()
+
+    def to_pylist(self, col) -> list:
+        return col.to_arrow().to_pylist()
 
     def keep_rows(self, df, split):
         """Streamed in this process, the rows stay on the device until libcudf encodes them."""
@@ -414,20 +423,29 @@ class GpuBackend(GpuTextMixin, Backend):
                 bad[cp.searchsorted(starts, wrong, side="right") - 1] = True
         text = _strings_from_buffers(buf, bounds, len(starts))
         text = text.str.rstrip("\r\n")
+        raw = None
         if _flag(bad, "control: invalid UTF-8"):
-            text = self._replace_invalid(text, buf, bounds, cp.flatnonzero(bad))
+            text, raw = self._replace_invalid(text, buf, bounds, cp.flatnonzero(bad))
         keep = (text.str.len() > 0).values
         text = text[keep].reset_index(drop=True)
-        return Lines(text=text, offsets=starts[keep] + base_offset, bad_utf8=bad[keep])
+        if raw is not None:
+            raw = raw[keep].reset_index(drop=True)
+        return Lines(text=text, offsets=starts[keep] + base_offset, bad_utf8=bad[keep], raw=raw)
 
     def _replace_invalid(self, text, buf, bounds, rows):
         """The lines at `rows` decoded as the CPU kernel does (Python's decoder, U+FFFD for each
-        bad sequence, then '\\r\\n' trimmed): only those lines' bytes cross to the host."""
+        bad sequence, then '\\r\\n' trimmed): only those lines' bytes cross to the host. Also
+        those lines' exact bytes (less the line ending) as a binary Series, null for the other
+        lines: the quarantine's `_raw`, as the CPU's Lines.raw."""
         count_fallback("split_lines: invalid UTF-8 lines decoded on the host", len(rows))
         lo, hi = to_host_copy(bounds[rows], "invalid UTF-8 lines"), to_host_copy(bounds[rows + 1], "invalid UTF-8 lines")
-        decoded = [bytes(to_host_copy(buf[a:b], "invalid UTF-8 lines")).decode("utf-8", errors="replace").rstrip("\r\n")
-                   for a, b in zip(lo.tolist(), hi.tolist())]
-        return _scatter(text, rows, cudf.Series(decoded, dtype="str"))
+        lines = [bytes(to_host_copy(buf[a:b], "invalid UTF-8 lines")) for a, b in zip(lo.tolist(), hi.tolist())]
+        decoded = [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in lines]
+        exact: list = [None] * len(text)
+        for row, line in zip(to_host_copy(rows, "invalid UTF-8 lines").tolist(), lines):
+            exact[row] = line.rstrip(b"\r\n")
+        return (_scatter(text, rows, cudf.Series(decoded, dtype="str")),
+                self.series(pa.array(exact, type=pa.binary()), "binary"))
 
     # -- parsing -------------------------------------------------------------------------------
     def extract(self, text, regex: str, names: tuple[str, ...], kernel: str | None = None):
@@ -480,6 +498,8 @@ class GpuBackend(GpuTextMixin, Backend):
         cols, ok, reason = self.cpu.parse_csv(self.cpu.series(_to_arrow(text, "CSV parsed on the host"), "string"),
                                               names, delimiter)
         out = {n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()}
+        if not isinstance(reason, str):   # one reason per record: a pandas Series from the CPU kernel
+            reason = self.series(pa.array(reason), "string", index=text.index)
         return out, _with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), text.index), reason
 
     def _back(self, cols, ok, reasons, schema, index):

@@ -118,7 +118,8 @@ def cluster_settings(memory: list[tuple[int, int]], pool_fraction: float = POOL_
 
 
 class GpuPlanning:
-    """The GPU backend as planning sees it: a name and the regex check. Needs no RAPIDS."""
+    """The GPU backend as planning sees it (base.PlanningBackend): a name and the regex checks.
+    Needs no RAPIDS."""
 
     name = "gpu"
 

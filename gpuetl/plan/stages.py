@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from dataclasses import dataclass, field
 
-from ..backends.base import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, STAGE, STATUS,
+from ..columns import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, STAGE, STATUS,
                              STATUS_LIVE, STATUS_QUARANTINED)
 from ..errors import DataError
 from ..sources.files import InputFile
@@ -203,7 +203,7 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
     if extra_bad:
         df = backend.concat([df, _quarantine_rows(extra_bad, source.schema, source.index, backend)])
     if segment.on_error == "fail" and bool(bad.any() or extra_bad):
-        _fail(df, segment.files)
+        _fail(df, segment.files, backend)
     return df
 
 
@@ -236,9 +236,9 @@ def _quarantine_rows(rows, schema: Schema, stage: int, backend):
     return backend.xd.DataFrame(out)
 
 
-def _fail(df, files: list[InputFile]):
+def _fail(df, files: list[InputFile], backend):
     bad = df[df[STATUS] == STATUS_QUARANTINED].sort_values([FILE_INDEX, OFFSET]).head(1)
-    first = bad.to_pandas() if hasattr(bad, "to_pandas") else bad
+    first = backend.to_pandas(bad)
     row = first.iloc[0]
     raw = row[RAW]
     raw = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
@@ -277,7 +277,7 @@ def run_steps(df, segment: Segment, backend):
             rows[STAGE] = backend.series(backend.xp.full(len(rows), stage.index, dtype=backend.xp.int16),
                                          "int16", index=rows.index)
             if segment.on_error == "fail":
-                _fail(rows, segment.files)
+                _fail(rows, segment.files, backend)
             side.append(rows)
             checked = backend.filter(checked, ~bad)
         frame = checked
@@ -340,7 +340,7 @@ def tally_row(count: int, status: int, stage: int, backend, reason: str | None =
 def _row_json(rows, backend):
     """A later step's bad row has no raw line any more: keep its values as JSON (UTF-8 bytes)."""
     data = [c for c in rows.columns if not c.startswith("__")]
-    host = rows[data].to_pandas() if hasattr(rows, "to_pandas") else rows[data]
+    host = backend.to_pandas(rows[data])
     texts = [json.dumps({k: (None if pd.isna(v) else str(v)) for k, v in rec.items()}, ensure_ascii=False)
              .encode("utf-8", "surrogatepass") for rec in host.to_dict(orient="records")]
     return backend.series(texts, "binary", index=rows.index)

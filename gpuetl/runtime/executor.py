@@ -150,9 +150,9 @@ def open_executor(scheduler: str | None, backend, client=None, quiet: bool = Fal
 
 @contextmanager
 def backend_cluster(backend, quiet: bool, dashboard_address: str | None = None):
-    make = getattr(backend, "local_cluster", None)
-    if make is not None:
-        with make() as cluster:
+    own = backend.local_cluster(quiet=quiet, dashboard_address=dashboard_address)
+    if own is not None:
+        with own as cluster:
             yield cluster
         return
     import logging

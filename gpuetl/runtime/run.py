@@ -15,7 +15,7 @@ from pathlib import Path
 import dask
 
 from .. import __version__
-from ..backends.base import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
+from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
 from ..errors import DataError, OutputError, OutputWriteFailed
 from ..plan.compile import Plan
 from ..plan.graph import build_partitions
@@ -149,7 +149,7 @@ def _fingerprint(plan: Plan, backend=None) -> dict:
     """What must not change for finished work to be reused: the pipeline (but sink.mode), every
     input, the backend and gpuetl's version."""
     return {"pipeline": _pipeline_digest(plan), "partitions": len(plan.partitions),
-            "backend": getattr(backend, "name", None), "gpuetl": __version__,
+            "backend": backend.name if backend is not None else None, "gpuetl": __version__,
             "inputs": [{"path": f.display, "bytes": f.size, "mtime_ns": f.mtime_ns} for f in plan.files]}
 
 
@@ -228,7 +228,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
     file_names = [f.display for f in plan.files]
     options = WriteOptions(spec.sink.compression, spec.sink.row_group_rows, spec.sink.row_group_bytes)
-    backend.start_reports(getattr(executor, "client", None))
+    backend.start_reports(executor.client)
 
     finished = {i: r for i in range(len(plan.partitions)) if (r := load_result(str(run_tmp), i)) is not None}
     # Rows still in input order (no shuffle; global steps drop rows in place) and one shard per
@@ -290,8 +290,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     for warning in warnings:
         log(f"warning: {warning}")
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
-    manifest["fallbacks"] = backend.fallbacks(getattr(executor, "client", None))
-    manifest["host_transfer"] = backend.host_transfer(getattr(executor, "client", None), plan.input_bytes)
+    manifest["fallbacks"] = backend.fallbacks(executor.client)
+    manifest["host_transfer"] = backend.host_transfer(executor.client, plan.input_bytes)
     manifest["notes"] = [*plan.notes, *warnings]
     manifest.update(plan.metadata)
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
@@ -444,7 +444,7 @@ def _versions(backend) -> dict:
 
     versions = {"gpuetl": __version__, "python": platform.python_version(), "dask": dask.__version__,
                 "pandas": pandas.__version__, "pyarrow": pyarrow.__version__, "numpy": numpy.__version__}
-    versions.update(getattr(backend, "versions", lambda: {})())
+    versions.update(backend.versions())
     return versions
 
 
@@ -457,7 +457,7 @@ def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, ru
         "fingerprint": {k: v for k, v in _fingerprint(plan, backend).items() if k != "inputs"},
         "seed": spec.shard.seed,
         "backend": backend.name,
-        "io": getattr(backend, "io_path", lambda: "posix (python file reads)")(),
+        "io": backend.io_path(),
         "versions": _versions(backend),
         "inputs": [{"path": f.display, "bytes": f.size, "mtime_ns": f.mtime_ns} for f in plan.files],
         "counts": counts,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends.base import FILE_INDEX, OFFSET
+from ..columns import FILE_INDEX, OFFSET
 
 BUCKET_BITS = 16
 BUCKETS = 1 << BUCKET_BITS

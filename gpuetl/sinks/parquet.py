@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..backends.base import FILE_INDEX, OFFSET
+from ..columns import FILE_INDEX, OFFSET
 from ..types import Schema, arrow_schema
 from .layout import BUCKETS, hash_range
 from .spill import ORDER, PLACE, QUARANTINE_SCHEMA, read_ipc

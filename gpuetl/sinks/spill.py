@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..backends.base import (COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS,
+from ..columns import (COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS,
                              STATUS_QUARANTINED)
 from ..types import Schema
 from .layout import BUCKETS, Layout, bucket_of, coarse_of
@@ -55,12 +55,12 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
     live, bad, result.tallies = backend.separate(df)
     if len(bad):
         counts = bad.groupby(STAGE)[COUNT].sum()
-        counts = counts.to_pandas() if hasattr(counts, "to_pandas") else counts
+        counts = backend.to_pandas(counts)
         for stage, n in counts.items():
             key = (int(stage), STATUS_QUARANTINED)
             result.tallies[key] = result.tallies.get(key, 0) + int(n)
         reasons = bad.groupby(REASON)[COUNT].sum()
-        reasons = reasons.to_pandas() if hasattr(reasons, "to_pandas") else reasons
+        reasons = backend.to_pandas(reasons)
         result.reasons = {str(k): int(v) for k, v in reasons.items()}
         kept = bad[bad[RAW].notna()]
         if len(kept):

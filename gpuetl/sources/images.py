@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends.base import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
+from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
 from .files import InputFile
@@ -149,7 +149,7 @@ def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
     cols[REASON] = backend.series([r["reason"] for r in rows], "string")
     df = backend.conform(backend.xd.DataFrame(cols), frame_schema(stage.schema))
     if segment.on_error == "fail" and not all(good):
-        _fail(df, stage.files)
+        _fail(df, stage.files, backend)
     return df
 
 

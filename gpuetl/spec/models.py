@@ -1,4 +1,4 @@
-"""Typed models of pipeline files, version 1 (../shared/PIPELINE_FILE.md is the contract)."""
+"""Typed models of pipeline files, version 1 (docs/pipelines.md is the reference)."""
 
 from __future__ import annotations
 

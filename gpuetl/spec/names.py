@@ -1,6 +1,6 @@
 """Names gpuetl keeps for itself, so no user name can replace its columns or folders.
 
-gpuetl's bookkeeping columns inside a partition start with `__` (backends/base.py: `__fi`,
+gpuetl's bookkeeping columns inside a partition start with `__` (gpuetl/columns.py: `__fi`,
 `__st`, ...); the columns it adds to what it writes are `ADDED`; its folders in a dataset start
 with `_` (`_quarantine`, `_tmp`). So: a name starting with `__` is never a column; a name a user
 makes up (a split, a derive or rename target, a regex group, a template field) does not start with

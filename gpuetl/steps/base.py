@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..backends.base import STATUS_DEDUPLICATED, STATUS_FILTERED
+from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED
 from ..types import Schema
 
 STEPS: dict[str, type["Step"]] = {}

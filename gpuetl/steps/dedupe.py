@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 import numpy as np
 
-from ..backends.base import FILE_INDEX, OFFSET, STATUS, STATUS_DEDUPLICATED, STATUS_LIVE
+from ..columns import FILE_INDEX, OFFSET, STATUS, STATUS_DEDUPLICATED, STATUS_LIVE
 from ..types import Schema
 from .base import Binding, InOrderGlobalStep, Params, register
 from .select import missing
@@ -109,7 +109,7 @@ class Dedupe(InOrderGlobalStep):
             return {}
         rows = backend.concat(frames).sort_values([FILE_INDEX, OFFSET])
         repeats = rows[rows.duplicated(subset=list(self.binding.keys), keep="first")][[_PARTITION, _POSITION]]
-        repeats = repeats.to_pandas() if hasattr(repeats, "to_pandas") else repeats
+        repeats = backend.to_pandas(repeats)
         return {int(p): group[_POSITION].to_numpy(dtype=np.int64) for p, group in repeats.groupby(_PARTITION)}
 
     def mark(self, df, partition: int, decided: dict, backend):

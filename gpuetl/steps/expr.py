@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError
+from ..types import FLOAT_TYPES, INTEGER_TYPES, NUMERIC_TYPES, TYPE_NAMES
 
 __all__ = [
     "Expr",
@@ -127,10 +128,7 @@ class Refusals:
         self.reasons = None
 
     def add(self, mask, reason: str, backend) -> None:
-        if hasattr(backend, "nulls"):
-            why = backend.nulls(len(mask), "string", index=mask.index).where(~mask, reason)
-        else:
-            why = pd.Series([None] * len(mask), index=mask.index, dtype=object).where(~mask, reason)
+        why = backend.nulls(len(mask), "string", index=mask.index).where(~mask, reason)
         self.reasons = why if self.reasons is None else self.reasons.where(self.reasons.notna(), why)
         self.mask = mask if self.mask is None else (self.mask | mask)
 
@@ -154,10 +152,7 @@ BOOL = "bool"
 STRING = "string"
 TIMESTAMP = "timestamp"
 NULL = "null"  # internal only: the type of the literal None
-INT_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-FLOAT_TYPES = ("float32", "float64")
-NUMERIC_TYPES = frozenset(INT_TYPES + FLOAT_TYPES)
-TYPE_NAMES = frozenset((BOOL,) + INT_TYPES + FLOAT_TYPES + (STRING, TIMESTAMP))
+# the type names are types.py's; NULL is expressions' own
 
 _ALIASES = {
     "boolean": BOOL,
@@ -196,7 +191,7 @@ def _dtype_to_type(dtype: Any) -> str | None:
         s = s[: -len("[pyarrow]")]
     if s in ("bool", "boolean"):
         return BOOL
-    if s in INT_TYPES:
+    if s in INTEGER_TYPES:
         return s
     if s in FLOAT_TYPES:
         return s
@@ -212,7 +207,7 @@ def _dtype_to_type(dtype: Any) -> str | None:
 
 
 def _is_int(t: str) -> bool:
-    return t in INT_TYPES
+    return t in INTEGER_TYPES
 
 
 def _is_float(t: str) -> bool:
@@ -1095,32 +1090,14 @@ _INFER = {
 # --------------------------------------------------------------------------
 
 
-class PandasBackend:
-    """Minimal CPU backend used when ``evaluate`` gets no backend."""
+def _cpu_backend():
+    from ..backends.cpu import CpuBackend
 
-    xp = np
-    xd = pd
-
-    @staticmethod
-    def hash_columns(columns, seed: int = 0):
-        frame = pd.DataFrame({str(i): c for i, c in enumerate(columns)})
-        key = format(int(seed) & _UINT64_MAX, "016x")
-        return pd.util.hash_pandas_object(frame, index=False, hash_key=key)
-
-
-_DEFAULT_BACKEND = PandasBackend()
+    return CpuBackend()
 
 
 def _is_scalar(v: Any) -> bool:
     return v is None or isinstance(v, (bool, int, float, str, pd.Timestamp, np.generic))
-
-
-def _nullable_name(typ: str) -> str:
-    if typ == BOOL:
-        return "boolean"
-    if typ.startswith("u"):
-        return "U" + typ[1:].capitalize()
-    return typ.capitalize()
 
 
 class _EvalCtx:
@@ -1131,7 +1108,6 @@ class _EvalCtx:
         self.env = env
         self.xp = backend.xp
         self.xd = backend.xd
-        self.pandas = getattr(self.xd, "__name__", "").split(".")[0] == "pandas"
         self.n = len(df)
 
     def type_of(self, node: Node) -> str:
@@ -1155,7 +1131,7 @@ class _EvalCtx:
     def full(self, value: Any, typ: str):
         idx = self.df.index
         if value is None:
-            dtype = _nullable_name(typ) if self.pandas and (typ == BOOL or _is_int(typ)) else (
+            dtype = self.backend.nullable_dtype(typ) if typ == BOOL or _is_int(typ) else (
                 None if typ in (STRING, NULL) else typ
             )
             if typ == TIMESTAMP:
@@ -1174,18 +1150,16 @@ class _EvalCtx:
             return s
         if _dtype_to_type(s.dtype) == typ:
             return s
-        if self.pandas and (typ == BOOL or _is_int(typ)) and bool(s.isna().any()):
-            return s.astype(_nullable_name(typ))
+        if (typ == BOOL or _is_int(typ)) and bool(s.isna().any()):
+            return s.astype(self.backend.nullable_dtype(typ))
         return s.astype(typ)
 
     def set_null(self, s, mask, typ: str):
         """Set ``s`` to null where the plain-bool Series ``mask`` is true."""
         if mask is None:
             return s
-        if self.pandas and (typ == BOOL or _is_int(typ)):
-            kind = getattr(s.dtype, "kind", None)
-            if isinstance(s.dtype, np.dtype) and kind in "biu":
-                s = s.astype(_nullable_name(typ if typ == BOOL else str(s.dtype)))
+        if (typ == BOOL or _is_int(typ)) and isinstance(s.dtype, np.dtype) and s.dtype.kind in "biu":
+            s = s.astype(self.backend.nullable_dtype(typ if typ == BOOL else str(s.dtype)))
         return s.mask(mask)
 
     @staticmethod
@@ -1210,17 +1184,9 @@ class _EvalCtx:
         return self.cast(result, typ)
 
 
-def _series_tz(s):
-    dtype = s.dtype
-    tz = getattr(dtype, "tz", None)
-    if tz is None and hasattr(dtype, "pyarrow_dtype"):
-        tz = getattr(dtype.pyarrow_dtype, "tz", None)
-    return tz
-
-
-def _ts_literal(value: str, s):
+def _ts_literal(value: str, s, backend):
     ts = pd.Timestamp(value)
-    tz = None if _is_scalar(s) else _series_tz(s)
+    tz = None if _is_scalar(s) else backend.timezone(s)
     if tz is not None and ts.tzinfo is None:
         ts = ts.tz_localize(tz)
     elif tz is None and ts.tzinfo is not None:
@@ -1281,16 +1247,12 @@ def _checked(node: BinOp, ctx: _EvalCtx, l, r):
         if bool(near.any()):
             exact = [a is not None and b is not None and not (pd.isna(a) or pd.isna(b))
                      and not _INT64_MIN <= int(a) * int(b) <= _INT64_MAX
-                     for a, b in zip(_host_list(l[near]), _host_list(r[near]))]
+                     for a, b in zip(ctx.backend.to_pylist(l[near]), ctx.backend.to_pylist(r[near]))]
             over[near] = exact
     overflow = ctx.refuse(node, over, "overflows int64")
     if overflow is not None:
         l, r = l.mask(overflow, 0), r.mask(overflow, 0)
     return l, r, overflow
-
-
-def _host_list(s) -> list:
-    return s.to_arrow().to_pylist() if hasattr(s, "to_arrow") else s.tolist()
 
 
 def _eval_not(node: Not, ctx: _EvalCtx):
@@ -1347,8 +1309,8 @@ def _eval_binop(node: BinOp, ctx: _EvalCtx):
 def _eval_division(fn, l, r, ctx: _EvalCtx, typ: str):
     if fn not in (_ARITH["/"], _ARITH["//"], _ARITH["%"]):
         return fn(l, r)
-    if fn is _ARITH["%"] and ctx.pandas:    # pandas has no '%' for Arrow-backed columns
-        fn = lambda a, b: _numpy_mod(a, b, ctx, typ)  # noqa: E731
+    if fn is _ARITH["%"]:
+        fn = lambda a, b: ctx.backend.mod(ctx.series(a, typ), b, typ)  # noqa: E731
     # division / modulo by zero -> null
     if _is_scalar(r):
         if r == 0:
@@ -1357,17 +1319,6 @@ def _eval_division(fn, l, r, ctx: _EvalCtx, typ: str):
     zero = ctx.true_mask(r == 0)
     safe = r.mask(zero, 1)
     return ctx.set_null(fn(l, safe), zero, typ)
-
-
-def _numpy_mod(a, b, ctx: _EvalCtx, typ: str):
-    """a % b with the sign of b (Python's rule), by numpy; b has no zeros here."""
-    a = ctx.series(a, typ)
-    nulls = ctx.isna(a, b)
-    fill = np.nan if _is_float(typ) else 0
-    left = a.to_numpy(dtype=typ, na_value=fill)
-    right = b if _is_scalar(b) else b.to_numpy(dtype=typ, na_value=1)
-    out = ctx.xd.Series(np.mod(left, right), index=a.index)
-    return ctx.set_null(out, nulls, typ)
 
 
 _CMP = {
@@ -1389,9 +1340,9 @@ def _eval_compare(node: Compare, ctx: _EvalCtx):
         l, r = values[i], values[i + 1]
         lt, rt = types[i], types[i + 1]
         if lt == TIMESTAMP and rt == STRING and isinstance(r, str):
-            r = _ts_literal(r, l)
+            r = _ts_literal(r, l, ctx.backend)
         elif rt == TIMESTAMP and lt == STRING and isinstance(l, str):
-            l = _ts_literal(l, r)
+            l = _ts_literal(l, r, ctx.backend)
         if _is_scalar(l) and _is_scalar(r):
             l = ctx.full(l, lt)
         if _is_scalar(l):  # keep the Series on the left for backend compatibility
@@ -1409,7 +1360,7 @@ def _eval_inlist(node: InList, ctx: _EvalCtx):
     s = ctx.series(ctx.eval(node.operand), t)
     values = list(node.values)
     if t == TIMESTAMP:
-        values = [_ts_literal(v, s) for v in values]
+        values = [_ts_literal(v, s, ctx.backend) for v in values]
     elif _is_int(t):   # one type for the list: what is not whole or out of the type's range equals no value
         info = np.iinfo(t)
         values = [getattr(np, t)(int(v)) for v in values
@@ -1473,8 +1424,8 @@ def _eval_call(node: Call, ctx: _EvalCtx):
         start, length = lit(1), lit(2)
         return arg(0).str.slice(start, start + length)
     if name in _DATE_PARTS:
-        if name == "weekday" and ctx.pandas:  # pandas 3 deprecates .dt.weekday; cuDF has .dt.weekday
-            return arg(0).dt.day_of_week
+        if name == "weekday":
+            return ctx.backend.weekday(arg(0))
         return getattr(arg(0).dt, name)
     if name == "abs":
         s = arg(0)
@@ -1638,10 +1589,9 @@ class Expr:
     def evaluate(self, df, backend=None, refusals: Refusals | None = None):
         """Evaluate on a pandas/cuDF DataFrame; returns a Series aligned with ``df.index``.
 
-        ``backend`` needs attributes ``xp`` (numpy/cupy), ``xd`` (pandas/cudf) and a
-        method ``hash_columns(list_of_series, seed=0)`` returning a uint64 Series.
+        ``backend``: the frame's backend (gpuetl.backends), the CPU backend when None.
         """
-        backend = backend if backend is not None else _DEFAULT_BACKEND
+        backend = backend if backend is not None else _cpu_backend()
         env = self._env_for(df)
         typ = env.type_of(self.root)
         if typ == NULL:
@@ -1651,7 +1601,7 @@ class Expr:
 
     def evaluate_predicate(self, df, backend=None, refusals: Refusals | None = None):
         """Evaluate a bool expression as a filter mask: plain bool Series, null -> False."""
-        backend = backend if backend is not None else _DEFAULT_BACKEND
+        backend = backend if backend is not None else _cpu_backend()
         env = self._env_for(df)
         t = env.type_of(self.root)
         if t != BOOL:

@@ -108,8 +108,11 @@ def test_invalid_utf8_lines_alone_cross_to_the_host(gpu):
     data = good + b"bad \xff\xfe line\r\n" + good
     g, c = gpu.split_lines(data, 0), CPU.split_lines(data, 0)
     assert host(g.text) == host(c.text) and host(g.bad_utf8) == c.bad_utf8.tolist()
+    # the quarantine's _raw: the exact bytes, less the line ending, null for valid lines
+    raw = gpu.to_arrow(cudf.DataFrame({"r": g.raw}), {"r": "binary"}).column("r").to_pylist()
+    assert raw == c.raw.tolist() and b"bad \xff\xfe line" in raw
     moved = worker_tallies()["host_bytes"]["invalid UTF-8 lines"]
-    assert 0 < moved < 100                     # one line's bytes and bounds, not the block
+    assert 0 < moved < 200                     # one line's bytes, bounds and row, not the block
     assert fallback_counts() == {"split_lines: invalid UTF-8 lines decoded on the host": 1}
 
 
@@ -189,11 +192,20 @@ def test_parse_json_and_csv(gpu):
     gc, gok, _ = gpu.parse_csv(gpu.series(lines, "string"), ("p", "q"), ",")
     cc, cok, _ = CPU.parse_csv(CPU.series(lines, "string"), ("p", "q"), ",")
     assert host(gok) == host(cok) and host(gc["p"]) == host(cc["p"])
+    mixed = ['a,b', '"open,2', 'only']          # two different reasons: one per record, on the device
+    gc, gok, gr = gpu.parse_csv(gpu.series(mixed, "string"), ("p", "q"), ",")
+    cc, cok, cr = CPU.parse_csv(CPU.series(mixed, "string"), ("p", "q"), ",")
+    assert isinstance(gr, cudf.Series) and host(gr) == host(cr)
 
 
 def test_io_path_and_versions(gpu):
     assert gpu.io_path().startswith(("kvikio", "posix"))
     assert "cudf" in gpu.versions()
+
+
+def test_local_cuda_cluster_takes_a_free_dashboard_port(gpu):
+    with gpu.local_cluster(quiet=True, dashboard_address=None) as cluster:
+        assert not cluster.dashboard_link.rstrip("/").endswith((":8787", ":8787/status"))
 
 
 def test_integer_conversions_refuse_signed_unsigned_wrap(gpu):

@@ -134,7 +134,7 @@ def test_worker_count_does_not_change_the_bytes(tmp_path, access_logs, shard):
 
     outputs = []
     for workers, blocksize in ((1, "120KiB"), (2, "120KiB"), (1, "8MiB"), (2, "8MiB")):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
                 Client(cluster) as client:
             spec = access_spec(steps=STEPS, shard=shard, source__blocksize=blocksize)
             result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", client=client)

@@ -41,7 +41,7 @@ class CountingClient:
 def client():
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as c:
         yield c
 

@@ -315,9 +315,22 @@ def test_hash_uses_backend(df, backend):
     assert bucket.dtype == bool and len(bucket) == len(df)
 
 
-def test_hash_default_backend(df):
+def test_hash_default_backend_is_the_cpu_backend(df):
     r = parse_expression("hash(path)").evaluate(df)
-    assert r.dtype == "uint64" and len(r) == len(df)
+    assert type_of(r) == "uint64" and len(r) == len(df)
+    assert r.tolist() == CpuBackend().hash64([df["path"]], 0).tolist()
+
+
+@pytest.mark.parametrize("text, columns, seed", [
+    ("hash(path)", ["path"], 0),
+    ("hash(method, code, seed=7)", ["method", "code"], 7),
+    ("hash(status, lat, ok, time, seed=18446744073709551615)", ["status", "lat", "ok", "time"], 2**64 - 1),
+])
+def test_hash_equals_the_backends_hash64(df, text, columns, seed):
+    """hash() is the backends' hash64 (the same on every backend and version), nulls included."""
+    cpu = CpuBackend()
+    r = parse_expression(text).evaluate(df, backend=cpu)
+    assert r.tolist() == [int(v) for v in cpu.hash64([df[c] for c in columns], seed)]
 
 
 def test_works_on_plain_numpy_and_str_dtypes():

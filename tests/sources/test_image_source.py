@@ -17,7 +17,7 @@ from gpuetl.samples import write_images
 from imagedata import (balanced, image_spec, jpeg_bytes, manifest_of, photo_folder, pixels, quarantine_of,
                        rows_of, run_images, write)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_parent_folder_labels_and_label_ids(tmp_path):
