@@ -137,8 +137,10 @@ def cmd_plan(args) -> int:
           f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
     for note in plan.notes:
         print(f"note: {note}")
+    from ..steps.base import InOrderGlobalStep
+
     steps = [seg.steps[0].step for seg in plan.segments[1:]]
-    global_steps = [f"{s.name} ({'in input order, partition by partition' if streams and s.in_order else 'all at once'})"
+    global_steps = [f"{s.name} ({'in input order, partition by partition' if streams and isinstance(s, InOrderGlobalStep) else 'all at once'})"
                     for s in steps]
     moves = f"global steps decided without moving rows: {', '.join(global_steps)}" if global_steps else \
         "no global step"

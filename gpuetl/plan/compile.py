@@ -14,7 +14,7 @@ from ..sources.ranges import Partition
 from ..sources.registry import get_source
 from ..spec.loader import LoadedSpec
 from ..spec.yamlio import dotted
-from ..steps.base import StepError, closest
+from ..steps.base import GlobalStep, StepError, closest
 from ..types import Schema
 from .stages import Segment, StepStage
 
@@ -57,17 +57,15 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
     schema = dict(source.schema)
-    for i, step in enumerate(loaded.steps):
-        if hasattr(step, "look_ahead"):           # decode: a later resize's size lets it decode smaller
-            step.look_ahead(loaded.steps[i + 1:])
     for i, step in enumerate(loaded.steps, start=1):
         try:
-            schema = step.output_schema(schema)
+            step = step.look_ahead(loaded.steps[i:]).bind(schema)
         except (StepError, ValueError) as err:
             raise SpecError(f"{loaded.where('steps', i - 1, step.name, *getattr(err, 'key', ()))}"
                             f"{dotted(('steps', i - 1, step.name))}: {err}") from None
+        schema = dict(step.output_schema)
         stage = StepStage(i, f"{step.name}", step, dict(schema))
-        if step.is_global:
+        if isinstance(step, GlobalStep):          # decided across partitions: a segment of its own
             segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error,
                                     files=files))
         else:
@@ -133,5 +131,4 @@ def _source_detail(loaded: LoadedSpec) -> str:
 
 
 def _step_detail(step) -> str:
-    params = step.params.model_dump() if hasattr(step.params, "model_dump") else step.params
-    return str(params.get("root", params) if isinstance(params, dict) else params)
+    return str(step.params.model_dump())      # a root model dumps its value itself

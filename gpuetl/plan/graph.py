@@ -11,7 +11,7 @@ import functools
 
 import dask
 
-from ..steps.base import Step
+from ..steps.base import GlobalStep, InOrderGlobalStep
 from ..sources.ranges import CompressedRange, decode_range
 from .stages import read_partition, run_steps
 
@@ -23,7 +23,8 @@ def build_partitions(plan, backend, in_order: bool = False) -> list:
     at once."""
     parts = partition_tasks(plan, backend)
     for segment in plan.segments[1:]:
-        resolve = resolve_in_order if in_order and segment.steps[0].step.in_order else resolve_in_place
+        step = segment.steps[0].step
+        resolve = resolve_in_order if in_order and isinstance(step, InOrderGlobalStep) else resolve_in_place
         steps = named(run_steps, segment.label)
         parts = [_task(steps)(part, segment, backend) for part in resolve(parts, segment, backend)]
     return parts
@@ -97,7 +98,7 @@ _task = functools.partial(dask.delayed, pure=False)
 def _prepared(parts: list, segment, backend):
     """(the segment's global step, its partitions, prepared if the step prepares)."""
     step = segment.steps[0].step
-    if type(step).prepare is not Step.prepare:
+    if type(step).prepare is not GlobalStep.prepare:
         parts = [_task(named(step.prepare, f"prepare-{step.name}"))(p, backend) for p in parts]
     return step, parts
 

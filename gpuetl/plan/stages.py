@@ -19,7 +19,7 @@ from ..errors import DataError
 from ..sources.files import InputFile
 from ..sources.ranges import Partition, with_decoded
 from ..sources.stage import SourceStage  # noqa: F401  (re-exported: the stage of the byte formats)
-from ..steps.base import Step
+from ..steps.base import RowStep, Step
 from ..steps.cast import cast_columns
 from ..types import Schema
 
@@ -255,7 +255,7 @@ def run_steps(df, segment: Segment, backend):
         if not step.sees_dropped:
             frame, rest = _cut(frame, backend)
             side += rest
-        checked, bad, reasons = step.quarantine(frame, backend)
+        checked, bad, reasons = step.quarantine(frame, backend) if isinstance(step, RowStep) else (frame, None, None)
         if bad is not None and bool(bad.any()):
             rows = checked[bad].copy()
             raw = step.raw_record(frame[bad], backend)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..steps.base import STEPS
-from ..steps import _load_all  # noqa: F401  (registers every step)
 from .models import PipelineSpec
 
 

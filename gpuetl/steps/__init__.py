@@ -1,4 +1,5 @@
-"""Registered steps. Importing this package registers them all."""
+"""Pipeline steps; each module registers its own (base.discover finds them)."""
 
-from .base import STEPS, Step, StepError, register, step_class  # noqa: F401
-from . import _load_all  # noqa: F401,E402
+from .base import STEPS, GlobalStep, InOrderGlobalStep, RowStep, Step, StepError, discover, register, step_class  # noqa: F401
+
+discover()

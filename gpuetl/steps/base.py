@@ -1,17 +1,33 @@
 """Steps: small classes registered under the name used in pipeline files.
 
-A step declares its parameters as a pydantic model, the schema it produces, and one partition
-function. The stage runner (plan/stages.py) owns the loop and the counters: a step never counts.
+A step declares its parameters as a pydantic model and is one of two kinds:
+- a `RowStep` works on one partition at a time (transform, quarantine, keep);
+- a `GlobalStep` decides across partitions (prepare, row_keys, repeated_keys, candidates,
+  decide, mark; an `InOrderGlobalStep` may also be settled partition by partition with start
+  and advance). plan/compile.py starts a new segment at each global step; plan/graph.py and
+  plan/stages.py dispatch on these classes.
+Binding a step to its input schema (`step.bind(schema)`) checks its parameters against that
+schema and returns a bound copy whose `binding` (a frozen dataclass) holds the output schema
+and whatever the step derived from its input. The stage runner (plan/stages.py) owns the loop
+and the counters: a step never counts.
+
+Step modules register themselves with `@register`; the registry imports every module of this
+package on first lookup, so a new step is one new module.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
+import importlib
+import pkgutil
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..backends.base import STATUS_FILTERED
+from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED
 from ..types import Schema
 
 STEPS: dict[str, type["Step"]] = {}
@@ -31,19 +47,29 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)   # `true` is not the number 1
 
 
-class Step:
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """What binding a step to its input schema gave: the schema it produces. A step that needs
+    more from its input at run time (the columns it works on, their types) subclasses this."""
+
+    output_schema: Schema
+
+
+class Step(ABC):
+    """What every step has: its parameters, its docs, its binding and the frame hooks the stage
+    runner calls on the segment's steps (transform, then keep)."""
+
     name: ClassVar[str]
     summary: ClassVar[str]                    # one line for docs/steps.md
     example: ClassVar[str]                    # YAML for docs/steps.md
     Params: ClassVar[type[BaseModel]]
-    drops_as: ClassVar[int] = STATUS_FILTERED  # what a dropped row counts as
-    is_global: ClassVar[bool] = False          # needs rows from every partition (a shuffle)
+    drops_as: ClassVar[int] = STATUS_FILTERED  # what a row keep() drops counts as
     # May run on a frame that still holds rows that already left (dropped by an earlier step,
     # quarantined at the source), so the stage runner need not copy the live rows out first:
-    # transform and keep must leave such rows be (run_steps ignores keep's verdict on them) and
-    # the step must not quarantine. Filters, the global steps and the column-only steps (select,
-    # drop, rename) qualify.
+    # transform and keep must leave such rows be (run_steps ignores keep's verdict on them).
     sees_dropped: ClassVar[bool] = False
+
+    binding: Binding | None = None            # set on the copy bind() returns
 
     def __init__(self, params: BaseModel):
         self.params = params
@@ -53,20 +79,31 @@ class Step:
         """Build from the YAML value; pydantic.ValidationError on bad parameters."""
         return cls(cls.Params.model_validate(raw))
 
-    def output_schema(self, schema: Schema) -> Schema:
-        return dict(schema)
+    def derive(self, schema: Schema) -> Binding:
+        """Check the parameters against the input schema (StepError where they do not fit) and
+        return what the step needs from it; by default the schema passes through unchanged."""
+        return Binding(dict(schema))
+
+    def bind(self, schema: Schema) -> "Step":
+        """A copy of this step bound to its input schema (`binding` set); this step is unchanged."""
+        bound = copy.copy(self)
+        bound.binding = self.derive(schema)
+        return bound
+
+    @property
+    def output_schema(self) -> Schema:
+        if self.binding is None:
+            raise RuntimeError(f"the {self.name} step is not bound to a schema yet: call bind(schema)")
+        return self.binding.output_schema
+
+    def look_ahead(self, later: list["Step"]) -> "Step":
+        """This step as it runs before `later` (the steps after it in the pipeline); a step that
+        can do less work for what follows returns a copy that knows it. By default: itself."""
+        return self
 
     def transform(self, df, backend):
-        """Return the transformed live rows of one partition."""
+        """Return the transformed rows of one partition."""
         return df
-
-    def quarantine(self, df, backend):
-        """(df, bad mask or None, reason Series or None): rows this step cannot process."""
-        return df, None, None
-
-    def raw_record(self, rows, backend):
-        """The raw form of rows this step quarantines; None: their values as JSON."""
-        return None
 
     def keep(self, df, backend):
         """A bool mask of the live rows to keep, or None to keep every row."""
@@ -85,52 +122,94 @@ class Step:
         runs; checked at load time with RE2 and offered to the backend's check_regex at plan time."""
         return []
 
-    # -- global steps (is_global): decided across partitions without moving rows ------------
-    # plan/graph.py's resolve_in_place runs, per partition i: prepare -> row_keys; once:
-    # repeated_keys(all keys); per partition: candidates(df, keys, repeated, i); once:
-    # decide(all candidates) -> {partition: positions}; per partition: mark, then the segment's
-    # steps, where keep() drops what mark marked. Only keys and candidates leave a partition.
+    def __dask_tokenize__(self):
+        """A step is its class, parameters and binding. (dask names tasks by tokenizing their
+        arguments; left to pickle, a pydantic model of a generic type is pickled by value, which
+        dask cannot always tell to be deterministic, and the run fails.)"""
+        return type(self).__module__, type(self).__qualname__, self.params.model_dump_json(), repr(self.binding)
+
+
+class RowStep(Step):
+    """A step on one partition at a time: rows it cannot process are set aside (quarantine),
+    the rest are transformed, then kept or dropped (keep). A row step that `sees_dropped` must
+    not quarantine (filters and the column-only steps select, drop, rename qualify)."""
+
+    def quarantine(self, df, backend):
+        """(df, bad mask or None, reason Series or None): rows this step cannot process."""
+        return df, None, None
+
+    def raw_record(self, rows, backend):
+        """The raw form of rows this step quarantines; None: their values as JSON."""
+        return None
+
+
+class GlobalStep(Step):
+    """A step decided across partitions without moving rows. plan/graph.py's resolve_in_place
+    runs, per partition i: prepare -> row_keys; once: repeated_keys(all keys); per partition:
+    candidates(df, keys, repeated, i); once: decide(all candidates) -> {partition: positions};
+    per partition: mark, then the segment's steps, this one first, whose keep() drops what mark
+    marked. Only keys and candidates leave a partition. It never quarantines and sees the rows
+    that already left."""
+
+    drops_as: ClassVar[int] = STATUS_DEDUPLICATED
+    sees_dropped: ClassVar[bool] = True
+
     def prepare(self, df, backend):
+        """Map side, in the partition (the default: nothing to prepare, and no task for it)."""
         return df
 
-    def row_keys(self, df, backend):
-        raise NotImplementedError
+    @abstractmethod
+    def row_keys(self, df, backend): ...
 
-    def repeated_keys(self, keys: list, backend):
-        raise NotImplementedError
+    @abstractmethod
+    def repeated_keys(self, keys: list, backend): ...
 
-    def candidates(self, df, keys, repeated, partition: int, backend):
-        raise NotImplementedError
+    @abstractmethod
+    def candidates(self, df, keys, repeated, partition: int, backend): ...
 
-    def decide(self, candidates: list, backend) -> dict:
-        raise NotImplementedError
+    @abstractmethod
+    def decide(self, candidates: list, backend) -> dict: ...
 
-    def mark(self, df, partition: int, decided: dict, backend):
-        raise NotImplementedError
+    @abstractmethod
+    def mark(self, df, partition: int, decided: dict, backend): ...
 
-    # A global step may also be decided in input order (plan/graph.py: resolve_in_order), when
-    # its state can stay in the process: start() once, then advance(state, df, keys, i) for
-    # partition 0, 1, ... in turn, which returns (the next state, {i: positions} for mark).
-    # Partition i is then settled as soon as it and the partitions before it are parsed, so it
-    # is written while later ones are still being read.
-    in_order: ClassVar[bool] = False
 
-    def start(self, backend):
-        raise NotImplementedError
+class InOrderGlobalStep(GlobalStep):
+    """A global step that may also be decided in input order (plan/graph.py: resolve_in_order),
+    when its state can stay in the process: start() once, then advance(state, df, keys, i) for
+    partition 0, 1, ... in turn, which returns (the next state, {i: positions} for mark).
+    Partition i is then settled as soon as it and the partitions before it are parsed, so it is
+    written while later ones are still being read."""
 
-    def advance(self, state, df, keys, partition: int, backend):
-        raise NotImplementedError
+    @abstractmethod
+    def start(self, backend): ...
 
-    def __dask_tokenize__(self):
-        """A step is its class and parameters. (dask names tasks by tokenizing their arguments;
-        left to pickle, a pydantic model of a generic type is pickled by value, which dask
-        cannot always tell to be deterministic, and the run fails.)"""
-        return type(self).__module__, type(self).__qualname__, self.params.model_dump_json()
+    @abstractmethod
+    def advance(self, state, df, keys, partition: int, backend): ...
 
 
 def register(cls: type[Step]) -> type[Step]:
+    """Register a step class under its `name` (the key in pipeline files)."""
+    if not (isinstance(cls, type) and issubclass(cls, (RowStep, GlobalStep))):
+        raise TypeError(f"register: {cls!r} is not a RowStep or GlobalStep subclass")
     STEPS[cls.name] = cls
     return cls
+
+
+_discovered = False
+
+
+def discover() -> dict[str, type[Step]]:
+    """Import every module of gpuetl.steps once (each registers its steps); the registry."""
+    global _discovered
+    if not _discovered:
+        from .. import steps as package
+
+        _discovered = True
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{package.__name__}.{module.name}")
+    return STEPS
 
 
 def closest(name: str, known) -> str | None:
@@ -139,8 +218,7 @@ def closest(name: str, known) -> str | None:
 
 
 def step_class(name: str) -> type[Step]:
-    from . import _load_all  # noqa: F401  (registers every step)
-
+    discover()
     if name not in STEPS:                    # not built in: perhaps a plugin's (gpuetl/plugins.py)
         from ..plugins import load_plugins
 
@@ -153,4 +231,5 @@ def step_class(name: str) -> type[Step]:
                        + f". Known steps: {', '.join(sorted(STEPS))}") from None
 
 
-__all__ = ["STEPS", "Step", "StepError", "Params", "register", "step_class", "closest"]
+__all__ = ["STEPS", "Step", "RowStep", "GlobalStep", "InOrderGlobalStep", "Binding", "StepError", "Params",
+           "register", "discover", "step_class", "closest"]

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..columns import FILE_INDEX, OFFSET, STATUS, STATUS_DEDUPLICATED, STATUS_LIVE
 from ..types import Schema
-from .base import Params, Step, register
+from .base import Binding, InOrderGlobalStep, Params, register
 from .select import missing
 
 DUPLICATE = "__dup"       # set by Dedupe.mark: this live row repeats an earlier one
@@ -28,8 +28,13 @@ class DedupeParams(Params):
         return self
 
 
+@dataclass(frozen=True)
+class DedupeBinding(Binding):
+    keys: tuple[str, ...]          # the columns that make two rows duplicates
+
+
 @register
-class Dedupe(Step):
+class Dedupe(InOrderGlobalStep):
     """Exact duplicates across the whole dataset, found without moving rows: every partition
     hashes its keys; one task finds the hashes that occur more than once; only those rows'
     values are gathered and compared (a hash collision never drops a row); each partition then
@@ -42,9 +47,6 @@ class Dedupe(Step):
     summary = "Remove exact duplicates across all partitions, keeping the first by file and offset."
     example = "- dedupe: {on: [ip, time, request]}"
     Params = DedupeParams
-    drops_as = STATUS_DEDUPLICATED
-    is_global = True
-    sees_dropped = True
 
     @classmethod
     def from_raw(cls, raw):
@@ -53,11 +55,10 @@ class Dedupe(Step):
     def key_columns(self, schema: Schema) -> list[str]:
         return list(self.params.on) if self.params.on else [c for c in schema if not c.startswith("_")]
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         if self.params.on:
             missing(schema, self.params.on)
-        self._keys = self.key_columns(schema)
-        return dict(schema)
+        return DedupeBinding(dict(schema), tuple(self.key_columns(schema)))
 
     def keep(self, df, backend):
         """The rows `mark` did not mark (a global step always starts a segment: marked first)."""
@@ -72,7 +73,7 @@ class Dedupe(Step):
         if not len(df):
             return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.uint64)
         live = xp.asarray((df[STATUS] == STATUS_LIVE).values).astype(bool)
-        hashes = xp.asarray(backend.row_hash([df[k] for k in self._keys]))
+        hashes = xp.asarray(backend.row_hash([df[k] for k in self.binding.keys]))
         return xp.flatnonzero(live), hashes[live]
 
     def repeated_keys(self, parts: list, backend):
@@ -94,7 +95,7 @@ class Dedupe(Step):
         rows = positions[repeated[at] == hashes]
         if not len(rows):
             return None
-        columns = list(dict.fromkeys([*self._keys, FILE_INDEX, OFFSET]))
+        columns = list(dict.fromkeys([*self.binding.keys, FILE_INDEX, OFFSET]))
         out = df.iloc[backend.to_host(rows)][columns].reset_index(drop=True)
         out[_POSITION] = backend.series(rows, "int64", index=out.index)
         out[_PARTITION] = backend.series(xp.full(len(out), partition, dtype=xp.int32), "int32", index=out.index)
@@ -107,7 +108,7 @@ class Dedupe(Step):
         if not frames:
             return {}
         rows = backend.concat(frames).sort_values([FILE_INDEX, OFFSET])
-        repeats = rows[rows.duplicated(subset=self._keys, keep="first")][[_PARTITION, _POSITION]]
+        repeats = rows[rows.duplicated(subset=list(self.binding.keys), keep="first")][[_PARTITION, _POSITION]]
         repeats = backend.to_pandas(repeats)
         return {int(p): group[_POSITION].to_numpy(dtype=np.int64) for p, group in repeats.groupby(_PARTITION)}
 
@@ -118,7 +119,6 @@ class Dedupe(Step):
         return df.assign(**{DUPLICATE: backend.series(backend.xp.asarray(mark), "bool", index=df.index)})
 
     # -- settled in input order (plan/graph.py: resolve_in_order) -----------------------------
-    in_order = True
 
     def start(self, backend) -> "Seen":
         return Seen((), {}, np.zeros(1 << (_FILTER_BITS - 3), dtype=np.uint8))
@@ -129,7 +129,7 @@ class Dedupe(Step):
         candidates are compared, by value, with the kept rows that share their hash (decide),
         so unequal rows that share a hash are both kept. Kept rows join Seen."""
         positions, hashes = (backend.to_host(a) for a in part_keys)
-        columns = list(dict.fromkeys([*self._keys, FILE_INDEX, OFFSET]))
+        columns = list(dict.fromkeys([*self.binding.keys, FILE_INDEX, OFFSET]))
         frames = {**seen.frames, partition: df[columns]}
         order = np.argsort(hashes)                 # sorted queries search several times faster
         hashes, positions = hashes[order], positions[order]
@@ -173,8 +173,6 @@ class Dedupe(Step):
                                          index=out.index)
         return out
 
-    def __getstate__(self):
-        return {"params": self.params, "_keys": getattr(self, "_keys", None)}
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,27 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from functools import cached_property
 
 from pydantic import RootModel
 
 from ..types import Schema
-from .base import Step, StepError, register
+from .base import Binding, RowStep, StepError, register
 from .expr import ExprError, Refusals, parse_expression
 
 
+@dataclass(frozen=True)
+class DeriveBinding(Binding):
+    types: dict[str, str]          # each new column's type, inferred from the input schema
+
+
+class DeriveParams(RootModel[dict[str, str]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
-class Derive(Step):
+class Derive(RowStep):
     """A record for which an expression cannot give a value (an integer result that would
     overflow int64, a string from `replace` or `+` that would pass 16 Mi characters) is a bad
     record (on_error; by default quarantined with the reason); values are never wrapped around."""
@@ -18,7 +29,7 @@ class Derive(Step):
     name = "derive"
     summary = "Add or replace columns computed from expressions, in order (later ones may use earlier ones)."
     example = '- derive: {hour: "hour(time)", path_len: "len(path)"}'
-    Params = RootModel[dict[str, str]]
+    Params = DeriveParams
 
     @classmethod
     def from_raw(cls, raw):
@@ -42,15 +53,14 @@ class Derive(Step):
     def regexes(self):
         return [((name,), pattern) for name, expr in self.expressions.items() for pattern in expr.regexes()]
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         out = dict(schema)
         for name, expr in self.expressions.items():
             try:
                 out[name] = expr.infer_type(out)
             except ExprError as err:
                 raise StepError(f"{name}: {err}", key=(name,)) from None
-        self._types = {name: out[name] for name in self.expressions}
-        return out
+        return DeriveBinding(out, {name: out[name] for name in self.expressions})
 
     def quarantine(self, df, backend):
         """Records an expression cannot give a value for (int64 overflow, a value grown past
@@ -69,9 +79,7 @@ class Derive(Step):
         for name, expr in self.expressions.items():
             values = expr.evaluate(df, backend, refusals)
             if not hasattr(values, "index"):  # a constant: broadcast
-                values = backend.series([values] * len(df), self._types[name], index=df.index)
-            df[name] = backend.astype(values, self._types[name]) if values.dtype != backend.dtype(self._types[name]) else values
+                values = backend.series([values] * len(df), self.binding.types[name], index=df.index)
+            df[name] = backend.astype(values, self.binding.types[name]) if values.dtype != backend.dtype(self.binding.types[name]) else values
         return df
 
-    def __getstate__(self):
-        return {"params": self.params, "_types": getattr(self, "_types", None)}

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import datetime as _dt
 from typing import Union
 
@@ -7,7 +9,7 @@ import numpy as np
 from pydantic import RootModel, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from ..types import FLOAT_TYPES, INT_TYPES, UINT_TYPES, Schema
-from .base import Step, StepError, register
+from .base import Binding, RowStep, StepError, register
 from .select import missing
 
 Literal_ = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
@@ -50,8 +52,18 @@ def check_literal(column: str, type_name: str, value):
     raise bad("this type cannot be filled")  # pragma: no cover
 
 
+@dataclass(frozen=True)
+class FillBinding(Binding):
+    values: dict                   # each column's fill value, checked against its type
+    types: dict[str, str]
+
+
+class FillParams(RootModel[dict[str, Literal_]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
-class Fill(Step):
+class Fill(RowStep):
     """Each value is checked against its column's type at plan time: a string for string
     columns, a whole number in range for integer columns, a number for float columns, true/false
     for bool columns and an ISO 8601 string for timestamps (UTC unless it carries an offset).
@@ -60,26 +72,23 @@ class Fill(Step):
     name = "fill"
     summary = "Replace nulls in columns with a constant of the column's type."
     example = "- fill: {referer: '-', size: 0, status: 0}"
-    Params = RootModel[dict[str, Literal_]]
+    Params = FillParams
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         missing(schema, self.params.root)
         if not self.params.root:
             raise StepError("name at least one column and the value for its nulls")
-        self._values = {name: check_literal(name, schema[name], value) for name, value in self.params.root.items()}
-        self._types = {name: schema[name] for name in self.params.root}
-        return dict(schema)
+        return FillBinding(dict(schema), {name: check_literal(name, schema[name], value) for name, value in self.params.root.items()},
+                           {name: schema[name] for name in self.params.root})
 
     def transform(self, df, backend):
         df = df.copy()
-        for name, value in self._values.items():
+        for name, value in self.binding.values.items():
             col = df[name]
             if not bool(col.isna().any()):
                 continue
-            scalar = backend.series([value], self._types[name])
+            scalar = backend.series([value], self.binding.types[name])
             filled = col.fillna(scalar.iloc[0])
-            df[name] = filled if filled.dtype == backend.dtype(self._types[name]) else backend.astype(filled, self._types[name])
+            df[name] = filled if filled.dtype == backend.dtype(self.binding.types[name]) else backend.astype(filled, self.binding.types[name])
         return df
 
-    def __getstate__(self):
-        return {"params": self.params, "_values": getattr(self, "_values", None), "_types": getattr(self, "_types", None)}

@@ -6,12 +6,16 @@ from pydantic import RootModel
 
 from ..backends.base import STATUS, STATUS_LIVE
 from ..types import Schema
-from .base import Step, StepError, register
+from .base import Binding, RowStep, StepError, register
 from .expr import ExprError, Refusals, parse_expression, value_error
 
 
+class FilterParams(RootModel[str]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
-class Filter(Step):
+class Filter(RowStep):
     """A filter only keeps or drops rows: a record whose predicate cannot be computed (integer
     overflow, a string grown past 16 Mi characters) stops the run (exit 1); compute such a value
     in a `derive` first, which sets those records aside."""
@@ -19,7 +23,7 @@ class Filter(Step):
     name = "filter"
     summary = "Keep the rows for which a boolean expression is true (null counts as false)."
     example = "- filter: \"status >= 200 and method in ['GET', 'POST']\""
-    Params = RootModel[str]
+    Params = FilterParams
     sees_dropped = True
 
     @classmethod
@@ -35,12 +39,12 @@ class Filter(Step):
     def regexes(self):
         return [((), pattern) for pattern in self.expression.regexes()]
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         try:
             self.expression.check_predicate(schema)
         except ExprError as err:
             raise StepError(str(err)) from None
-        return dict(schema)
+        return Binding(dict(schema))
 
     def keep(self, df, backend):
         """A filter cannot set records aside: a live record the expression cannot compute (int64
@@ -53,5 +57,3 @@ class Filter(Step):
                 raise value_error(self.expression, refusals.reasons[live].iloc[0], int(live.sum()))
         return kept
 
-    def __getstate__(self):
-        return {"params": self.params}

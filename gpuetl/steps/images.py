@@ -9,6 +9,7 @@ and its bytes as they reached the step.
 
 from __future__ import annotations
 
+import copy
 import importlib
 from typing import Literal
 
@@ -16,7 +17,7 @@ from pydantic import Field, RootModel, field_validator
 
 from ..backends import cpu_images
 from ..types import Schema
-from .base import Params, Step, StepError, register
+from .base import Params, Binding, RowStep, StepError, register
 
 PIXELS = {"width": "int32", "height": "int32", "channels": "int32", "format": "string"}
 KERNELS = {"gpu": "gpuetl.backends.gpu_images"}     # backend name -> module with batch functions
@@ -151,7 +152,7 @@ class DecodeParams(Params):
 
 
 @register
-class Decode(_ImageRaw, Step):
+class Decode(_ImageRaw, RowStep):
     """Image bytes to raw pixels (HWC uint8, `format` raw). CMYK, palette, 16-bit, grey and alpha
     images are converted to `mode` (alpha over white for RGB); the source's EXIF orientation is
     applied (`source.exif_transpose: false` turns it off). Where a later `resize` makes the image
@@ -173,18 +174,24 @@ class Decode(_ImageRaw, Step):
     def from_raw(cls, raw):
         return super().from_raw({} if raw is None else raw)
 
-    def look_ahead(self, later: list) -> None:
+    def look_ahead(self, later: list) -> "Decode":
+        """A copy that decodes JPEGs at the smallest draft scale the first resize after it
+        allows (only convert may come between: a crop or anything else needs the full size)."""
+        if not self.params.draft:
+            return self
         for step in later:
             if isinstance(step, Resize):
-                self.target = (step.params.mode, *step.params.size) if self.params.draft else None
-                return
-            if not isinstance(step, Convert):     # a crop or anything else needs the full size
-                return
+                ahead = copy.copy(self)
+                ahead.target = (step.params.mode, *step.params.size)
+                return ahead
+            if not isinstance(step, Convert):
+                return self
+        return self
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         _needs(schema, ["image", "orientation"], "decode reads an images source's image column")
         out = {k: v for k, v in schema.items() if k != "orientation"}
-        return {**out, **PIXELS}
+        return Binding({**out, **PIXELS})
 
     def quarantine(self, df, backend):
         cols = _columns(df, backend, {"image": "binary", "orientation": "int8", "orig_width": "int32",
@@ -216,7 +223,7 @@ class ResizeParams(Params):
 
 
 @register
-class Resize(_ImageRaw, Step):
+class Resize(_ImageRaw, RowStep):
     """Resize decoded pixels. `fit` keeps the aspect ratio within W×H; `fill` scales to cover W×H
     and cuts out the centre (one resampling of that region); `stretch` ignores the aspect ratio.
     CPU: Pillow's antialiased resampling with the named filter (GPU form: CV-CUDA's antialiased
@@ -227,9 +234,9 @@ class Resize(_ImageRaw, Step):
     example = "- resize: {size: [224, 224], mode: fill, filter: bicubic}"
     Params = ResizeParams
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         _needs(schema, list(PIXELS), "put decode before resize")
-        return dict(schema)
+        return Binding(dict(schema))
 
     def quarantine(self, df, backend):
         p = self.params
@@ -246,7 +253,7 @@ class CropParams(Params):
 
 
 @register
-class CenterCrop(_ImageRaw, Step):
+class CenterCrop(_ImageRaw, RowStep):
     """Cut out the centre W×H of decoded pixels. A side shorter than asked stays as it is (no
     padding)."""
 
@@ -259,26 +266,30 @@ class CenterCrop(_ImageRaw, Step):
     def from_raw(cls, raw):
         return super().from_raw({"size": raw} if isinstance(raw, (int, list)) else raw)
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         _needs(schema, list(PIXELS), "put decode before center_crop")
-        return dict(schema)
+        return Binding(dict(schema))
 
     def quarantine(self, df, backend):
         return _pixel_step(df, backend, "center_crop", "center_crop", *self.params.size)
 
 
+class ConvertParams(RootModel[Literal["RGB", "L"]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
+
+
 @register
-class Convert(_ImageRaw, Step):
+class Convert(_ImageRaw, RowStep):
     """Convert decoded pixels to RGB (3 channels) or L (grey, 1 channel)."""
 
     name = "convert"
     summary = "Convert pixels to RGB or L (grey)."
     example = "- convert: L"
-    Params = RootModel[Literal["RGB", "L"]]
+    Params = ConvertParams
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         _needs(schema, list(PIXELS), "put decode before convert")
-        return dict(schema)
+        return Binding(dict(schema))
 
     def quarantine(self, df, backend):
         return _pixel_step(df, backend, "convert", "convert", self.params.root)
@@ -292,7 +303,7 @@ class EncodeParams(Params):
 
 
 @register
-class Encode(_ImageRaw, Step):
+class Encode(_ImageRaw, RowStep):
     """Encode decoded pixels as JPEG (quality; 4:2:0 below 95), PNG, WebP (quality) or raw HWC
     uint8 bytes. The bytes depend only on the pixels and the parameters: no metadata is
     written. `format` names the result."""
@@ -306,9 +317,9 @@ class Encode(_ImageRaw, Step):
     def from_raw(cls, raw):
         return super().from_raw({"format": raw} if isinstance(raw, str) else raw)
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         _needs(schema, list(PIXELS), "put decode before encode")
-        return dict(schema)
+        return Binding(dict(schema))
 
     def quarantine(self, df, backend):
         items, reasons = _raw_pixels(df, backend, "encode")
@@ -327,7 +338,7 @@ class PhashParams(Params):
 
 
 @register
-class Phash(_ImageRaw, Step):
+class Phash(_ImageRaw, RowStep):
     """A 64-bit perceptual hash (pHash: grey 32×32, DCT, the 8×8 lowest frequencies against their
     median) as int64, for `dedupe: {on: [phash]}`; `content_hash` (the source's sha256 of the
     input bytes) is the exact one. Works on decoded pixels or on encoded images (decoded for the
@@ -342,11 +353,11 @@ class Phash(_ImageRaw, Step):
     def from_raw(cls, raw):
         return super().from_raw({} if raw is None else raw)
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         _needs(schema, list(PIXELS), "put decode before phash")
         if self.params.column in schema:
             raise StepError(f"the column {self.params.column!r} exists already; name another with column:")
-        return {**schema, self.params.column: "int64"}
+        return Binding({**schema, self.params.column: "int64"})
 
     def quarantine(self, df, backend):
         cols = _columns(df, backend, {"image": "binary", **PIXELS})

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import re
 from typing import Literal
 
@@ -7,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ..spec.names import ADDED
 from ..types import Schema
-from .base import Params, Step, StepError, register
+from .base import Binding, Params, RowStep, StepError, register
 from .expr import regex_problem
 from .select import missing
 
@@ -72,8 +74,13 @@ class MaskParams(Params):
         return self
 
 
+@dataclass(frozen=True)
+class MaskBinding(Binding):
+    columns: tuple[str, ...]       # the string columns masked
+
+
 @register
-class Mask(Step):
+class Mask(RowStep):
     """Patterns run one after another on each value: the custom ones first, in the order written,
     then the built-in kinds that are listed, always in the order email, uuid, ipv4, ipv6, hex (an
     e-mail's domain is masked whole before its parts look like anything else; IPv4 runs before IPv6
@@ -101,27 +108,25 @@ class Mask(Step):
     def regexes(self):
         return [(("custom", name), pattern) for name, pattern in self.params.custom.items()]
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         if self.params.columns is not None:
             missing(schema, self.params.columns)
             for name in self.params.columns:
                 if schema[name] != "string":
                     raise StepError(f"mask: column {name!r} is {schema[name]}, not string")
-            self._columns = list(self.params.columns)
+            columns = tuple(self.params.columns)
         else:
             # every string column the input has (a `_comment` field too), not the _file gpuetl adds
-            self._columns = [n for n, t in schema.items() if t == "string" and n not in ADDED]
-        return dict(schema)
+            columns = tuple(n for n, t in schema.items() if t == "string" and n not in ADDED)
+        return MaskBinding(dict(schema), columns)
 
     def transform(self, df, backend):
         df = df.copy()
         rules = self.rules
-        for name in self._columns:
+        for name in self.binding.columns:
             col = df[name]
             for pattern, replacement in rules:
                 col = backend.replace_regex(col, pattern, replacement)
             df[name] = col
         return df
 
-    def __getstate__(self):
-        return {"params": self.params, "_columns": getattr(self, "_columns", None)}

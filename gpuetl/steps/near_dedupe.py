@@ -7,7 +7,7 @@ from pydantic import Field, model_validator
 
 from ..backends.base import FILE_INDEX, OFFSET, STATUS, STATUS_DEDUPLICATED, STATUS_LIVE
 from ..types import Schema
-from .base import Params, Step, StepError, register
+from .base import Params, Binding, GlobalStep, StepError, register
 from .select import missing
 
 VALID = "__mhv"     # bool: the row takes part (live, text not null)
@@ -58,7 +58,7 @@ def match_probability(similarity: float, bands: int, rows: int) -> float:
 
 
 @register
-class NearDedupe(Step):
+class NearDedupe(GlobalStep):
     """How: each row's text gets a MinHash signature of bands x rows values (libcudf's nvtext
     minhash scheme on both backends: MurmurHash3_x86_32 of each shingle with `seed`, permuted as
     hv * a + b mod 2**32, the minimum per permutation; see backends/cpu_text.py). The signature is
@@ -85,15 +85,12 @@ class NearDedupe(Step):
     summary = "Remove near-duplicate texts across all partitions (MinHash + LSH, Jaccard threshold), keeping the first by file and offset."
     example = "- near_dedupe: {column: message, threshold: 0.8, shingle: char, width: 5, bands: 16, rows: 8}"
     Params = NearDedupeParams
-    drops_as = STATUS_DEDUPLICATED
-    is_global = True
-    sees_dropped = True
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         missing(schema, [self.params.column])
         if schema[self.params.column] != "string":
             raise StepError(f"near_dedupe: column {self.params.column!r} is {schema[self.params.column]}, not string")
-        return dict(schema)
+        return Binding(dict(schema))
 
     # -- the extra columns: validity, band buckets, the flag, the packed signature ----------
     @property
@@ -234,8 +231,6 @@ class NearDedupe(Step):
         flag = df[FLAG].fillna(False).astype(bool)
         return ~flag if bool(flag.any()) else None
 
-    def __getstate__(self):
-        return {"params": self.params}
 
 
 def _host(df, column: str, backend) -> np.ndarray:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from ..types import Schema
-from .base import Params, Step, StepError, register
+from .base import Params, Binding, RowStep, StepError, register
 from .select import missing
 
 
@@ -24,7 +24,7 @@ class NormalizeTextParams(Params):
 
 
 @register
-class NormalizeText(Step):
+class NormalizeText(RowStep):
     """Operations run in a fixed order: NFKC, lower case, collapse white space, strip. White
     space means the ASCII space, tab, newline, vertical tab, form feed and carriage return; NFKC
     first turns the other Unicode spaces (no-break, em, ideographic, ...) into plain spaces. Nulls
@@ -35,12 +35,12 @@ class NormalizeText(Step):
     example = "- normalize_text: {columns: [message], nfkc: true, lower: true, collapse_whitespace: true, strip: true}"
     Params = NormalizeTextParams
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         missing(schema, self.params.columns)
         for name in self.params.columns:
             if schema[name] != "string":
                 raise StepError(f"normalize_text: column {name!r} is {schema[name]}, not string")
-        return dict(schema)
+        return Binding(dict(schema))
 
     def transform(self, df, backend):
         p = self.params

@@ -3,20 +3,24 @@ from __future__ import annotations
 from pydantic import RootModel
 
 from ..types import Schema
-from .base import Step, StepError, closest, register
+from .base import Binding, RowStep, StepError, closest, register
+
+
+class SelectParams(RootModel[list[str]]):
+    pass                # a named class: pickled by reference, as a generic alias cannot be
 
 
 @register
-class Select(Step):
+class Select(RowStep):
     name = "select"
     summary = "Keep only these columns, in this order."
     example = "- select: [ip, time, status]"
-    Params = RootModel[list[str]]
+    Params = SelectParams
     sees_dropped = True         # columns only: no row is read
 
-    def output_schema(self, schema: Schema) -> Schema:
+    def derive(self, schema: Schema) -> Binding:
         missing(schema, self.params.root)
-        return {name: schema[name] for name in self.params.root}
+        return Binding({name: schema[name] for name in self.params.root})
 
     def transform(self, df, backend):
         return df[list(self.params.root) + [c for c in df.columns if c.startswith("__")]]

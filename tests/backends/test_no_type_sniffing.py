@@ -22,8 +22,8 @@ SNIFFING = {
 }
 
 # (file, the line's text) -> why it stays. Each asks a step or a source, not a backend or a frame,
-# for something its protocol does not declare yet; they go when the source registry and the Step
-# protocol declare them (issue 13, items 2 and 5), and this list must then shrink with them.
+# for something its protocol does not declare yet; they go when the source registry declares
+# them (issue 13, item 2), and this list must then shrink with them.
 _SOURCE_PROTOCOL = "a source format's optional part: declared by the source registry (item 2)"
 ALLOWED: dict[tuple[str, str], str] = {
     ("plan/stages.py", 'if hasattr(source, "read"):          # a source with its own records (sources/images.py)'):
@@ -31,10 +31,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("plan/compile.py", 'default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)'):
         _SOURCE_PROTOCOL,
     ("plan/compile.py", '_check_regexes(plan, getattr(source, "parser", None), backend)'): _SOURCE_PROTOCOL,
-    ("plan/compile.py", 'if hasattr(step, "look_ahead"):           # decode: a later resize\'s size lets it decode smaller'):
-        "a step that reads the steps after it: declared by the Step protocol rework (item 5)",
-    ("plan/compile.py", 'params = step.params.model_dump() if hasattr(step.params, "model_dump") else step.params'):
-        "a step's parameters as a model or a plain dict: the Step protocol rework binds one (item 5)",
 }
 
 

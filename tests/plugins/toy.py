@@ -9,7 +9,7 @@ from pydantic import RootModel
 
 import gpuetl
 from gpuetl.sources.stage import declared_columns, plan_byte_ranges, source_stage
-from gpuetl.steps.base import Step
+from gpuetl.steps.base import RowStep
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,15 @@ class ShoutFormat:
         return plan_byte_ranges(loaded, files), stage, {"toy": {"format": self.name}}
 
 
-class Exclaim(Step):
+class ExclaimParams(RootModel[int]):
+    """How many '!' to append."""
+
+
+class Exclaim(RowStep):
     name = "toy_exclaim"
     summary = "Append this many '!' to `word`."
     example = "- toy_exclaim: 2"
-    Params = RootModel[int]
+    Params = ExclaimParams
 
     def transform(self, df, backend):
         df["word"] = df["word"] + "!" * self.params.root

@@ -11,7 +11,6 @@ import gpuetl
 from gpuetl.cli import main
 from gpuetl.spec.schema import pipeline_json_schema
 from gpuetl.spec.yamlio import load_with_locations
-from gpuetl.steps import _load_all  # noqa: F401  (registers every step)
 from gpuetl.steps.base import STEPS
 
 PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"

@@ -19,9 +19,7 @@ def frame(backend=CPU, **columns):
 
 
 def make_step(name, raw, schema):
-    step = step_class(name).from_raw(raw)
-    step.output_schema(schema)
-    return step
+    return step_class(name).from_raw(raw).bind(schema)
 
 
 def write_jsonl(path, records):
