@@ -96,7 +96,6 @@ def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations
                 problems.append(message or f"{where}steps[{i}].{name}: {e['msg']}")
         except ExprError as err:
             problems.append(f"{where}steps[{i}].{name}: {err}")
-    problems += _not_yet(spec, data, locations, filename) if spec else []
     problems += _reserved_names(spec, steps, locations, filename)
     if problems:
         unique = list(dict.fromkeys(problems))
@@ -121,18 +120,6 @@ def _canonical(data) -> bytes:
     import json
 
     return json.dumps(data, sort_keys=True, default=str).encode()
-
-
-# Features in the contract whose behaviour lands later: validate, then say so clearly.
-NOT_YET: dict = {}
-
-
-def _not_yet(spec: PipelineSpec, data, locations, filename) -> list[str]:
-    out = []
-    for (section, key, value), message in NOT_YET.items():
-        if getattr(getattr(spec, section), key) == value:
-            out.append(f"{_where(locations, (section, key), filename)}{section}.{key}: {message}")
-    return out
 
 
 _OVERRIDE_PIECE = re.compile(r"([^\[\]]*)((?:\[\d+\])*)")

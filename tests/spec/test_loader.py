@@ -10,7 +10,6 @@ import pytest
 import gpuetl
 from gpuetl import SpecError
 from gpuetl.cli import main
-from gpuetl.spec.loader import NOT_YET
 
 GOOD = """\
 version: 1
@@ -251,21 +250,6 @@ def test_several_problems_reported_together(tmp_path):
     message = error_of(tmp_path, text)
     assert message.splitlines()[0].endswith("2 problems in the pipeline file")
     assert "sink.compresion" in message and "columns.status" in message
-
-
-@pytest.mark.parametrize("entry", sorted(NOT_YET))
-def test_not_supported_yet_names_the_key(tmp_path, entry):
-    section, key, value = entry
-    text = GOOD
-    if section == "source" and key == "type":
-        text = text.replace("type: text", f"type: {value}").replace("parse:\n  preset: apache_combined\n", "")
-    elif section == "sink":
-        text = text.replace("  compression: zstd", f"  compression: zstd\n  {key}: {value}")
-    else:  # a new NOT_YET entry: the test needs to learn how to write it
-        pytest.fail(f"teach this test to write {entry}")
-    message = error_of(tmp_path, text)
-    assert f"{section}.{key}: " in message and "not supported yet" in message
-    assert f"pipe.yaml:{line_of(text, f'{key}: {value}')}:" in message
 
 
 def test_from_dict_uses_dict_as_file_name(tmp_path):
