@@ -195,7 +195,8 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps({"out": str(result.out_dir), "counts": result.counts, "stages": result.stages,
                           "shards": result.shards, "quarantine": result.quarantine,
-                          "bad_records": result.bad_records, "backend": result.backend,
+                          "bad_records": result.bad_records,
+                          "bad_record_kinds": result.manifest.get("bad_record_kinds", {}), "backend": result.backend,
                           "fallbacks": result.manifest.get("fallbacks", {}),
                           "host_transfer": result.manifest.get("host_transfer", {}),
                           "seconds": round(seconds, 3)}, indent=2))
@@ -222,10 +223,10 @@ def print_summary(result, seconds: float) -> None:
               f"{format_size(sum(s['bytes'] for s in shards))}")
     if result.quarantine:
         print(f"  quarantine: {sum(q['rows'] for q in result.quarantine):,} rows in {result.out_dir}/_quarantine/")
-        for reason, n in list(result.bad_records.items())[:5]:
-            print(f"    {n:>8,} × {reason}")
+        _print_reason_kinds(result)
     elif c["quarantined"]:
         print(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
+        _print_reason_kinds(result)
     for reason, n in result.manifest.get("fallbacks", {}).items():
         print(f"  fell back to the CPU: {n:,} × {reason}")
     if result.manifest.get("host_transfer"):
@@ -233,6 +234,25 @@ def print_summary(result, seconds: float) -> None:
         print(f"  device → host: {format_size(moved['host_bytes'])} "
               f"({moved['host_bytes_per_input_byte']:.2%} of the input bytes)")
     print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
+
+
+SUMMARY_KINDS = 5
+EXAMPLE_CHARS = 120
+
+
+def _print_reason_kinds(result) -> None:
+    """The most common kinds of bad record (runtime/reasons.py), one example each: distinct
+    values in reasons would otherwise push most rows out of the top lines."""
+    kinds = result.manifest.get("bad_record_kinds") or \
+        {reason: {"count": n, "example": reason} for reason, n in result.bad_records.items()}
+    for kind, entry in list(kinds.items())[:SUMMARY_KINDS]:
+        example = entry["example"]
+        example = example if len(example) <= EXAMPLE_CHARS else example[:EXAMPLE_CHARS] + "…"
+        print(f"    {entry['count']:>8,} × {kind}" + (f"  (e.g. {example})" if example != kind else ""))
+    rest = list(kinds.values())[SUMMARY_KINDS:]
+    if rest:
+        print(f"    and {len(rest)} more kind{'s' if len(rest) > 1 else ''} "
+              f"({sum(e['count'] for e in rest):,} rows)")
 
 
 def cmd_inspect(args) -> int:
