@@ -16,6 +16,7 @@ from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STA
 from ..plan.graph import resolve_in_place
 from ..plan.stages import Segment, read_partition, run_steps
 from ..sources.ranges import ByteRange, CompressedRange, decode_range
+from ..sources.stage import SourceStage
 from ..steps.base import GlobalStep
 
 PREVIEW_BYTES = 2**20       # of plain text read at most; a compressed file's first piece is read whole
@@ -100,8 +101,7 @@ def _bounded(partition, first: Segment, partitions: int):
     record belongs to the range its first byte lies in, so a shortened range still ends on a
     whole record. Row groups, images and compressed pieces are taken whole: the first one only."""
     of = f"partition 1 of {partitions}"
-    source = first.source
-    if hasattr(source, "read") or getattr(source, "parquet", False):
+    if not _byte_ranges(first.source):
         return partition, f"{of} (read whole: at most the source's blocksize)"
     ranges, budget = [], PREVIEW_BYTES
     for rng in partition.ranges:
@@ -121,6 +121,11 @@ def _bounded(partition, first: Segment, partitions: int):
     return dataclasses.replace(partition, ranges=tuple(ranges)), what
 
 
+def _byte_ranges(source) -> bool:
+    """A text, jsonl or csv source: its partitions are byte ranges of whole records."""
+    return isinstance(source, SourceStage) and not source.parquet
+
+
 def _decoded(partition, files) -> list:
     """The bytes of the partition's compressed ranges, decoded in order (as plan/graph.py's tasks)."""
     decoded, streams = [], {}
@@ -129,7 +134,7 @@ def _decoded(partition, files) -> list:
             got, streams[rng.file_index] = decode_range(streams.get(rng.file_index), files[rng.file_index], rng)
             decoded.append(got)
     for stream in streams.values():
-        if stream is not None and hasattr(stream, "close"):
+        if stream is not None:                  # (the partition ended before its file did)
             stream.close()
     return decoded
 
@@ -139,7 +144,7 @@ def _quarantined(frame, plan, backend, n: int) -> pa.Table:
     was, why, and the record as it reached that stage (text cut to RECORD_CHARS; an image's
     bytes as their length)."""
     names = {info.index: f"{info.index}:{info.name}" for info in plan.stages}
-    binary = hasattr(plan.segments[0].source, "read")       # an image's record is its file's bytes
+    binary = not isinstance(plan.segments[0].source, SourceStage)     # an image's record is its file's bytes
     bad = backend.to_pandas(frame[(frame[STATUS] == STATUS_QUARANTINED)][[STAGE, FILE_INDEX, OFFSET, RAW, REASON]])
     bad = bad[bad[FILE_INDEX] >= 0].sort_values([FILE_INDEX, OFFSET]).head(n)       # (tally rows have no place)
 

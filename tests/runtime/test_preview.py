@@ -131,3 +131,12 @@ def test_cli_preview_bad_pipeline_file_and_bad_n_exit_2(tmp_path, capsys):
             main(["preview", str(tmp_path / "p.yaml"), "-n", "0"])
     assert info.value.code == 2
     assert "1 or more" in capsys.readouterr().err
+
+
+def test_preview_of_a_big_gzipped_file_reads_its_first_piece_only(tmp_path):
+    samples.write_access_logs(tmp_path / "data" / "a.log.gz", lines=4000, gzip=True)
+    spec = access_spec(path="data/*.gz", source={"type": "text", "path": "data/*.gz", "blocksize": "64KiB"})
+    shown = Pipeline.from_dict(spec, base_dir=tmp_path).preview(n=2)
+    assert shown.read.endswith(f"partition 1 of {len(Pipeline.from_dict(spec, base_dir=tmp_path).plan().partitions)}, whole")
+    assert 0 < shown.stages[0].rows_in < 4000 and shown.stages[0].quarantined == 0
+    adds_up(shown)
