@@ -14,7 +14,7 @@ import pyarrow as pa
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_DEDUPLICATED, \
     STATUS_FILTERED, STATUS_LIVE, STATUS_QUARANTINED
 from ..plan.graph import resolve_in_place
-from ..plan.stages import Segment, read_partition, run_steps
+from ..plan.stages import Segment, frame_schema, read_partition, run_steps
 from ..sources.ranges import ByteRange, CompressedRange, decode_range
 from ..sources.stage import SourceStage
 from ..steps.base import GlobalStep
@@ -56,6 +56,8 @@ class Preview:
 
 
 def preview_plan(plan, backend, n: int = 20) -> Preview:
+    """Each stage run on its own, in order, so the rows between stages can be shown (a run fuses
+    them into one task per partition: the rows are the same)."""
     if n < 1:
         raise ValueError("n must be at least 1")
     first = plan.segments[0]
@@ -65,11 +67,12 @@ def preview_plan(plan, backend, n: int = 20) -> Preview:
     if plan.spec.on_error != keep:
         notes.append(f"on_error is {plan.spec.on_error}: the preview shows bad records anyway; the run "
                      + ("stops at the first one" if plan.spec.on_error == "fail" else "only counts them"))
-    if not plan.partitions:
-        raise ValueError("the inputs hold no partition to preview")   # (compile_plan refuses this first)
-    partition, read = _bounded(plan.partitions[0], first, len(plan.partitions))
-    source = Segment(source=first.source, schema=dict(first.source.schema), on_error=keep, files=files)
-    frame = read_partition(partition, source, backend, _decoded(partition, files))
+    if plan.partitions:
+        partition, read = _bounded(plan.partitions[0], first, len(plan.partitions))
+        source = Segment(source=first.source, schema=dict(first.source.schema), on_error=keep, files=files)
+        frame = read_partition(partition, source, backend, _decoded(partition, files))
+    else:
+        read, frame = "nothing: the inputs hold no records", backend.empty(frame_schema(first.source.schema))
     frames = [frame]
     stages = [stage for segment in plan.segments for stage in segment.steps]
     for stage in stages:

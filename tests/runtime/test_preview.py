@@ -140,3 +140,23 @@ def test_preview_of_a_big_gzipped_file_reads_its_first_piece_only(tmp_path):
     assert shown.read.endswith(f"partition 1 of {len(Pipeline.from_dict(spec, base_dir=tmp_path).plan().partitions)}, whole")
     assert 0 < shown.stages[0].rows_in < 4000 and shown.stages[0].quarantined == 0
     adds_up(shown)
+
+
+def test_preview_of_no_records_shows_empty_stages(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpuetl.backends import get_backend
+    from gpuetl.runtime.preview import preview_plan
+
+    pq.write_table(pa.table({"n": pa.array([], pa.int64())}), tmp_path / "e.parquet")
+    spec = {"version": 1, "name": "e", "source": {"type": "parquet", "path": "e.parquet"},
+            "steps": [{"dedupe": {"on": ["n"]}}], "sink": {"path": "out"}}
+    pipeline = Pipeline.from_dict(spec, base_dir=tmp_path)
+    shown = pipeline.preview()
+    assert [(s.rows_in, s.rows_out, s.rows.num_rows) for s in shown.stages] == [(0, 0, 0), (0, 0, 0)]
+    plan = pipeline.plan()
+    plan.partitions = []                       # a plan with no partition at all
+    shown = preview_plan(plan, get_backend("cpu"), 3)
+    assert shown.read.startswith("nothing") and shown.stages[-1].rows.column_names == ["n"]
+    assert shown.quarantined.num_rows == 0
