@@ -55,6 +55,16 @@ class Pipeline:
         with open_executor(scheduler, chosen, client=client, quiet=not progress) as executor:
             return run_plan(plan, chosen, executor, progress=progress, log=log or (lambda *_: None))
 
+    def preview(self, n: int = 20, backend: str = "cpu"):
+        """Run the pipeline on the first records of the first partition (about 1 MiB of text) and
+        keep everything in memory: a Preview with each stage's first n rows as pyarrow Tables
+        (`.frames()` for pandas) and the quarantined records with their reasons. Writes nothing.
+        Global steps (dedupe, near_dedupe) see the previewed rows alone."""
+        from .runtime.preview import preview_plan
+
+        chosen = get_backend(backend)
+        return preview_plan(self.plan(chosen), chosen, n)
+
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Pipeline:
     """Load and validate a pipeline file (SpecError with file:line on any problem)."""

@@ -397,3 +397,29 @@ def test_streamed_runs_give_arrow_the_system_allocator_unless_told(workdir, tmp_
         assert pa.default_memory_pool().backend_name == expected      # two shards: hash ranges, not streamed
     finally:
         pa.set_memory_pool(before)
+
+
+# --------------------------------------------------------------------------- the summary's reasons
+
+
+def test_run_summary_groups_reasons_by_kind_with_an_example_and_the_rest(tmp_path, capsys):
+    """Six kinds of bad record, one of them with 30 distinct values: the summary shows five
+    kinds (the 30 as one line, with an example) and says how many kinds and rows it left out."""
+    lines = [f'{{"n": "{i}", "b": true, "s": "x"}}' for i in range(30)]
+    lines += ['{"n": 1, "b": 1, "s": "x"}', "not json", "[1]",
+              '{"n": 1.5, "b": true, "s": "x"}', '{"n": 1, "b": "y", "s": "x"}', '{"n": 1, "b": true, "s": "ok"}']
+    (tmp_path / "e.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "p.yaml").write_text("version: 1\nname: k\nsource: {type: jsonl, path: e.jsonl}\n"
+                                     "columns: {n: int64, b: bool, s: string}\nsink: {path: out}\n")
+    assert main(["run", str(tmp_path / "p.yaml"), "--scheduler", "sync", "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "      30 × field 'n': expected int64, got <value>  (e.g. field 'n': expected int64, got \"0\")" in out
+    assert "got \"17\"" not in out
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    kinds = manifest["bad_record_kinds"]
+    assert manifest["counts"]["quarantined"] == sum(k["count"] for k in kinds.values()) == 35
+    shown = [line for line in out.splitlines() if " × " in line]
+    assert len(shown) == 5
+    more = len(kinds) - 5
+    left = sum(k["count"] for k in list(kinds.values())[5:])
+    assert more > 0 and f"and {more} more kind{'s' if more > 1 else ''} ({left} rows)" in out

@@ -1,4 +1,4 @@
-"""gpuetl run | validate | plan | inspect | verify | schema  (exit 0 done, 1 data failed, 2 usage)."""
+"""gpuetl run | validate | plan | preview | inspect | verify | schema  (exit 0 done, 1 data failed, 2 usage)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--backend", default="cpu", choices=backend_choices(),
                            help="also check what this backend runs natively (default cpu)")
 
+    preview = sub.add_parser("preview", help="run on the first records in memory and print the rows after each "
+                                             "stage and the bad records; writes nothing")
+    preview.add_argument("file")
+    preview.add_argument("-n", type=_positive, default=20, help="rows to show per stage (default 20)")
+    preview.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    preview.add_argument("--backend", default="cpu", choices=backend_choices(), help="default cpu")
+
     inspect = sub.add_parser("inspect", help="what a dataset holds")
     inspect.add_argument("out")
     inspect.add_argument("--json", action="store_true")
@@ -56,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "without it verify only reads")
     sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of rows, 1 or more, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,7 +212,8 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps({"out": str(result.out_dir), "counts": result.counts, "stages": result.stages,
                           "shards": result.shards, "quarantine": result.quarantine,
-                          "bad_records": result.bad_records, "backend": result.backend,
+                          "bad_records": result.bad_records,
+                          "bad_record_kinds": result.manifest.get("bad_record_kinds", {}), "backend": result.backend,
                           "fallbacks": result.manifest.get("fallbacks", {}),
                           "host_transfer": result.manifest.get("host_transfer", {}),
                           "seconds": round(seconds, 3)}, indent=2))
@@ -222,10 +240,10 @@ def print_summary(result, seconds: float) -> None:
               f"{format_size(sum(s['bytes'] for s in shards))}")
     if result.quarantine:
         print(f"  quarantine: {sum(q['rows'] for q in result.quarantine):,} rows in {result.out_dir}/_quarantine/")
-        for reason, n in list(result.bad_records.items())[:5]:
-            print(f"    {n:>8,} × {reason}")
+        _print_reason_kinds(result)
     elif c["quarantined"]:
         print(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
+        _print_reason_kinds(result)
     for reason, n in result.manifest.get("fallbacks", {}).items():
         print(f"  fell back to the CPU: {n:,} × {reason}")
     if result.manifest.get("host_transfer"):
@@ -233,6 +251,76 @@ def print_summary(result, seconds: float) -> None:
         print(f"  device → host: {format_size(moved['host_bytes'])} "
               f"({moved['host_bytes_per_input_byte']:.2%} of the input bytes)")
     print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
+
+
+SUMMARY_KINDS = 5
+EXAMPLE_CHARS = 120
+
+
+def _print_reason_kinds(result) -> None:
+    """The most common kinds of bad record (runtime/reasons.py), one example each: distinct
+    values in reasons would otherwise push most rows out of the top lines."""
+    kinds = result.manifest.get("bad_record_kinds") or \
+        {reason: {"count": n, "example": reason} for reason, n in result.bad_records.items()}
+    for kind, entry in list(kinds.items())[:SUMMARY_KINDS]:
+        example = entry["example"]
+        example = example if len(example) <= EXAMPLE_CHARS else example[:EXAMPLE_CHARS] + "…"
+        print(f"    {entry['count']:>8,} × {kind}" + (f"  (e.g. {example})" if example != kind else ""))
+    rest = list(kinds.values())[SUMMARY_KINDS:]
+    if rest:
+        print(f"    and {len(rest)} more kind{'s' if len(rest) > 1 else ''} "
+              f"({sum(e['count'] for e in rest):,} rows)")
+
+
+CELL_CHARS = 40
+
+
+def cmd_preview(args) -> int:
+    from ..api import load
+
+    pipeline = load(args.file, args.overrides)
+    shown = pipeline.preview(n=args.n, backend=args.backend)
+    print(f"preview of pipeline {pipeline.name!r}: read {shown.read}; nothing written")
+    for note in shown.notes:
+        print(f"note: {note}")
+    for s in shown.stages:
+        dropped = ", ".join(f"{k} {getattr(s, k):,}" for k in ("filtered", "deduplicated", "quarantined")
+                            if getattr(s, k))
+        alone = "  (applied to these rows alone, not across the whole input)" if s.alone else ""
+        print(f"\nstage {s.index} {s.name}: {s.rows_in:,} rows in → {s.rows_out:,} out"
+              + (f" ({dropped})" if dropped else "") + alone)
+        print(_table(s.rows, args.n))
+    bad = shown.quarantined
+    count = sum(s.quarantined for s in shown.stages)
+    print(f"\nquarantined: {count:,} record{'s' if count != 1 else ''}"
+          + (f", the first {bad.num_rows}:" if bad.num_rows else ""))
+    if bad.num_rows:
+        print(_table(bad, args.n))
+    return 0
+
+
+def _table(table, n: int) -> str:
+    """A compact text table: long values cut, binary values as their byte length."""
+    import pyarrow as pa
+
+    if table.num_rows == 0:
+        return "  (no rows)"
+    columns = {}
+    for name, column in zip(table.column_names, table.columns):
+        values = column.to_pylist()
+        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+            columns[name] = ["null" if v is None else f"<{len(v):,} bytes>" for v in values]
+        else:
+            columns[name] = ["null" if v is None else _cell(str(v)) for v in values]
+    import pandas as pd
+
+    text = pd.DataFrame(columns).to_string(index=False, max_rows=n)
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _cell(text: str) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…"
 
 
 def cmd_inspect(args) -> int:
@@ -283,7 +371,7 @@ def cmd_schema(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan, "inspect": cmd_inspect,
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan, "preview": cmd_preview, "inspect": cmd_inspect,
             "verify": cmd_verify, "schema": cmd_schema}
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,6 +24,7 @@ from ..sinks.layout import Layout, cut_points
 from ..sinks.base import get_sink
 from ..sinks.parquet import ShardResult, ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
+from .reasons import group_reasons
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
 
@@ -257,7 +258,9 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
         results = sorted([*finished.values(), *computed], key=lambda r: r.partition)
 
     counts, stages = _account(plan, results)
-    bad = dict(sorted(_merge(r.reasons for r in results).items(), key=lambda kv: (-kv[1], kv[0]))[:50])
+    reasons = _merge(r.reasons for r in results)
+    bad = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:50])
+    kinds = group_reasons(reasons)        # from every reason, not the top 50 alone
     _check_errors(plan, counts, bad)
 
     shard_state = run_tmp / "shards"
@@ -292,6 +295,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     for warning in warnings:
         log(f"warning: {warning}")
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
+    manifest["bad_record_kinds"] = kinds
     manifest["fallbacks"] = backend.fallbacks(executor.client)
     manifest["host_transfer"] = backend.host_transfer(executor.client, plan.input_bytes)
     manifest["notes"] = [*plan.notes, *warnings]
