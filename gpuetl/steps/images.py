@@ -3,7 +3,7 @@
 Between `decode` and `encode` the `image` column holds raw pixels: HWC uint8 bytes, described by
 `width`, `height` and `channels` (1, 3 or 4), with `format` "raw". The pixel work is the
 backend's (backends/cpu_images.py: Pillow; backends/gpu_images.py: nvImageCodec and CV-CUDA,
-for when the GPU backend holds binary columns); these steps only move columns. An image a step cannot process is quarantined with the reason
+not run on a GPU yet); these steps only move columns. An image a step cannot process is quarantined with the reason
 and its bytes as they reached the step.
 """
 
@@ -157,9 +157,10 @@ class Decode(_ImageRaw, RowStep):
     images are converted to `mode` (alpha over white for RGB); the source's EXIF orientation is
     applied (`source.exif_transpose: false` turns it off). Where a later `resize` makes the image
     smaller, JPEGs are decoded with libjpeg-turbo's DCT scaling (Pillow's `draft`) to the smallest
-    scale still at least the size that resize needs. Corrupt or truncated images are quarantined.
-    (backends/gpu_images.py holds the GPU form, nvImageCodec batch decoding into device memory;
-    image pipelines run on the CPU backend until the GPU backend holds binary columns.)"""
+    scale still at least the size that resize needs; a `resize` right after decode is done on
+    the decoded image before its pixels are handed on (the same pixels, one copy fewer). Corrupt
+    or truncated images are quarantined. (backends/gpu_images.py holds the GPU form, nvImageCodec
+    batch decoding; it has not run on a GPU yet, so image pipelines run on the CPU backend.)"""
 
     name = "decode"
     summary = "Decode image bytes to raw pixels (RGB, L or RGBA), upright per EXIF."
