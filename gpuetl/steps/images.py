@@ -195,6 +195,9 @@ class Decode(_ImageRaw, RowStep):
                     break
         return ahead
 
+    def __dask_tokenize__(self):
+        return (*super().__dask_tokenize__(), self.target, self.resize_to)     # what look_ahead set
+
     def derive(self, schema: Schema) -> Binding:
         _needs(schema, ["image", "orientation"], "decode reads an images source's image column")
         out = {k: v for k, v in schema.items() if k != "orientation"}
