@@ -193,7 +193,7 @@ class Decode(_ImageRaw, RowStep):
                     break
                 if not isinstance(step, Convert):
                     break
-        return ahead
+        return ahead if (ahead.target, ahead.resize_to) != (self.target, self.resize_to) else self
 
     def __dask_tokenize__(self):
         return (*super().__dask_tokenize__(), self.target, self.resize_to)     # what look_ahead set
