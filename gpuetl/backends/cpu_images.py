@@ -76,10 +76,12 @@ def draft_size(w: int, h: int, orientation: int, target) -> tuple[int, int] | No
     return max(1, math.ceil(w * s)), max(1, math.ceil(h * s))
 
 
-def decode(data: bytes, mode: str, orientation: int, draft_to=None) -> tuple[bytes, int, int, int]:
+def decode(data: bytes, mode: str, orientation: int, draft_to=None, resize_to=None) -> tuple[bytes, int, int, int]:
     """Decode to raw HWC uint8 in `mode` (RGB | L | RGBA). CMYK, palette, 16-bit and alpha
     images are converted; `orientation` (1-8) is applied. `draft_to`: decode JPEGs at the
-    smallest DCT scale (1/2, 1/4, 1/8) that is still at least this size."""
+    smallest DCT scale (1/2, 1/4, 1/8) that is still at least this size. `resize_to`: (how, W,
+    H, filter) of the resize step that follows, done on the decoded image before its pixels
+    leave Pillow (the same pixels as `resize` on them; that step then finds them at size)."""
     img = _open(data)
     try:
         if draft_to is not None and img.format == "JPEG":
@@ -92,6 +94,8 @@ def decode(data: bytes, mode: str, orientation: int, draft_to=None) -> tuple[byt
     img = _to_mode(img, mode)
     if orientation in ORIENT:
         img = img.transpose(ORIENT[orientation])
+    if resize_to is not None:
+        img = _resized(img, *resize_to)
     return img.tobytes(), img.width, img.height, CHANNELS[img.mode]
 
 
@@ -125,19 +129,34 @@ def _out(img: Image.Image) -> tuple[bytes, int, int, int]:
 
 def resize(pixels: bytes, w: int, h: int, c: int, how: str, tw: int, th: int, filter: str):
     """fit: within tw x th, aspect kept; fill: cover tw x th, then the centre cut out (one
-    resampling of just that region); stretch: exactly tw x th."""
-    img = as_image(pixels, w, h, c)
-    resample = FILTERS[filter]
+    resampling of just that region); stretch: exactly tw x th. Pixels already at the size
+    (decode did this resize) are returned as they are: Pillow would copy them unchanged."""
     if how == "stretch":
-        return _out(img.resize((tw, th), resample))
+        same = (w, h) == (tw, th)
+    else:
+        same = _fit_size(w, h, tw, th) == (w, h) if how == "fit" else (w, h) == (tw, th)
+    if same:
+        as_image(pixels, w, h, c)                    # the same check that they are raw pixels
+        return pixels, w, h, c
+    return _out(_resized(as_image(pixels, w, h, c), how, tw, th, filter))
+
+
+def _fit_size(w: int, h: int, tw: int, th: int) -> tuple[int, int]:
+    s = min(tw / w, th / h)
+    return max(1, round(w * s)), max(1, round(h * s))
+
+
+def _resized(img: Image.Image, how: str, tw: int, th: int, filter: str) -> Image.Image:
+    resample = FILTERS[filter]
+    w, h = img.size
+    if how == "stretch":
+        return img.resize((tw, th), resample)
     if how == "fit":
-        s = min(tw / w, th / h)
-        size = (max(1, round(w * s)), max(1, round(h * s)))
-        return _out(img.resize(size, resample))
+        return img.resize(_fit_size(w, h, tw, th), resample)
     s = max(tw / w, th / h)
     cw, ch = tw / s, th / s                      # the source region that becomes tw x th
     box = ((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2)
-    return _out(img.resize((tw, th), resample, box=box))
+    return img.resize((tw, th), resample, box=box)
 
 
 def center_crop(pixels: bytes, w: int, h: int, c: int, tw: int, th: int):

@@ -160,9 +160,9 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
     src = loaded.spec.source
     where = f"{loaded.path}: source"
     if backend is not None and backend.name != "cpu":
-        # cuDF has no binary column type; backends/gpu_images.py's kernels wait for one in gpu.py
-        raise SpecError(f"{where}.type: images run on the CPU backend for now (the {backend.name} backend "
-                        "cannot hold image columns yet)", hint="run with --backend cpu")
+        # docs/gpu.md says what the GPU image path lacks (it has never run on a GPU)
+        raise SpecError(f"{where}.type: images run on the CPU backend for now (the {backend.name} image "
+                        "path has not been run and checked on a GPU yet)", hint="run with --backend cpu")
     extensions = tuple(e.lower().lstrip(".") for e in (src.extensions or DEFAULT_EXTENSIONS))
     roots = [_glob_root(p, loaded.base_dir) for p in src.paths]
     if loaded.spec.columns:

@@ -3,7 +3,7 @@
 Between `decode` and `encode` the `image` column holds raw pixels: HWC uint8 bytes, described by
 `width`, `height` and `channels` (1, 3 or 4), with `format` "raw". The pixel work is the
 backend's (backends/cpu_images.py: Pillow; backends/gpu_images.py: nvImageCodec and CV-CUDA,
-for when the GPU backend holds binary columns); these steps only move columns. An image a step cannot process is quarantined with the reason
+not run on a GPU yet); these steps only move columns. An image a step cannot process is quarantined with the reason
 and its bytes as they reached the step.
 """
 
@@ -157,9 +157,10 @@ class Decode(_ImageRaw, RowStep):
     images are converted to `mode` (alpha over white for RGB); the source's EXIF orientation is
     applied (`source.exif_transpose: false` turns it off). Where a later `resize` makes the image
     smaller, JPEGs are decoded with libjpeg-turbo's DCT scaling (Pillow's `draft`) to the smallest
-    scale still at least the size that resize needs. Corrupt or truncated images are quarantined.
-    (backends/gpu_images.py holds the GPU form, nvImageCodec batch decoding into device memory;
-    image pipelines run on the CPU backend until the GPU backend holds binary columns.)"""
+    scale still at least the size that resize needs; a `resize` right after decode is done on
+    the decoded image before its pixels are handed on (the same pixels, one copy fewer). Corrupt
+    or truncated images are quarantined. (backends/gpu_images.py holds the GPU form, nvImageCodec
+    batch decoding; it has not run on a GPU yet, so image pipelines run on the CPU backend.)"""
 
     name = "decode"
     summary = "Decode image bytes to raw pixels (RGB, L or RGBA), upright per EXIF."
@@ -169,6 +170,7 @@ class Decode(_ImageRaw, RowStep):
     def __init__(self, params):
         super().__init__(params)
         self.target = None            # (how, W, H) of the resize that follows, for draft decoding
+        self.resize_to = None         # (how, W, H, filter) of a resize right after: done while decoding
 
     @classmethod
     def from_raw(cls, raw):
@@ -176,17 +178,25 @@ class Decode(_ImageRaw, RowStep):
 
     def look_ahead(self, later: list) -> "Decode":
         """A copy that decodes JPEGs at the smallest draft scale the first resize after it
-        allows (only convert may come between: a crop or anything else needs the full size)."""
-        if not self.params.draft:
-            return self
-        for step in later:
-            if isinstance(step, Resize):
-                ahead = copy.copy(self)
-                ahead.target = (step.params.mode, *step.params.size)
-                return ahead
-            if not isinstance(step, Convert):
-                return self
-        return self
+        allows (only convert may come between: a crop or anything else needs the full size),
+        and, where that resize comes right after, resizes before the pixels leave the decoder:
+        the full-size pixels are not copied out and back in (the resize step then finds them
+        at size, and passes them on)."""
+        ahead = copy.copy(self)
+        if later and isinstance(later[0], Resize):
+            p = later[0].params
+            ahead.resize_to = (p.mode, *p.size, p.filter)
+        if self.params.draft:
+            for step in later:
+                if isinstance(step, Resize):
+                    ahead.target = (step.params.mode, *step.params.size)
+                    break
+                if not isinstance(step, Convert):
+                    break
+        return ahead if (ahead.target, ahead.resize_to) != (self.target, self.resize_to) else self
+
+    def __dask_tokenize__(self):
+        return (*super().__dask_tokenize__(), self.target, self.resize_to)     # what look_ahead set
 
     def derive(self, schema: Schema) -> Binding:
         _needs(schema, ["image", "orientation"], "decode reads an images source's image column")
@@ -199,7 +209,8 @@ class Decode(_ImageRaw, RowStep):
         drafts = [cpu_images.draft_size(w, h, o, self.target) if self.target and w else None
                   for w, h, o in zip(cols["orig_width"], cols["orig_height"], cols["orientation"])]
         items = [(data, self.params.mode, o or 1, d) for data, o, d in zip(cols["image"], cols["orientation"], drafts)]
-        results = _kernel(backend, "decode")(items)
+        fused = (self.resize_to,) if self.resize_to and backend.name not in KERNELS else ()   # CPU kernels only
+        results = _kernel(backend, "decode")(items, *fused)
         out = df.assign(**{n: backend.nulls(len(df), t, index=df.index) for n, t in PIXELS.items()})
         return _apply(out, backend, results)
 

@@ -140,3 +140,55 @@ def test_resize_before_decode_is_a_plan_error(tmp_path):
     write(tmp_path / "photos" / "x" / "a.jpg", jpeg_bytes())
     with pytest.raises(SpecError, match="put decode before"):
         run_images(tmp_path, steps=[{"encode": "png"}])
+
+
+def _oriented_jpeg(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return image_bytes(_marked(300, 200), "JPEG", quality=90, exif=exif.tobytes())
+
+
+FUSE_INPUTS = {"photo.jpg": lambda: jpeg_bytes(300, 200, seed=3), "turned.jpg": lambda: _oriented_jpeg(6),
+               "alpha.png": UNUSUAL["alpha.png"], "grey.jpg": UNUSUAL["grey.jpg"]}
+
+
+@pytest.mark.parametrize("name", sorted(FUSE_INPUTS))
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
+@pytest.mark.parametrize("how,size", [("fill", (40, 30)), ("fit", (40, 40)), ("stretch", (33, 17))])
+def test_resize_while_decoding_gives_the_same_pixels(name, mode, how, size):
+    """decode with the following resize folded in = decode, then resize on its pixels; the resize
+    step then passes pixels already at the size through unchanged."""
+    data = FUSE_INPUTS[name]()
+    _, w, h, orientation = cpu_images.probe(data, 10**8)
+    draft = cpu_images.draft_size(w, h, orientation, (how, *size))
+    resize = (how, *size, "bicubic")
+    apart = cpu_images.resize(*cpu_images.decode(data, mode, orientation, draft), *resize)
+    folded = cpu_images.decode(data, mode, orientation, draft, resize)
+    assert bytes(folded[0]) == bytes(apart[0]) and folded[1:] == apart[1:]
+    again = cpu_images.resize(*folded, *resize)
+    assert again[0] is folded[0] and again[1:] == folded[1:]
+
+
+def test_decode_folds_in_only_a_resize_right_after_it():
+    from gpuetl.steps.images import CenterCrop, Convert, Decode, Resize
+
+    decode, resize = Decode.from_raw({}), Resize.from_raw({"size": 32, "filter": "lanczos"})
+    assert decode.look_ahead([resize]).resize_to == ("fit", 32, 32, "lanczos")
+    assert decode.look_ahead([Convert.from_raw("L"), resize]).resize_to is None
+    assert decode.look_ahead([CenterCrop.from_raw(8), resize]).resize_to is None
+    assert decode.look_ahead([resize]).target == ("fit", 32, 32) and decode.resize_to is None
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_pipeline_with_resize_folded_in_writes_the_same_bytes(tmp_path, mode):
+    """decode, resize (folded) against decode, convert (a no-op here that keeps them apart), resize."""
+    for i, make in enumerate(FUSE_INPUTS.values()):
+        write(tmp_path / "photos" / "x" / f"{i}.png", make())    # the suffix is not what decodes it
+    tail = [{"resize": {"size": [40, 30], "mode": "fill"}}, {"encode": "png"}]
+    rows = {}
+    for label, steps in (("folded", [{"decode": {"mode": mode}}, *tail]),
+                         ("apart", [{"decode": {"mode": mode}}, {"convert": mode}, *tail])):
+        result = run_images(tmp_path, steps=steps, sink=label)
+        assert balanced(result) and result.counts["rows_out"] == len(FUSE_INPUTS)
+        rows[label] = sorted((r["key"], r["image"]) for r in rows_of(tmp_path / label))
+    assert rows["folded"] == rows["apart"]
