@@ -16,41 +16,19 @@ import pytest
 import yaml
 
 import gpuetl
-from gpuetl import OutputError, SpecError, samples
+from gpuetl import OutputError, SpecError
 from gpuetl.cli import main
 
+from .gallery import Gallery
+
 LINES = 60
-
-
-def spec(sink_path="out", mode="error", source="in/*.log", **extra) -> dict:
-    return {"version": 1, "name": "adversary", "source": {"type": "text", "path": source},
-            "parse": {"preset": "apache_combined"}, "shard": {"count": 2},
-            "sink": {"path": sink_path, "mode": mode}, **extra}
+GALLERY = Gallery("adversary", lines=LINES, bad_every=10)
+spec, run, write_pipe, assert_identity = GALLERY.spec, GALLERY.run, GALLERY.write_pipe, GALLERY.assert_identity
 
 
 @pytest.fixture
 def base(tmp_path) -> Path:
-    (tmp_path / "in").mkdir()
-    samples.write_access_logs(tmp_path / "in" / "a.log", lines=LINES, bad_every=10)
-    return tmp_path
-
-
-def run(base: Path, **kw):
-    return gpuetl.Pipeline.from_dict(spec(**kw), base_dir=base).run(backend="cpu", scheduler="sync")
-
-
-def write_pipe(base: Path, **kw) -> Path:
-    path = base / "pipe.yaml"
-    path.write_text(yaml.safe_dump(spec(**kw)))
-    return path
-
-
-def assert_identity(result, rows_in=LINES) -> None:
-    c = result.counts
-    assert c["rows_in"] == rows_in
-    assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
-    assert sum(s["rows"] for s in result.shards) == c["rows_out"]
-    assert main(["verify", str(result.out_dir)]) == 0
+    return GALLERY.inputs(tmp_path)
 
 
 def interrupted_resume(base: Path, monkeypatch) -> Path:

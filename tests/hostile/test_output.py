@@ -23,45 +23,21 @@ from gpuetl import OutputError, samples
 from gpuetl.cli import SIGPIPE_EXIT, main
 from gpuetl.sinks import commit
 
+from .gallery import Gallery
+
 LINES = 300
-
-
-def spec(sink_path="out", mode="error", source="in/*.log", **extra) -> dict:
-    return {"version": 1, "name": "hostile-output", "source": {"type": "text", "path": source},
-            "parse": {"preset": "apache_combined"}, "shard": {"count": 2},
-            "sink": {"path": sink_path, "mode": mode}, **extra}
+GALLERY = Gallery("hostile-output", lines=LINES, bad_every=30)
+spec, run, write_pipe, assert_identity = GALLERY.spec, GALLERY.run, GALLERY.write_pipe, GALLERY.assert_identity
 
 
 @pytest.fixture
 def base(tmp_path) -> Path:
-    (tmp_path / "in").mkdir()
-    samples.write_access_logs(tmp_path / "in" / "a.log", lines=LINES, bad_every=30)
-    return tmp_path
-
-
-def run(base: Path, **kw):
-    return gpuetl.Pipeline.from_dict(spec(**kw), base_dir=base).run(backend="cpu", scheduler="sync")
-
-
-def write_pipe(base: Path, **kw) -> Path:
-    """The pipeline file, written before a guard is set (left as it is when it already says this)."""
-    path, text = base / "pipe.yaml", yaml.safe_dump(spec(**kw))
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
+    return GALLERY.inputs(tmp_path)
 
 
 def cli_run(base: Path, *sets: str, **kw) -> int:
     path = write_pipe(base, **kw)
     return main(["run", str(path), "--scheduler", "sync", *[a for s in sets for a in ("--set", s)]])
-
-
-def assert_identity(result) -> None:
-    c = result.counts
-    assert c["rows_in"] == LINES
-    assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
-    assert sum(s["rows"] for s in result.shards) == c["rows_out"]
-    assert main(["verify", str(result.out_dir)]) == 0
 
 
 def files_under(folder: Path) -> list[str]:
