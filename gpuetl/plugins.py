@@ -5,9 +5,11 @@ with no arguments). A plugin that fails to load is a PluginError naming it."""
 
 from __future__ import annotations
 
+import difflib
+import importlib
 from importlib.metadata import entry_points
 
-from .errors import GpuetlError
+from .errors import GpuetlError, SpecError
 
 GROUP = "gpuetl.plugins"
 _loaded = False
@@ -37,3 +39,47 @@ def reset_plugins() -> None:
     """Look the entry points up again at the next lookup (for tests)."""
     global _loaded
     _loaded = False
+
+
+class Registry:
+    """Extensions of one kind by name (source formats, sinks): the built-in ones imported on first
+    lookup ("module:attribute"), the others registered by a function or a plugin. Plugins are
+    loaded only for a name gpuetl does not know; an unknown name gets the closest known one."""
+
+    def __init__(self, kind: str, builtin: dict[str, str]):
+        self.kind = kind                      # "source type", "sink type": how errors name it
+        self.builtin = builtin
+        self.registered: dict[str, object] = {}
+
+    def add(self, name: str, instance: object, *, replace: bool = False) -> None:
+        if not replace and (name in self.builtin or name in self.registered):
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self.registered[name] = instance
+
+    def known(self, name: str) -> bool:
+        if name in self.builtin or name in self.registered:
+            return True
+        load_plugins()
+        return name in self.registered
+
+    def names(self, *, plugins: bool = True) -> list[str]:
+        if plugins:
+            load_plugins()
+        return sorted({*self.builtin, *self.registered})
+
+    def get(self, name: str):
+        """The extension called `name`; an unknown name is a SpecError with the closest known name."""
+        if name not in self.registered and name in self.builtin:
+            module, attr = self.builtin[name].split(":")
+            self.registered[name] = getattr(importlib.import_module(module), attr)()
+        if name not in self.registered:
+            load_plugins()
+        if name not in self.registered:
+            raise SpecError(self.unknown(name))
+        return self.registered[name]
+
+    def unknown(self, name: str) -> str:
+        known = self.names()
+        hint = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+        return (f"unknown {self.kind} {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+                + f" (known: {', '.join(known)})")

@@ -7,11 +7,10 @@ built in, others come from `gpuetl.register_sink` or a `gpuetl.plugins` entry po
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ..plugins import Registry
 from . import commit as commit_protocol
 
 
@@ -49,7 +48,8 @@ class Sink(Protocol):
 
 
 BUILTIN_SINKS = {"parquet": "gpuetl.sinks.parquet:ParquetSink"}
-_REGISTERED: dict[str, Any] = {}
+SINKS = Registry("sink type", BUILTIN_SINKS)
+_REGISTERED = SINKS.registered
 
 
 def register_sink(sink, *, replace: bool = False):
@@ -63,50 +63,26 @@ def register_sink(sink, *, replace: bool = False):
                if not callable(getattr(instance, m, None))]
     if missing:
         raise TypeError(f"sink {name!r}: missing {', '.join(missing)}")
-    if not replace and (name in BUILTIN_SINKS or name in _REGISTERED):
-        raise ValueError(f"sink {name!r} is already registered")
-    _REGISTERED[name] = instance
+    SINKS.add(name, instance, replace=replace)
     return sink
 
 
 def is_sink(name: str) -> bool:
     """Known, built in or registered; plugins are loaded only for a name gpuetl does not know."""
-    if name in BUILTIN_SINKS or name in _REGISTERED:
-        return True
-    from ..plugins import load_plugins
-
-    load_plugins()
-    return name in _REGISTERED
+    return SINKS.known(name)
 
 
 def sink_names() -> list[str]:
-    from ..plugins import load_plugins
-
-    load_plugins()
-    return sorted({*BUILTIN_SINKS, *_REGISTERED})
+    return SINKS.names()
 
 
 def get_sink(name: str):
     """The sink called `name`; an unknown name is a SpecError with the closest known name."""
-    if name not in _REGISTERED and name in BUILTIN_SINKS:
-        module, attr = BUILTIN_SINKS[name].split(":")
-        _REGISTERED[name] = getattr(importlib.import_module(module), attr)()
-    if name not in _REGISTERED:
-        from ..plugins import load_plugins
-
-        load_plugins()
-    if name not in _REGISTERED:
-        from ..errors import SpecError
-
-        raise SpecError(unknown_sink(name))
-    return _REGISTERED[name]
+    return SINKS.get(name)
 
 
 def unknown_sink(name: str) -> str:
-    known = sink_names()
-    hint = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
-    return (f"unknown sink type {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
-            + f" (known: {', '.join(known)})")
+    return SINKS.unknown(name)
 
 
 def sink_of_manifest(manifest: dict):

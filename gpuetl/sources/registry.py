@@ -9,11 +9,9 @@ The built-in formats are imported only when looked up; formats from other packag
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..errors import SpecError
+from ..plugins import Registry
 
 
 @runtime_checkable
@@ -34,7 +32,8 @@ BUILTIN_SOURCES = {
     "parquet": "gpuetl.sources.formats.parquet:ParquetFormat",
     "images": "gpuetl.sources.formats.images:ImagesFormat",
 }
-_REGISTERED: dict[str, SourceFormat] = {}
+SOURCES = Registry("source type", BUILTIN_SOURCES)
+_REGISTERED = SOURCES.registered
 
 
 def register_source(fmt, *, replace: bool = False):
@@ -45,52 +44,30 @@ def register_source(fmt, *, replace: bool = False):
         raise TypeError(f"{fmt!r}: a source format needs a `name`")
     if not callable(getattr(instance, "plan", None)):
         raise TypeError(f"source format {name!r}: needs plan(loaded, files, notes, backend)")
-    if not replace and (name in BUILTIN_SOURCES or name in _REGISTERED):
-        raise ValueError(f"source format {name!r} is already registered")
     if not hasattr(instance, "options"):
         instance.options = ()
-    _REGISTERED[name] = instance
+    SOURCES.add(name, instance, replace=replace)
     return fmt
 
 
 def is_source(name: str) -> bool:
     """Known, built in or registered; plugins are loaded only for a name gpuetl does not know."""
-    if name in BUILTIN_SOURCES or name in _REGISTERED:
-        return True
-    from ..plugins import load_plugins
-
-    load_plugins()
-    return name in _REGISTERED
+    return SOURCES.known(name)
 
 
 def registered_names() -> list[str]:
     """The formats known now, without looking for plugins."""
-    return sorted({*BUILTIN_SOURCES, *_REGISTERED})
+    return SOURCES.names(plugins=False)
 
 
 def source_names() -> list[str]:
-    from ..plugins import load_plugins
-
-    load_plugins()
-    return sorted({*BUILTIN_SOURCES, *_REGISTERED})
+    return SOURCES.names()
 
 
 def get_source(name: str) -> SourceFormat:
     """The format called `name`; an unknown name is a SpecError with the closest known name."""
-    if name not in _REGISTERED and name in BUILTIN_SOURCES:
-        module, attr = BUILTIN_SOURCES[name].split(":")
-        _REGISTERED[name] = getattr(importlib.import_module(module), attr)()
-    if name not in _REGISTERED:
-        from ..plugins import load_plugins
-
-        load_plugins()
-    if name not in _REGISTERED:
-        raise SpecError(unknown_source(name))
-    return _REGISTERED[name]
+    return SOURCES.get(name)
 
 
 def unknown_source(name: str) -> str:
-    known = source_names()
-    hint = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
-    return (f"unknown source type {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
-            + f" (known: {', '.join(known)})")
+    return SOURCES.unknown(name)
