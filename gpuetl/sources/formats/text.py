@@ -15,10 +15,9 @@ from ...spec.names import new_name_problem
 from ...types import ColumnSpec, column_spec
 from ..parsers import LineParser, RegexParser
 from ..stage import declared_columns, plan_byte_ranges, source_stage
-from .jsonl import json_stage
+from .jsonl import FIELD_HINT, json_stage
 
 PRESET_KERNELS = {"apache_common": "clf", "apache_combined": "combined", "nginx_combined": "combined"}
-FIELD_HINT = "list the fields to read under `columns`; the others are left out"
 TEMPLATE_HINT = ("in a template, '[' starts a regular-expression character class; write \\[ and \\] for "
                  "literal brackets, in single-quoted YAML: template: '\\[<Level>\\] <Content>'")
 
