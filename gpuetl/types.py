@@ -1,11 +1,15 @@
 """The column types of pipeline files and the schemas that flow between stages.
 
 A schema is an ordered mapping of column name to type name. Type names are the contract's
-(bool, int8..int64, uint8..uint64, float32, float64, string, timestamp); each backend maps them
-to its own dtypes, and the Parquet output always uses the Arrow types below.
+(bool, int8..int64, uint8..uint64, float32, float64, string, timestamp) and the nested ones built
+from them, `list<T>` and `struct<name: T, ...>` (written in one canonical spelling, see
+`nested_type_name`); each backend maps them to its own dtypes, and the Parquet output always uses
+the Arrow types below.
 """
 
 from __future__ import annotations
+
+import re
 
 import pyarrow as pa
 
@@ -16,7 +20,22 @@ FLOAT_TYPES = ("float32", "float64")
 NUMERIC_TYPES = INTEGER_TYPES + FLOAT_TYPES
 TYPE_NAMES = ("bool", *NUMERIC_TYPES, "string", "timestamp")   # what a pipeline file's columns may be
 
-ARROW_TYPES: dict[str, pa.DataType] = {
+MAX_NESTING = 16      # struct/list levels in a declared type; deeper JSON values stay JSON text
+
+
+class _ArrowTypes(dict):
+    """Type name -> Arrow type; nested names (`list<...>`, `struct<...>`) are parsed on first use,
+    so every `ARROW_TYPES[name]` in the backends takes them too."""
+
+    def __missing__(self, name):
+        if not isinstance(name, str) or not name.startswith(("list<", "struct<")):
+            raise KeyError(name)
+        arrow = _parse_nested(name)
+        self[name] = arrow
+        return arrow
+
+
+ARROW_TYPES: dict[str, pa.DataType] = _ArrowTypes({
     "bool": pa.bool_(),
     **{name: getattr(pa, name)() for name in INT_TYPES + UINT_TYPES},
     "float32": pa.float32(),
@@ -24,7 +43,79 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "timestamp": pa.timestamp("us", tz="UTC"),
     "binary": pa.binary(),     # not a `columns` type: image bytes and pixels, the quarantine's exact input bytes
-}
+})
+SCALAR_TYPES = tuple(n for n in TYPE_NAMES if n != "timestamp")   # what may sit inside a list or struct
+
+
+def is_nested(type_name: str) -> bool:
+    return type_name.startswith(("list<", "struct<"))
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on the commas that are not inside <...>."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _parse_nested(text: str, depth: int = 0) -> pa.DataType:
+    """A type name (scalar or nested) as an Arrow type; ValueError says what is wrong."""
+    text = text.strip()
+    if depth > MAX_NESTING:
+        raise ValueError(f"nested more than {MAX_NESTING} levels deep")
+    if text in SCALAR_TYPES:
+        return ARROW_TYPES[text]
+    if text == "timestamp":
+        raise ValueError("timestamp is a column type, not one inside list<...> or struct<...>; "
+                         "declare a path column for it (e.g. `event.time: timestamp`)")
+    m = re.fullmatch(r"(list|struct)\s*<(.*)>", text, re.S)
+    if not m:
+        import difflib
+
+        close = difflib.get_close_matches(text, TYPE_NAMES, n=1)
+        raise ValueError(f"unknown type {text!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                         + f" (types: {', '.join(TYPE_NAMES)}, list<T>, struct<name: T, ...>)")
+    kind, inner = m.groups()
+    if kind == "list":
+        return pa.list_(_parse_nested(inner, depth + 1))
+    fields = []
+    for part in _split_top(inner):
+        name, colon, value = part.partition(":")
+        name = name.strip()
+        if not colon or not name or any(c in name for c in "<>,"):
+            raise ValueError(f"struct<...> holds `name: type` pairs separated by commas, got {part.strip()!r}")
+        if name in [f.name for f in fields]:
+            raise ValueError(f"struct<...> names the field {name!r} twice")
+        fields.append(pa.field(name, _parse_nested(value, depth + 1)))
+    if not fields:
+        raise ValueError("struct<...> needs at least one field")
+    return pa.struct(fields)
+
+
+def nested_type_name(arrow_type: pa.DataType) -> str:
+    """The canonical name of an Arrow type: `list<int64>`, `struct<a: string, b: list<bool>>`."""
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return f"list<{nested_type_name(arrow_type.value_type)}>"
+    if pa.types.is_struct(arrow_type):
+        inner = ", ".join(f"{f.name}: {nested_type_name(f.type)}" for f in arrow_type)
+        return f"struct<{inner}>" if inner else "string"
+    name = type_name_of(arrow_type)
+    return "string" if name in ("timestamp", "binary") else name
+
+
+def canonical_type_name(text: str) -> str:
+    """A type name as gpuetl writes it (`list< int64 >` -> `list<int64>`); ValueError if unknown."""
+    if text in TYPE_NAMES:
+        return text
+    return nested_type_name(_parse_nested(text))
 
 Schema = dict[str, str]  # column name -> type name
 
@@ -35,6 +126,8 @@ def arrow_schema(schema: Schema) -> pa.Schema:
 
 def type_name_of(arrow_type: pa.DataType) -> str:
     """Map an Arrow type read from data (jsonl, csv, parquet sources) to a contract type name."""
+    if pa.types.is_struct(arrow_type) or pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return nested_type_name(arrow_type)
     if pa.types.is_boolean(arrow_type):
         return "bool"
     if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
@@ -49,11 +142,15 @@ def type_name_of(arrow_type: pa.DataType) -> str:
     return "string"
 
 
-from typing import Literal, Union  # noqa: E402
+from typing import Annotated, Union  # noqa: E402
 
-from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema  # noqa: E402
 
-TypeName = Literal[TYPE_NAMES]   # the same names, for the pipeline file's models
+# The same names, for the pipeline file's models: a scalar name or a nested one, canonicalised
+TypeName = Annotated[str, AfterValidator(canonical_type_name), WithJsonSchema({
+    "anyOf": [{"enum": list(TYPE_NAMES)},
+              {"type": "string", "pattern": r"^\s*(list|struct)\s*<.*>\s*$",
+               "description": "list<T> or struct<name: T, ...> of the types above (no timestamp inside)"}]})]
 
 
 class ColumnSpec(BaseModel):

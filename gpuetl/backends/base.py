@@ -229,8 +229,9 @@ class Backend(ABC):
         return cols, matched
 
     @abstractmethod
-    def parse_json(self, text: Any, schema: Schema) -> tuple[dict, Any, Any]:
-        """Parse JSON objects, one per record: ({name: Series}, ok bool Series, reason Series|None)."""
+    def parse_json(self, text: Any, read: Any) -> tuple[dict, Any, Any]:
+        """Parse JSON objects, one per record, reading what `read` (sources/json_fields.JsonRead)
+        names: ({name: Series}, ok bool Series, reason Series|None)."""
 
     @abstractmethod
     def parse_csv(self, text: Any, names: tuple[str, ...] | list[str], delimiter: str) -> tuple[dict, Any, Any]:

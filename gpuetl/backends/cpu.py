@@ -12,7 +12,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
+from ..sources.json_fields import JsonRead, lookup
+from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, type_name_of
 from .base import Backend, Lines
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
 
@@ -205,39 +206,49 @@ class CpuBackend(Backend):
             out[name] = self.series(field, "string", index=text.index)
         return out, pd.Series(matched, index=text.index)
 
-    def parse_json(self, text, schema: Schema):
-        """Fast path: pyarrow's JSON reader over the whole block. If the block holds a bad record,
-        parse record by record to find it (errors are rare; correctness first)."""
+    def parse_json(self, text, read: JsonRead):
+        """Fast path: pyarrow's JSON reader over the whole block, with the columns' types. A
+        block it refuses (a bad record, a number written as a string, extra fields under
+        `extra_fields: error`) is read record by record to find out which records and why;
+        `extra_fields: keep` always is, as only it sees each record's other keys."""
         arr = _arrow(text)
-        arrow_schema = _json_arrow_schema(schema)
+        if len(arr) and _has_any_byte(arr, (b"\xef",)):
+            arr = _without_bom(arr)
+        schema = read.schema
         import pyarrow.json as pj
 
-        if not _one_object_per_line(arr):
-            return self._parse_json_slowly(arr, schema, text.index)
+        if read.extra == "keep" or not _one_object_per_line(arr):
+            return self._parse_json_slowly(arr, read, text.index)
         try:
             body = _joined_lines(arr)
+            arrow_schema = read.arrow_schema()
             table = pj.read_json(
                 pa.BufferReader(body),
-                parse_options=pj.ParseOptions(explicit_schema=arrow_schema, unexpected_field_behavior="ignore"),
+                parse_options=pj.ParseOptions(explicit_schema=arrow_schema, unexpected_field_behavior=(
+                    "error" if read.extra == "error" else "ignore")),
                 read_options=pj.ReadOptions(block_size=max(1 << 20, len(body) + 1)),
             ) if body else arrow_schema.empty_table()
             if table.num_rows == len(arr):
-                cols = {n: self.series(table.column(n), "string" if t == "timestamp" else t, index=text.index)
-                        for n, t in schema.items()}
+                values = json_columns(table, read)
+                cols = {c.name: self.series(values[c.name], c.type, index=text.index) for c in read.columns}
                 return cols, pd.Series(np.ones(len(arr), dtype=bool), index=text.index), None
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
             pass
-        return self._parse_json_slowly(arr, schema, text.index)
+        return self._parse_json_slowly(arr, read, text.index)
 
-    def _parse_json_slowly(self, arr: pa.Array, schema: Schema, index):
+    def _parse_json_slowly(self, arr: pa.Array, read: JsonRead, index):
         """Record by record with Python's json: a record it cannot read, however it fails (too
         deeply nested, an integer of thousands of digits, two objects on one line), is
-        quarantined with the reason; the run goes on."""
+        quarantined with the reason; the run goes on. JSON strings in number columns are
+        gathered and cast afterwards with the rules `columns` applies to text (self.cast)."""
         n = len(arr)
         ok = np.ones(n, dtype=bool)
         reasons: list[str | None] = [None] * n
-        columns: dict[str, list] = {name: [None] * n for name in schema}
-        arrow_schema = _json_arrow_schema(schema)
+        columns: dict[str, list] = {c.name: [None] * n for c in read.columns}
+        pending: dict[str, tuple[list[int], list[str]]] = {}
+        extra_text: list[str | None] = [None] * n
+        roots = read.roots
+        arrow_schema = None
         for i, line in enumerate(arr.to_pylist()):
             try:
                 obj = json.loads(line)
@@ -245,34 +256,65 @@ class CpuBackend(Backend):
                 why = "text after the first JSON value (one line must be one record)" if err.msg == "Extra data" else err.msg
                 ok[i], reasons[i] = False, f"invalid JSON: {why}"
                 continue
-            except RecursionError:
-                obj = _one_record_as_arrow_reads_it(line, arrow_schema, "invalid JSON: nested too deeply to read")
-            except (ValueError, TypeError) as err:       # e.g. an integer over Python's digit limit
-                obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {str(err)[:200]}")
+            except (RecursionError, ValueError, TypeError) as err:    # too deep; an integer over Python's digit limit
+                arrow_schema = arrow_schema or read.arrow_schema()
+                why = "nested too deeply to read" if isinstance(err, RecursionError) else str(err)[:200]
+                obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {why}")
             if isinstance(obj, _Unreadable):
                 ok[i], reasons[i] = False, obj.reason
                 continue
             if not isinstance(obj, dict):
                 ok[i], reasons[i] = False, f"expected a JSON object, got {_JSON_KINDS.get(type(obj), 'a value')}"
                 continue
-            for name, t in schema.items():
-                value = obj.get(name)
-                try:
-                    problem = _json_value_problem(value, t)
-                    if not problem and t == "string" and value is not None and not isinstance(value, str):
-                        value = json.dumps(value)
-                except (RecursionError, ValueError) as err:
-                    problem = "nested too deeply to write back as text" if isinstance(err, RecursionError) \
-                        else str(err)[:200]
+            problem = None
+            for col in read.columns:
+                value, problem = lookup(obj, col)
                 if problem:
-                    ok[i], reasons[i] = False, f"field {name!r}: {problem}"
                     break
-                columns[name][i] = value
+                try:
+                    value, problem, as_text = _json_value(value, col.type, read.strict)
+                except (RecursionError, ValueError) as err:
+                    problem, as_text = ("nested too deeply to write back as text" if isinstance(err, RecursionError)
+                                        else str(err)[:200]), False
+                if problem:
+                    problem = f"field {col.name!r}: {problem}"
+                    break
+                if as_text:
+                    at, texts = pending.setdefault(col.name, ([], []))
+                    at.append(i)
+                    texts.append(value)
+                else:
+                    columns[col.name][i] = value
+            if not problem and read.extra != "drop":
+                extra = {k: v for k, v in obj.items() if k not in roots}
+                if extra and read.extra == "error":
+                    problem = f"field {next(iter(extra))!r} is not in columns (extra_fields: error)"
+                elif extra and read.extra == "keep" and not problem:
+                    try:
+                        extra_text[i] = json.dumps(extra, ensure_ascii=False)
+                    except (RecursionError, ValueError):
+                        problem = "an extra field is nested too deeply to write back as text"
+            if problem:
+                ok[i], reasons[i] = False, problem
+        by_name = {c.name: c for c in read.columns}
+        for name, (at, texts) in pending.items():
+            t = by_name[name].type
+            values, bad = self.cast(self.series(pa.array(texts, pa.string()), "string"), t)
+            values, bad = _arrow(values).to_pylist(), np.asarray(bad, dtype=bool)
+            for j, i in enumerate(at):
+                if not ok[i]:
+                    continue
+                if bad[j]:
+                    ok[i], reasons[i] = False, f"field {name!r}: {json.dumps(texts[j])[:80]} is not a valid {t}"
+                else:
+                    columns[name][i] = values[j]
         cols = {}
-        for name, t in schema.items():
-            values = [v if ok[i] else None for i, v in enumerate(columns[name])]
-            cols[name] = self.series(pa.array(values, type=ARROW_TYPES["string" if t == "timestamp" else t]),
-                                     "string" if t == "timestamp" else t, index=index)
+        for col in read.columns:
+            values = [v if ok[i] else None for i, v in enumerate(columns[col.name])]
+            cols[col.name] = self.series(pa.array(values, type=ARROW_TYPES[col.type]), col.type, index=index)
+        if read.extra == "keep":
+            cols["_extra"] = self.series(pa.array([v if ok[i] else None for i, v in enumerate(extra_text)],
+                                                  pa.string()), "string", index=index)
         return cols, pd.Series(ok, index=index), pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=index)
 
     def parse_csv(self, text, names, delimiter):
@@ -575,8 +617,84 @@ _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a num
                type(None): "null"}
 
 
-def _json_arrow_schema(schema: Schema) -> pa.Schema:
-    return pa.schema([(n, ARROW_TYPES[t] if t != "timestamp" else pa.string()) for n, t in schema.items()])
+def json_columns(table: pa.Table, read: JsonRead) -> dict[str, pa.Array]:
+    """Each column's values from the block reader's table: the flat key where a record has it,
+    else the value at the column's path (a list index past a list's end is null)."""
+    out = {}
+    for col in read.columns:
+        flat = one_array(table.column(col.name)) if col.name in table.column_names else None
+        if not col.path:
+            out[col.name] = flat
+            continue
+        value = one_array(table.column(col.path[0]))
+        for step in col.path[1:]:
+            value = _json_step(value, step)
+        if flat is not None and flat.null_count < len(flat):
+            value = pc.coalesce(flat, value)
+        out[col.name] = value
+    return out
+
+
+def _json_step(value: pa.Array, step) -> pa.Array:
+    if isinstance(step, int):
+        long_enough = pc.greater(pc.list_value_length(value), step)
+        value = pc.if_else(pc.fill_null(long_enough, False), value, pa.scalar(None, value.type))
+        return pc.list_element(value, step)
+    return pc.struct_field(value, [value.type.get_field_index(step)])
+
+
+def _without_bom(arr: pa.Array) -> pa.Array:
+    """A UTF-8 byte-order mark before a record (a file saved by a Windows editor) is not part of it."""
+    return pc.if_else(pc.starts_with(arr, "\ufeff"), pc.utf8_slice_codeunits(arr, 1), arr)
+
+
+def _json_value(value, type_name: str, strict: bool):
+    """(value, problem, as_text): one JSON value for a column of this type. `as_text`: a JSON
+    string for a number column, to be cast with the text rules (not under `strict`)."""
+    if value is None:
+        return None, None, False
+    if type_name == "string":
+        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None, False
+    if type_name.startswith(("list<", "struct<")):
+        return _conform(value, ARROW_TYPES[type_name], "")
+    if isinstance(value, str) and not strict and type_name != "bool":
+        return value, None, True
+    problem = _json_value_problem(value, type_name)
+    return (None, problem, False) if problem else (_exact(value, type_name), None, False)
+
+
+def _conform(value, arrow_type: pa.DataType, where: str):
+    """A nested value checked against its declared type, as the block reader would read it
+    (leaves as they are in JSON: "4" is not an int64); fields the type does not name are left out."""
+    if value is None:
+        return None, None, False
+    if pa.types.is_struct(arrow_type):
+        if not isinstance(value, dict):
+            return None, f"{where or 'value'}: expected an object, got {_JSON_KINDS.get(type(value), 'a value')}", False
+        out = {}
+        for f in arrow_type:
+            inner, problem, _ = _conform(value.get(f.name), f.type, f"{where}.{f.name}" if where else f.name)
+            if problem:
+                return None, problem, False
+            out[f.name] = inner
+        return out, None, False
+    if pa.types.is_list(arrow_type):
+        if not isinstance(value, list):
+            return None, f"{where or 'value'}: expected an array, got {_JSON_KINDS.get(type(value), 'a value')}", False
+        out = []
+        for k, item in enumerate(value):
+            inner, problem, _ = _conform(item, arrow_type.value_type, f"{where}[{k}]")
+            if problem:
+                return None, problem, False
+            out.append(inner)
+        return out, None, False
+    name = type_name_of(arrow_type)
+    if name == "string":
+        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None, False
+    problem = _json_value_problem(value, name)
+    if problem:
+        return None, f"{where}: {problem}" if where else problem, False
+    return _exact(value, name), None, False
 
 
 @dataclass(frozen=True)

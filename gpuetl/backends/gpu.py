@@ -484,14 +484,14 @@ class GpuBackend(GpuTextMixin, Backend):
         return ({n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()},
                 _with_index(cudf.Series(cp.asarray(matched.to_numpy(dtype=bool))), text.index))
 
-    def parse_json(self, text, schema: Schema):
+    def parse_json(self, text, read):
         """On the host, with the CPU kernel: pyarrow's reader and Python's json for bad records
         define which records are bad and why; cudf.read_json coerces types differently (see
         docs/gpu.md), so using it would break parity. Counted."""
         count_fallback("parse_json: host (pyarrow JSON reader)", len(text))
         cols, ok, reasons = self.cpu.parse_json(self.cpu.series(_to_arrow(text, "JSON parsed on the host"), "string"),
-                                                schema)
-        return self._back(cols, ok, reasons, schema, text.index)
+                                                read)
+        return self._back(cols, ok, reasons, read.schema, text.index)
 
     def parse_csv(self, text, names, delimiter):
         count_fallback("parse_csv: host (pyarrow CSV reader)", len(text))

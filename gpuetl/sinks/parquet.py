@@ -177,11 +177,12 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     row group's distinct values, so a row group is what is judged (client IPs repeat across a
     row group though rarely within its first few thousand rows). Timestamps, sizes and URLs are
     mostly distinct: their dictionary is as large as the data and slower to build, so they are
-    plain-encoded (measurements in benchmarks/README.md)."""
+    plain-encoded (measurements in benchmarks/README.md). Nested columns (structs, lists) are
+    left to the writer's defaults: there is no distinct count of a struct."""
     sample = table.slice(0, _DICTIONARY_SAMPLE_ROWS)
     limit = DICTIONARY_MAX_SHARE * max(sample.num_rows, 1)
     return [name for name in sample.column_names
-            if pc.count_distinct(sample.column(name), mode="all").as_py() <= limit]
+            if not pa.types.is_nested(sample.schema.field(name).type) and pc.count_distinct(sample.column(name), mode="all").as_py() <= limit]
 
 
 def write_parquet(table: pa.Table, path: str, options: WriteOptions, relpath: str = "") -> ShardResult:

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import SourceError, SpecError
 from ..types import Schema
 from .files import InputFile
+from .json_fields import JsonRead
 
 
 @dataclass(frozen=True)
@@ -67,17 +68,18 @@ class RegexParser:
 
 @dataclass(frozen=True)
 class JsonParser:
-    """One JSON object per line; fields are the plan's columns (declared or sampled)."""
+    """One JSON object per line; what is read is the plan's JsonRead (declared or sampled
+    columns, top-level keys or paths; sources/json_fields.py)."""
 
-    fields: tuple[tuple[str, str], ...]
+    read: JsonRead
     whole_partition = False       # the JSON reader's temporaries stay batch-sized
 
     @property
     def schema(self) -> Schema:
-        return {name: ("string" if t == "timestamp" else t) for name, t in self.fields}
+        return self.read.schema
 
     def parse(self, text, backend, file_index=None):
-        cols, ok, reasons = backend.parse_json(text, dict(self.fields))
+        cols, ok, reasons = backend.parse_json(text, self.read)
         if reasons is None:     # the whole-block reader took every record: no per-record reasons
             reasons = "invalid JSON record"
         return cols, ok, reasons

@@ -53,8 +53,10 @@ def _check_partition_count(loaded, files: list[InputFile]) -> None:
 
 
 def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, ColumnSpec], declared: dict[str, ColumnSpec],
-                 field_hint: str, skip_header: bool = False, parquet: bool = False) -> SourceStage:
-    """Check the declared columns against what the parser yields and build the stage."""
+                 field_hint: str, skip_header: bool = False, parquet: bool = False,
+                 added: tuple[str, ...] = ()) -> SourceStage:
+    """Check the declared columns against what the parser yields and build the stage.
+    `added`: columns the parser adds itself (a JSON source's `_extra`)."""
     src = loaded.spec.source
     casts = dict(casts)
     for name, col in declared.items():
@@ -65,7 +67,7 @@ def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, Col
                             + f" (fields: {', '.join(parser.schema)})")
         casts[name] = col
     for name in parser.schema:
-        if (problem := field_name_problem(name)) and name not in declared:
+        if (problem := field_name_problem(name)) and name not in declared and name not in added:
             raise SpecError(f"{loaded.key('source', 'path')}: the input field {problem}", hint=field_hint)
     schema = {name: (casts[name].type if name in casts else t) for name, t in parser.schema.items()}
     if src.provenance:        # no input field is named so (field_name_problem)

@@ -210,6 +210,11 @@ class PipelineSpec(Model):
     source: Source
     parse: Parse | None = None
     columns: dict[str, ColumnTypeValue] = Field(default_factory=dict)
+    strict: bool = Field(False, description="true: no lossless string-to-number coercion of JSON values, and a "
+                         "declared field that no record has is an error")
+    extra_fields: Literal["drop", "keep", "error"] = Field(
+        "drop", description="JSON sources: fields not in `columns`: drop (counted), keep (one `_extra` column "
+        "of JSON object text) or error (the record is quarantined)")
     steps: list[dict[str, Any]] = Field(default_factory=list, description="ordered; each item maps one step name to its parameters")
     on_error: Literal["fail", "drop", "quarantine"] = "quarantine"
     max_error_ratio: float | None = Field(None, ge=0, le=1)
@@ -234,6 +239,15 @@ class PipelineSpec(Model):
             if not isinstance(item, dict) or len(item) != 1:
                 raise ValueError(f"item {i} must be a mapping with exactly one key, the step's name "
                                  f"(e.g. '- filter: \"status >= 200\"')")
+        return v
+
+    @field_validator("extra_fields")
+    @classmethod
+    def _extra_fields_for_json(cls, v, info: ValidationInfo):
+        source, parse = info.data.get("source"), info.data.get("parse")
+        is_json = source is not None and (source.type == "jsonl" or (parse is not None and parse.preset == "json"))
+        if v != "drop" and source is not None and not is_json:
+            raise ValueError(f"extra_fields is for JSON sources (jsonl, or parse: {{preset: json}}), not {source.type}")
         return v
 
     @field_validator("parse")

@@ -273,6 +273,13 @@ def _inputs(draw):
     return kind, draw(st.lists(line, max_size=12))
 
 
+def _json_or_none(line: bytes):
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _records(data: bytes) -> list[tuple[int, bytes]]:
     """(offset, bytes less the line ending) of every record: a line with more than a line ending."""
     out, pos = [], 0
@@ -305,6 +312,14 @@ def test_fuzz_every_line_ends_in_the_output_or_the_quarantine_once(given, blocks
         s = spec({"type": kind, "path": "in.x", "blocksize": blocksize})
         if kind == "jsonl":
             s["columns"] = {"a": "int64", "b": "string"}
+            objects = [o for o in map(_json_or_none, lines) if isinstance(o, dict)]
+            missing = [k for k in s["columns"] if not any(k in o for o in objects)]
+            if missing and objects:      # a declared field no record has is a typo to report (#15)
+                with pytest.raises(SpecError, match=f"has the field {missing[0]!r}"):
+                    run(base, s)
+                if "a" in missing:
+                    return
+                s["columns"] = {"a": "int64"}
         result = run(base, s)                      # never an error: every record has a place
         records = dict(_records(data)[1:] if kind == "csv" else _records(data))
         out = rows(result) if result.counts["rows_out"] else []

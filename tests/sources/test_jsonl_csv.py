@@ -80,7 +80,7 @@ def test_jsonl_typed_columns(tmp_path, blocksize):
     reasons = {r["_raw"].decode(): r["_reason"] for r in q}
     assert reasons["not json"].startswith("invalid JSON")
     assert reasons["[1, 2]"] == "expected a JSON object, got an array"
-    assert reasons['{"id": "three", "name": "c"}'] == "field 'id': expected int64, got \"three\""
+    assert reasons['{"id": "three", "name": "c"}'] == "field 'id': \"three\" is not a valid int64"
     assert reasons['{"id": 4.5}'] == "field 'id': expected int64, got 4.5"
     assert reasons['{"id": 6, "ok": "yes"}'].startswith("field 'ok': expected bool")
     assert reasons['{"id":'].startswith("invalid JSON")
@@ -97,9 +97,10 @@ def test_jsonl_sampled_fields(tmp_path):
     result = run(tmp_path, {"type": "jsonl", "path": "a.jsonl"})
     t = table(result)
     assert {f.name: str(f.type) for f in t.schema} == {
-        "id": "int64", "name": "string", "score": "double", "ok": "bool", "nested": "string", "mixed": "string"}
+        "id": "int64", "name": "string", "score": "double", "ok": "bool",
+        "nested": "struct<k: list<element: int64>>", "mixed": "string"}
     assert t.to_pylist() == [
-        {"id": 1, "name": "a", "score": 1.0, "ok": True, "nested": '{"k": [1]}', "mixed": None},
+        {"id": 1, "name": "a", "score": 1.0, "ok": True, "nested": {"k": [1]}, "mixed": None},
         {"id": 2, "name": None, "score": 2.5, "ok": False, "nested": None, "mixed": None},
         {"id": 3, "name": None, "score": None, "ok": None, "nested": None, "mixed": "1"},
         {"id": 4, "name": None, "score": None, "ok": None, "nested": None, "mixed": "x"},
@@ -219,15 +220,17 @@ def test_csv_unterminated_quote_is_quarantined(tmp_path):
     assert [r["_raw"] for r in quarantine(result)] == [b"4,u,v,extra", b'5,"open,w', b"  "]
 
 
-def test_jsonl_values_must_have_their_json_type(tmp_path):
-    """As pyarrow's reader decides on the fast path: "4" is not an int64 and true is not 1."""
+@pytest.mark.parametrize("strict", [False, True])
+def test_jsonl_values_must_have_their_json_type(tmp_path, strict):
+    """true is not 1 and 2.5 is not an int64; "4" is 4 (the text rules), except under strict."""
     (tmp_path / "e.jsonl").write_text('{"n": 1, "b": true}\n{"n": "4", "b": true}\n{"n": 2, "b": 1}\n'
                                       '{"n": 2.5, "b": false}\n{"n": null, "b": null}\n')
-    spec = {"version": 1, "name": "j", "source": {"type": "jsonl", "path": "e.jsonl"},
+    spec = {"version": 1, "name": "j", "source": {"type": "jsonl", "path": "e.jsonl"}, "strict": strict,
             "columns": {"n": "int64", "b": "bool"}, "sink": {"path": "out"}}
     from gpuetl import Pipeline
 
     result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
-    assert result.counts["rows_out"] == 2 and result.counts["quarantined"] == 3
-    assert sorted(result.bad_records) == ["field 'b': expected bool, got 1", "field 'n': expected int64, got \"4\"",
-                                          "field 'n': expected int64, got 2.5"]
+    assert result.counts["rows_out"] == (2 if strict else 3)
+    assert result.counts["quarantined"] == (3 if strict else 2)
+    assert sorted(result.bad_records) == ["field 'b': expected bool, got 1"] + (
+        ["field 'n': expected int64, got \"4\""] if strict else []) + ["field 'n': expected int64, got 2.5"]

@@ -1,20 +1,35 @@
-"""JSON lines: one object per line; the fields are declared under `columns` or learnt from the
-first records."""
+"""JSON lines: one object per line. The fields are declared under `columns` (top-level keys or
+paths such as `user.id`, `items[0].sku`) or learnt from a sample of every file.
+
+The sample is each file's head and a few spread-out blocks (at the same offsets whatever the
+blocksize or worker count, so the plan and the schema do not depend on them), from at most
+JSON_SAMPLE_FILES files chosen with a fixed seed. It checks the declared columns (a column no
+sampled record has is a located error with the closest field), learns the schema when nothing is
+declared (types widen bool < int64 < float64 < string; an object in one place and a scalar in
+another is an error naming both), and names the fields `columns` leaves out."""
 
 from __future__ import annotations
 
+import difflib
 import json
-
-import pyarrow as pa
+import random
+from dataclasses import dataclass, field
 
 from ...errors import SpecError
-from ...types import ColumnSpec, Schema, type_name_of
+from ...spec.names import field_name_problem
+from ...types import ColumnSpec, Schema
 from ..files import InputFile
+from ..json_fields import JsonColumn, JsonRead, parse_path, path_pattern, path_text
 from ..parsers import JsonParser
-from ..ranges import read_head
+from ..ranges import ByteRange, read_head, read_range
 from ..stage import declared_columns, plan_byte_ranges, source_stage
 
-JSON_SAMPLE_LINES = 1000
+JSON_SAMPLE_FILES = 200           # files sampled at most (chosen with a fixed seed when there are more)
+JSON_HEAD_BYTES = 256 << 10       # each file's head
+JSON_BLOCKS = 4                   # spread-out blocks per uncompressed file past its head
+JSON_BLOCK_BYTES = 64 << 10
+INFER_DEPTH = 8                   # deeper objects are kept as JSON text
+MAX_SAMPLED_PATHS = 10_000
 FIELD_HINT = "list the fields to read under `columns`; the others are left out"
 
 
@@ -24,58 +39,258 @@ class JsonlFormat:
 
     def plan(self, loaded, files, notes, backend=None):
         partitions = plan_byte_ranges(loaded, files)
-        return partitions, self.stage(loaded, files, notes), {}
+        stage, metadata = json_stage_and_metadata(loaded, files, notes)
+        return partitions, stage, metadata
 
     def stage(self, loaded, files, notes):
-        return json_stage(loaded, files)
+        return json_stage(loaded, files, notes)
 
 
-def json_stage(loaded, files):
+def json_stage(loaded, files, notes=None):
+    return json_stage_and_metadata(loaded, files, notes if notes is not None else [])[0]
+
+
+def json_stage_and_metadata(loaded, files, notes: list[str]):
+    spec = loaded.spec
     declared = declared_columns(loaded)
-    fields = {n: c.type for n, c in declared.items()} if declared else _sample_json(loaded, files)
-    parser = JsonParser(tuple(fields.items()))
-    return source_stage(loaded, files, parser,
-                        casts={n: ColumnSpec(type="timestamp") for n, t in fields.items() if t == "timestamp"},
+    sample = sample_json(files, loaded.key("source", "path"), infer=not declared)
+    metadata: dict = {}
+    if declared:
+        columns = _declared_read_columns(loaded, declared)
+        _check_declared(loaded, columns, sample)
+    else:
+        inferred = sample.schema(loaded)
+        columns = tuple(JsonColumn(name, t, None) for name, t in inferred.items())
+        metadata["inferred_schema"] = inferred
+        notes.append(f"source: schema inferred from {sample.records} records sampled in {sample.files_read} of "
+                     f"{len(files)} files (head and spread-out blocks of each): "
+                     + ", ".join(f"{n}: {t}" for n, t in inferred.items()))
+    read = JsonRead(columns, strict=spec.strict, extra=spec.extra_fields)
+    try:
+        read.arrow_schema()
+    except ValueError as err:
+        raise SpecError(f"{loaded.key('columns')}: {err}", hint="declare the whole object as one "
+                        "struct<...> column, or only paths that agree on what each value is") from None
+    extra = sample.extra_fields(read.roots)
+    if declared and extra:
+        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        if spec.extra_fields == "error":
+            raise SpecError(f"{loaded.key('columns')}: the sampled records have fields not in columns: {shown}",
+                            hint="declare them, or set extra_fields: drop or keep")
+        what = {"drop": "dropped", "keep": "kept as JSON text in the _extra column"}[spec.extra_fields]
+        notes.append(f"source: {len(extra)} field(s) not in columns are {what}: {shown}")
+        metadata["extra_fields"] = {"mode": spec.extra_fields, "sampled": extra}
+    parser = JsonParser(read)
+    return source_stage(loaded, files, parser, casts={},
                         declared={n: c for n, c in declared.items() if c.type == "timestamp"},
-                        field_hint=FIELD_HINT)
+                        field_hint=FIELD_HINT, added=("_extra",) if spec.extra_fields == "keep" else ()), metadata
 
 
-def _first_lines(files: list[InputFile], limit: int) -> list[str]:
-    lines: list[str] = []
-    for f in files:
-        for raw in read_head(f, 1 << 20).splitlines():
-            raw = raw.strip()
-            if raw:
-                lines.append(raw.decode("utf-8", "replace"))
-            if len(lines) >= limit:
-                return lines
-    return lines
+def _declared_read_columns(loaded, declared: dict[str, ColumnSpec]) -> tuple[JsonColumn, ...]:
+    out = []
+    for name, col in declared.items():
+        if (problem := field_name_problem(name)):
+            raise SpecError(f"{loaded.key('columns', name)}: {problem}")
+        out.append(JsonColumn(name, "string" if col.type == "timestamp" else col.type, parse_path(name)))
+    return tuple(out)
 
 
-def _sample_json(loaded, files: list[InputFile]) -> Schema:
-    """No `columns`: take the fields and types from the first records, like Spark's inference."""
-    fields: dict[str, set] = {}
-    for line in _first_lines(files, JSON_SAMPLE_LINES):
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):       # bad, too deep, too many digits: the run quarantines it
+def _check_declared(loaded, columns: tuple[JsonColumn, ...], sample: "JsonSample") -> None:
+    """A declared column that no sampled record has is most likely a typo: say so now, with the
+    closest field the sample has, rather than write a column of nulls."""
+    if not sample.records:
+        return
+    for col in columns:
+        if col.name in sample.paths or (col.path and path_pattern(col.path) in sample.paths):
             continue
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                fields.setdefault(k, set())
-                if v is not None:
-                    fields[k].add(type_name_of(pa.array([v]).type) if not isinstance(v, (dict, list)) else "string")
-    if not fields:
-        raise SpecError(f"{loaded.key('source', 'path')}: found no JSON objects to learn the fields from",
-                        hint="declare the fields and their types under `columns`")
-    out = {}
-    for name, kinds in fields.items():
-        if kinds <= {"int64"}:
-            out[name] = "int64"
-        elif kinds <= {"int64", "float64"}:
-            out[name] = "float64"
-        elif kinds == {"bool"}:
-            out[name] = "bool"
+        known = sorted(sample.shown_paths())
+        hint = difflib.get_close_matches(col.name, known, n=1, cutoff=0.6)
+        raise SpecError(
+            f"{loaded.key('columns', col.name)}: none of the {sample.records} records sampled from "
+            f"{sample.files_read} file(s) has the field {col.name!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""),
+            hint="fields: " + ", ".join(known[:20]) + (" …" if len(known) > 20 else "")
+                 + "; nested values are reached by paths such as user.id or items[0].sku")
+
+
+# -- the sample ---------------------------------------------------------------------------------
+
+@dataclass
+class _Kind:
+    """What a field held in the sample: a scalar type, or an object/array with its parts."""
+
+    scalar: str | None = None                     # bool | int64 | float64 | string
+    fields: dict[str, "_Kind"] | None = None      # an object's
+    element: "_Kind | None" = None                # an array's
+    is_list: bool = False
+    seen_at: dict[str, str] = field(default_factory=dict)   # "an object" -> where it was first seen
+    too_deep: bool = False
+
+
+_ORDER = ("bool", "int64", "float64", "string")
+
+
+def _widen(a: str | None, b: str) -> str:
+    if a is None or a == b:
+        return b
+    if "bool" in (a, b):              # true is not a number: a field of both is text
+        return "string"
+    return _ORDER[max(_ORDER.index(a), _ORDER.index(b))]
+
+
+def _scalar_type(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64" if -2**63 <= value < 2**63 else "string"    # no wider integer: keep its digits
+    if isinstance(value, float):
+        return "float64"
+    return "string"
+
+
+@dataclass
+class JsonSample:
+    records: int = 0
+    files_read: int = 0
+    top: dict[str, _Kind] = field(default_factory=dict)
+    paths: set[str] = field(default_factory=set)          # every key and path seen (`items[].sku`)
+    keys: dict[str, None] = field(default_factory=dict)   # top-level keys, in order of first sight
+    check_drift: bool = True
+
+    def add(self, obj: dict, where: str) -> None:
+        self.records += 1
+        for key, value in obj.items():
+            self.keys.setdefault(key, None)
+            self.paths.add(key)
+            kind = self.top.setdefault(key, _Kind())
+            self._observe(kind, value, key, (key,), where, 1)
+
+    def _observe(self, kind: _Kind, value, name: str, steps: tuple, where: str, depth: int) -> None:
+        if value is None:
+            return
+        if depth > INFER_DEPTH and isinstance(value, (dict, list)):
+            kind.too_deep = True
+            return
+        what = "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else "a scalar"
+        kind.seen_at.setdefault(what, where)
+        if len(kind.seen_at) > 1 and self.check_drift:
+            (k1, w1), (k2, w2) = list(kind.seen_at.items())[:2]
+            raise _Drift(f"the field {name!r} is {k1} in {w1} and {k2} in {w2}")
+        if isinstance(value, dict):
+            kind.fields = kind.fields if kind.fields is not None else {}
+            for key, inner in value.items():
+                path = steps + (key,)
+                if len(self.paths) < MAX_SAMPLED_PATHS:
+                    self.paths.add(path_pattern(path))
+                sub = kind.fields.setdefault(key, _Kind())
+                self._observe(sub, inner, path_text(path), path, where, depth + 1)
+        elif isinstance(value, list):
+            kind.is_list = True
+            kind.element = kind.element or _Kind()
+            path = steps + (0,)
+            if len(self.paths) < MAX_SAMPLED_PATHS:
+                self.paths.add(path_pattern(path))
+            for item in value:
+                self._observe(kind.element, item, path_text(steps) + "[]", path, where, depth + 1)
         else:
-            out[name] = "string"
+            kind.scalar = _widen(kind.scalar, _scalar_type(value))
+
+    def shown_paths(self) -> list[str]:
+        return [p.replace("[]", "[0]") for p in self.paths]
+
+    def extra_fields(self, roots) -> list[str]:
+        return [k for k in self.keys if k not in roots]
+
+    def schema(self, loaded) -> Schema:
+        if not self.records:
+            raise SpecError(f"{loaded.key('source', 'path')}: found no JSON objects to learn the fields from",
+                            hint="declare the fields and their types under `columns`")
+        out = {}
+        for key in self.keys:
+            if (problem := field_name_problem(key)):
+                raise SpecError(f"{loaded.key('source', 'path')}: the input field {problem}", hint=FIELD_HINT)
+            out[key] = _type_of(self.top[key])
+        return out
+
+
+class _Drift(Exception):
+    pass
+
+
+def _type_of(kind: _Kind) -> str:
+    """The column type a field's sample gives: objects become structs, arrays lists; an empty
+    object or array, one nested too deep, or one only ever null inside, is kept as JSON text."""
+    if kind.too_deep:
+        return "string"
+    if kind.fields is not None:
+        if not kind.fields:
+            return "string"
+        inner = ", ".join(f"{name}: {_type_of(sub)}" for name, sub in kind.fields.items()
+                          if _usable_struct_name(name))
+        if len(inner.split(", ")) != len(kind.fields) or not inner:
+            return "string"
+        return f"struct<{inner}>"
+    if kind.is_list:
+        if kind.element is None or (kind.element.scalar is None and kind.element.fields is None
+                                    and not kind.element.is_list):
+            return "string" if kind.element is None else "list<string>"
+        return f"list<{_type_of(kind.element)}>"
+    return kind.scalar or "string"
+
+
+def _usable_struct_name(name: str) -> bool:
+    """A key that can be a struct field in a type name (no ',', ':', '<', '>'); an object with
+    others is kept as JSON text."""
+    return bool(name.strip()) and name == name.strip() and not any(c in name for c in ",:<>")
+
+
+def _sampled_files(files: list[InputFile]) -> list[InputFile]:
+    if len(files) <= JSON_SAMPLE_FILES:
+        return files
+    chosen = random.Random(0).sample(range(len(files)), JSON_SAMPLE_FILES)
+    return [files[i] for i in sorted(chosen)]
+
+
+def _blocks(f: InputFile) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of the whole lines in a file's head and in a few spread-out blocks (at
+    offsets drawn from the file's name and size, so the same file is sampled alike every time)."""
+    head = read_head(f, JSON_HEAD_BYTES)
+    out = [(0, head)]
+    if f.compression or f.size <= JSON_HEAD_BYTES + JSON_BLOCK_BYTES:
+        return out
+    rng = random.Random(f"{f.display}:{f.size}")
+    starts = sorted(rng.randrange(JSON_HEAD_BYTES, f.size - JSON_BLOCK_BYTES) for _ in range(JSON_BLOCKS))
+    for start in starts:
+        data = read_range(f, ByteRange(f.index, start, JSON_BLOCK_BYTES))
+        out.append((data.start, bytes(data.data)))
     return out
+
+
+def sample_json(files: list[InputFile], where: str = "source.path", infer: bool = True) -> JsonSample:
+    """The sample of these files (see the module's docstring). When it is to give the schema
+    (`infer`), a field that is an object in one place and a scalar in another is a SpecError."""
+    sample = JsonSample(check_drift=infer)
+    for f in _sampled_files(files):
+        sample.files_read += 1
+        for start, data in _blocks(f):
+            pos = start
+            for raw in data.split(b"\n"):
+                line_at, pos = pos, pos + len(raw) + 1
+                raw = raw.strip().lstrip(b"\xef\xbb\xbf") if line_at == 0 else raw.strip()
+                if not raw.startswith(b"{"):
+                    continue
+                try:
+                    obj = json.loads(raw.decode("utf-8", "replace"))
+                except (ValueError, RecursionError):   # bad, too deep, too many digits: the run quarantines it
+                    continue
+                if isinstance(obj, dict):
+                    try:
+                        sample.add(obj, f"{f.display} (byte {line_at})")
+                    except _Drift as err:
+                        raise SpecError(f"{where}: {err}", hint="a field must be an object everywhere or a "
+                                        "value everywhere; declare it under `columns` as string to keep it as "
+                                        "JSON text") from None
+                    except RecursionError:
+                        continue
+    return sample
+
+

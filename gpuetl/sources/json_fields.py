@@ -1,0 +1,163 @@
+"""Which JSON values a jsonl source reads: its columns as top-level keys or paths into nested
+values (`user.id`, `items[0].sku`), the Arrow schema the block readers read them with, and the
+record-by-record lookup the careful readers use. Both backends read through this description,
+so a record gives the same row on either.
+
+An exact top-level key wins over a path: OpenTelemetry and ECS logs write flat keys such as
+`"service.name"`, so that column reads the key `service.name` where a record has it, and the
+path `service` -> `name` where it does not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..types import ARROW_TYPES, is_nested
+
+Step = str | int
+_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+_FIRST = re.compile(r"[^.\[\]]+")
+
+
+def parse_path(name: str) -> tuple[Step, ...] | None:
+    """`user.id` -> ('user', 'id'); `items[0].sku` -> ('items', 0, 'sku'); None for a name that
+    is one key (no '.' or '[') or is not a well-formed path (`a..b`, `a[x]`): a flat key only."""
+    if "." not in name and "[" not in name:
+        return None
+    first = _FIRST.match(name)
+    if not first:
+        return None
+    steps: list[Step] = [first.group(0)]
+    pos = first.end()
+    while pos < len(name):
+        m = _STEP.match(name, pos)
+        if not m:
+            return None
+        steps.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
+        pos = m.end()
+    return tuple(steps)
+
+
+def path_pattern(steps) -> str:
+    """A path with its list indices left out, as the sampler records what it saw: `items[].sku`."""
+    out = ""
+    for step in steps:
+        out += "[]" if isinstance(step, int) else (f".{step}" if out else step)
+    return out
+
+
+@dataclass(frozen=True)
+class JsonColumn:
+    name: str                          # the output column, named as written
+    type: str                          # the type read (timestamps: their text, cast afterwards)
+    path: tuple[Step, ...] | None      # where the value is when the record has no key `name`
+
+
+@dataclass(frozen=True)
+class JsonRead:
+    """What to read from each JSON object. `strict`: JSON strings are not read as numbers;
+    `extra`: what a record's other top-level keys get (drop | keep | error)."""
+
+    columns: tuple[JsonColumn, ...]
+    strict: bool = False
+    extra: str = "drop"
+
+    @property
+    def schema(self) -> dict[str, str]:
+        out = {c.name: c.type for c in self.columns}
+        if self.extra == "keep":
+            out["_extra"] = "string"
+        return out
+
+    @property
+    def roots(self) -> frozenset[str]:
+        """The top-level keys the columns read: the others are extra fields."""
+        return frozenset([c.name for c in self.columns] + [c.path[0] for c in self.columns if c.path])
+
+    def arrow_schema(self) -> pa.Schema:
+        """The schema the block reader reads with: each column's flat key with its type, and
+        each path's root as a struct/list of just the values the paths reach."""
+        fields: dict[str, object] = {}
+        for col in self.columns:
+            _merge_into(fields, col.name, ARROW_TYPES[col.type], col.name)
+            if col.path:
+                node: object = ARROW_TYPES[col.type]
+                for step in reversed(col.path[1:]):
+                    node = {"list": node} if isinstance(step, int) else {"struct": {step: node}}
+                _merge_into(fields, col.path[0], node, col.name)
+        return pa.schema([(name, _to_arrow(node)) for name, node in fields.items()])
+
+
+def _merge_into(fields: dict, key: str, node, column: str) -> None:
+    fields[key] = _merge(fields[key], node, column, key) if key in fields else node
+
+
+def _merge(a, b, column: str, where: str):
+    """One tree of what the columns read below a key; a clash (a value read both as a number
+    and as an object) is a ValueError naming the column."""
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        if "list" in a:
+            return {"list": _merge(a["list"], b["list"], column, where + "[]")}
+        out = dict(a["struct"])
+        for k, v in b["struct"].items():
+            out[k] = _merge(out[k], v, column, f"{where}.{k}") if k in out else v
+        return {"struct": out}
+    if not isinstance(a, dict) and not isinstance(b, dict) and a == b:
+        return a
+    raise ValueError(f"{column!r} reads {where!r} as {_describe(b)}, and another column reads it as {_describe(a)}")
+
+
+def _describe(node) -> str:
+    if isinstance(node, dict):
+        return "a list" if "list" in node else "an object"
+    return str(node)
+
+
+def _to_arrow(node) -> pa.DataType:
+    if isinstance(node, dict):
+        if "list" in node:
+            return pa.list_(_to_arrow(node["list"]))
+        return pa.struct([(k, _to_arrow(v)) for k, v in node["struct"].items()])
+    return node
+
+
+_KIND = {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number", float: "a number"}
+
+
+def lookup(obj: dict, col: JsonColumn):
+    """(value, problem): the column's value in one record; None when absent. A path through a
+    value of the wrong kind (`user.id` where `user` is a string) is a problem, not a null."""
+    if col.name in obj or not col.path:
+        return obj.get(col.name), None
+    value = obj
+    for i, step in enumerate(col.path):
+        if value is None:
+            return None, None
+        if isinstance(step, int):
+            if not isinstance(value, list):
+                return None, _wrong_kind(col, i, value, "an array")
+            value = value[step] if step < len(value) else None
+        else:
+            if not isinstance(value, dict):
+                return None, _wrong_kind(col, i, value, "an object")
+            value = value.get(step)
+    return value, None
+
+
+def _wrong_kind(col: JsonColumn, i: int, value, expected: str) -> str:
+    where = path_text(col.path[:i]) or "the record"
+    return f"field {col.name!r}: {where} is {_KIND.get(type(value), 'a value')}, not {expected}"
+
+
+def path_text(steps) -> str:
+    out = ""
+    for step in steps:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else step)
+    return out
+
+
+def nested_columns(read: JsonRead) -> list[JsonColumn]:
+    return [c for c in read.columns if is_nested(c.type)]
