@@ -9,6 +9,7 @@ the Arrow types below.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pyarrow as pa
@@ -30,9 +31,7 @@ class _ArrowTypes(dict):
     def __missing__(self, name):
         if not isinstance(name, str) or not name.startswith(("list<", "struct<")):
             raise KeyError(name)
-        arrow = _parse_nested(name)
-        self[name] = arrow
-        return arrow
+        return _nested_arrow_type(name)      # not stored: the keys stay the scalar names
 
 
 ARROW_TYPES: dict[str, pa.DataType] = _ArrowTypes({
@@ -49,6 +48,11 @@ SCALAR_TYPES = tuple(n for n in TYPE_NAMES if n != "timestamp")   # what may sit
 
 def is_nested(type_name: str) -> bool:
     return type_name.startswith(("list<", "struct<"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _nested_arrow_type(name: str) -> pa.DataType:
+    return _parse_nested(name)
 
 
 def _split_top(text: str) -> list[str]:

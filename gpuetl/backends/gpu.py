@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pylibcudf as plc
 
-from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
+from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, is_nested
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
@@ -41,6 +41,8 @@ from .gpu_text import GpuTextMixin
 RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.Series.from_pylibcudf", 1, ()),
     ("cudf.Series.from_arrow", 1, ()),
+    ("cudf.ListDtype.from_arrow", 1, ()),
+    ("cudf.StructDtype.from_arrow", 1, ()),
     ("cudf.DataFrame.from_arrow", 1, ()),
     ("cudf.concat", 1, ("ignore_index",)),
     ("pylibcudf.Table", 1, ()),
@@ -249,6 +251,9 @@ class GpuBackend(GpuTextMixin, Backend):
             import pandas as pd
 
             return pd.DatetimeTZDtype(unit="us", tz="UTC")
+        if is_nested(type_name):             # list<...>, struct<...> (JSON sources)
+            arrow = ARROW_TYPES[type_name]
+            return (cudf.ListDtype if pa.types.is_list(arrow) else cudf.StructDtype).from_arrow(arrow)
         return np.dtype(type_name)
 
     def series(self, values, type_name: str, index=None):
@@ -283,6 +288,8 @@ class GpuBackend(GpuTextMixin, Backend):
 
     def nulls(self, n: int, type_name: str, index=None):
         """n nulls made on the device (a null scalar broadcast by libcudf)."""
+        if is_nested(type_name):
+            return self.series(pa.nulls(n, ARROW_TYPES[type_name]), type_name, index=index)
         kind = plc.DataType(_PLC_TYPES[type_name])
         column = plc.Column.from_scalar(plc.Scalar.from_py(None, kind), n)
         return self._finish(cudf.Series.from_pylibcudf(column), type_name, index)
