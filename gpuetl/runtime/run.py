@@ -24,6 +24,7 @@ from ..sinks.layout import Layout, cut_points
 from ..sinks.base import get_sink
 from ..sinks.parquet import ShardResult, ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
+from ..sources.formats.jsonl import empty_declared_columns
 from .reasons import group_reasons
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
@@ -292,10 +293,18 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     shards = [vars(s) for s in shards]
     quarantine = [vars(q) for q in quarantine]
     warnings = _balance_warnings(layout, shards, counts["rows_out"])
+    empty = empty_declared_columns(plan, run_tmp / "data", shards)
+    if empty:
+        message = (f"declared column(s) {', '.join(map(repr, empty))} are null in every row: no record has "
+                   "the field (a misspelt name, or a path that does not reach it?)")
+        if spec.strict:
+            raise DataError(message, hint="strict: true makes this an error; fix `columns` or set strict: false")
+        warnings.append(message)
     for warning in warnings:
         log(f"warning: {warning}")
     manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
     manifest["bad_record_kinds"] = kinds
+    manifest["empty_columns"] = empty
     manifest["fallbacks"] = backend.fallbacks(executor.client)
     manifest["host_transfer"] = backend.host_transfer(executor.client, plan.input_bytes)
     manifest["notes"] = [*plan.notes, *warnings]

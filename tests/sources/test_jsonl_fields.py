@@ -187,3 +187,15 @@ def test_a_byte_order_mark_before_the_first_record(tmp_path):
     result = run(tmp_path, {"a": "int64"})
     assert rows(result) == [{"a": 1}, {"a": 2}]
     assert run(tmp_path, out="o2").manifest["inferred_schema"] == {"a": "int64"}
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_declared_column_null_in_every_row_is_reported(tmp_path, strict):
+    write(tmp_path, "a.jsonl", [{"a": 1, "b": None}, {"a": 2}])
+    if strict:
+        with pytest.raises(gpuetl.errors.DataError, match="'b' are null in every row"):
+            run(tmp_path, {"a": "int64", "b": "int64"}, strict=True)
+        return
+    result = run(tmp_path, {"a": "int64", "b": "int64"})
+    assert result.manifest["empty_columns"] == ["b"]
+    assert any("'b' are null in every row" in n for n in result.manifest["notes"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ...errors import SpecError
 from ...spec.names import field_name_problem
-from ...types import ColumnSpec, Schema
+from ...types import ColumnSpec, Schema, is_nested
 from ..files import InputFile
 from ..json_fields import JsonColumn, JsonRead, parse_path, path_pattern, path_text
 from ..parsers import JsonParser
@@ -294,3 +294,50 @@ def sample_json(files: list[InputFile], where: str = "source.path", infer: bool 
     return sample
 
 
+
+
+# -- after the run ------------------------------------------------------------------------------
+
+def empty_declared_columns(plan, data_dir, shards: list[dict]) -> list[str]:
+    """Declared columns of a JSON source that are null in every row written: the field never
+    appeared (or was always null), which the run reports rather than leave a column of nulls
+    unremarked. Read from the shards' Parquet statistics (footers only)."""
+    import pyarrow.parquet as pq
+
+    source = plan.segments[0].source if plan.segments else None
+    if not isinstance(getattr(source, "parser", None), JsonParser):
+        return []
+    declared = [name for name in plan.spec.columns if name in plan.output_schema and not is_nested(plan.output_schema[name])]
+    total = sum(s["rows"] for s in shards)
+    if not declared or not total:
+        return []
+    nulls = dict.fromkeys(declared, 0)
+    for shard in shards:
+        if not shard["rows"]:
+            continue
+        try:
+            meta = pq.read_metadata(str(data_dir / shard["path"]))
+        except (OSError, ValueError):     # not a Parquet sink's shard
+            return []
+        leaf_of, leaf = {}, 0
+        for f in meta.schema.to_arrow_schema():
+            leaf_of[f.name] = leaf
+            leaf += _leaves(f.type)
+        for rg in range(meta.num_row_groups):
+            group = meta.row_group(rg)
+            for name in declared:
+                stats = group.column(leaf_of[name]).statistics
+                if stats is None or not stats.has_null_count:
+                    return []          # a writer without statistics: nothing to say
+                nulls[name] += stats.null_count
+    return [name for name in declared if nulls[name] == total]
+
+
+def _leaves(arrow_type) -> int:
+    import pyarrow as pa
+
+    if pa.types.is_struct(arrow_type):
+        return sum(_leaves(f.type) for f in arrow_type) or 1
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return _leaves(arrow_type.value_type)
+    return 1
