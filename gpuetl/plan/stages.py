@@ -326,10 +326,19 @@ def tally_row(count: int, status: int, stage: int, backend, reason: str | None =
     })
 
 
+def _json_ready(value):
+    """A value as the quarantine's JSON holds it: text, or a nested value (list, struct) as is."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, dict)):
+        return value
+    return None if pd.isna(value) else str(value)
+
+
 def _row_json(rows, backend):
     """A later step's bad row has no raw line any more: keep its values as JSON (UTF-8 bytes)."""
     data = [c for c in rows.columns if not c.startswith("__")]
     host = backend.to_pandas(rows[data])
-    texts = [json.dumps({k: (None if pd.isna(v) else str(v)) for k, v in rec.items()}, ensure_ascii=False)
+    texts = [json.dumps({k: _json_ready(v) for k, v in rec.items()}, ensure_ascii=False, default=str)
              .encode("utf-8", "surrogatepass") for rec in host.to_dict(orient="records")]
     return backend.series(texts, "binary", index=rows.index)

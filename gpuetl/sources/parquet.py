@@ -38,15 +38,28 @@ class ParquetColumns:
 
 
 def _supported(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return _supported_inside(arrow_type.value_type)
+    if pa.types.is_struct(arrow_type):
+        return arrow_type.num_fields > 0 and all(_supported_inside(f.type) for f in arrow_type)
     return (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type)
             or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
             or pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type) or pa.types.is_dictionary(arrow_type)
             and pa.types.is_string(arrow_type.value_type))
 
 
+def _supported_inside(arrow_type: pa.DataType) -> bool:
+    """What a list<...> or struct<...> column type may hold (types.py: no timestamps inside)."""
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_struct(arrow_type):
+        return _supported(arrow_type)
+    return (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type)
+            or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
+
+
 def parquet_columns(files: list[InputFile], where: str) -> tuple[ParquetColumns, list[str]]:
-    """Columns of the first file, checked against every other file; unsupported (nested) columns
-    are left out, and said so."""
+    """Columns of the first file, checked against every other file; lists and structs of the
+    column types are kept, other columns (maps, timestamps inside structs, ...) are left out,
+    and said so."""
     try:
         first = pq.read_schema(files[0].path)
     except (OSError, pa.ArrowInvalid) as err:

@@ -199,3 +199,17 @@ def test_a_declared_column_null_in_every_row_is_reported(tmp_path, strict):
     result = run(tmp_path, {"a": "int64", "b": "int64"})
     assert result.manifest["empty_columns"] == ["b"]
     assert any("'b' are null in every row" in n for n in result.manifest["notes"])
+
+
+def test_parquet_sources_keep_nested_columns(tmp_path):
+    import pyarrow as pa
+
+    src = pa.table({"id": [1, 2], "user": [{"id": 5, "tags": ["a"]}, None],
+                    "xs": pa.array([[1.5], []], pa.list_(pa.float32()))})
+    pq.write_table(src, tmp_path / "in.parquet")
+    result = gpuetl.Pipeline.from_dict({"version": 1, "name": "t", "source": {"type": "parquet", "path": "in.parquet"},
+                                        "sink": {"path": "out"}}, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    t = pq.read_table(result.out_dir / "part-00000.parquet")
+    assert str(t.schema.field("user").type) == "struct<id: int64, tags: list<element: string>>"
+    assert t.to_pylist() == [{"id": 1, "user": {"id": 5, "tags": ["a"]}, "xs": [1.5]},
+                             {"id": 2, "user": None, "xs": []}]
