@@ -325,7 +325,7 @@ def write_source(tmp_path, kind, name, data: bytes):
 
 @pytest.mark.parametrize("kind, name, data, rows_in, quarantined", [
     ("jsonl", "f.jsonl", b'{"a":1}\n{"a":\x002}\n\x00\n{"a":3}\n', 4, 2),          # NUL bytes
-    ("jsonl", "f.jsonl", b'\xef\xbb\xbf{"a":1}\n{"a":2}\n', 2, 1),                   # a BOM: named, quarantined
+    ("jsonl", "f.jsonl", b'\xef\xbb\xbf{"a":1}\n{"a":2}\n', 2, 0),                   # a BOM: not part of the record (#15)
     ("csv", "f.csv", b"a,b\n", 0, 0),                                                # a header only
     ("csv", "f.csv", b"a,b\r\n1,x\r\n2,y\r3,z\n4,w\r\n", 3, 1),                      # \r\n mixed with \r
     ("text", "f.log.gz", b"", 0, 0),                                                 # a 0-byte .gz
