@@ -226,7 +226,7 @@ class CpuBackend(Backend):
                 pa.BufferReader(body),
                 parse_options=pj.ParseOptions(explicit_schema=arrow_schema, unexpected_field_behavior=(
                     "error" if read.extra == "error" else "ignore")),
-                read_options=pj.ReadOptions(block_size=max(1 << 20, len(body) + 1)),
+                read_options=pj.ReadOptions(block_size=_json_block_size(arr), use_threads=False),
             ) if body else arrow_schema.empty_table()
             if table.num_rows == len(arr):
                 values = json_columns(table, read)
@@ -615,6 +615,14 @@ def _next_newline(view: memoryview, pos: int) -> int:
 
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
                type(None): "null"}
+
+
+def _json_block_size(arr: pa.Array) -> int:
+    """The JSON reader's block: about 1 MiB (a whole batch as one block parses slower: the
+    reader's per-block buffers outgrow the caches; benchmarks/README.md), and at least the
+    longest record, which a block must hold whole."""
+    longest = pc.max(pc.binary_length(arr)).as_py() or 0
+    return max(1 << 20, longest + 2)
 
 
 def json_columns(table: pa.Table, read: JsonRead) -> dict[str, pa.Array]:

@@ -19,7 +19,7 @@ from ...errors import SpecError
 from ...spec.names import field_name_problem
 from ...types import ColumnSpec, Schema, is_nested
 from ..files import InputFile
-from ..json_fields import JsonColumn, JsonRead, parse_path, path_pattern, path_text
+from ..json_fields import JsonColumn, JsonRead, parse_path, path_pattern
 from ..parsers import JsonParser
 from ..ranges import ByteRange, read_head, read_range
 from ..stage import declared_columns, plan_byte_ranges, source_stage
@@ -159,40 +159,50 @@ class JsonSample:
     def add(self, obj: dict, where: str) -> None:
         self.records += 1
         for key, value in obj.items():
-            self.keys.setdefault(key, None)
-            self.paths.add(key)
-            kind = self.top.setdefault(key, _Kind())
-            self._observe(kind, value, key, (key,), where, 1)
+            if key not in self.keys:
+                self.keys[key] = None
+                self.paths.add(key)
+                self.top[key] = _Kind()
+            self._observe(self.top[key], value, key, where, 1)
 
-    def _observe(self, kind: _Kind, value, name: str, steps: tuple, where: str, depth: int) -> None:
+    def _observe(self, kind: _Kind, value, pattern: str, where: str, depth: int) -> None:
+        """Note what one value is; `pattern` is its path with list indices left out (`items[].sku`)."""
         if value is None:
             return
-        if depth > INFER_DEPTH and isinstance(value, (dict, list)):
+        nested = isinstance(value, (dict, list))
+        if nested and depth > INFER_DEPTH:
             kind.too_deep = True
             return
-        what = "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else "a scalar"
-        kind.seen_at.setdefault(what, where)
-        if len(kind.seen_at) > 1 and self.check_drift:
-            (k1, w1), (k2, w2) = list(kind.seen_at.items())[:2]
-            raise _Drift(f"the field {name!r} is {k1} in {w1} and {k2} in {w2}")
+        what = "an object" if isinstance(value, dict) else "an array" if nested else "a scalar"
+        if what not in kind.seen_at:
+            kind.seen_at[what] = where
+            if len(kind.seen_at) > 1 and self.check_drift:
+                (k1, w1), (k2, w2) = list(kind.seen_at.items())[:2]
+                raise _Drift(f"the field {pattern!r} is {k1} in {w1} and {k2} in {w2}")
         if isinstance(value, dict):
-            kind.fields = kind.fields if kind.fields is not None else {}
+            if kind.fields is None:
+                kind.fields = {}
             for key, inner in value.items():
-                path = steps + (key,)
-                if len(self.paths) < MAX_SAMPLED_PATHS:
-                    self.paths.add(path_pattern(path))
-                sub = kind.fields.setdefault(key, _Kind())
-                self._observe(sub, inner, path_text(path), path, where, depth + 1)
-        elif isinstance(value, list):
+                sub = kind.fields.get(key)
+                path = f"{pattern}.{key}"
+                if sub is None:
+                    sub = kind.fields[key] = _Kind()
+                    if len(self.paths) < MAX_SAMPLED_PATHS:
+                        self.paths.add(path)
+                self._observe(sub, inner, path, where, depth + 1)
+        elif nested:
             kind.is_list = True
-            kind.element = kind.element or _Kind()
-            path = steps + (0,)
-            if len(self.paths) < MAX_SAMPLED_PATHS:
-                self.paths.add(path_pattern(path))
+            path = pattern + "[]"
+            if kind.element is None:
+                kind.element = _Kind()
+                if len(self.paths) < MAX_SAMPLED_PATHS:
+                    self.paths.add(path)
             for item in value:
-                self._observe(kind.element, item, path_text(steps) + "[]", path, where, depth + 1)
+                self._observe(kind.element, item, path, where, depth + 1)
         else:
-            kind.scalar = _widen(kind.scalar, _scalar_type(value))
+            scalar = _scalar_type(value)
+            if kind.scalar != scalar:
+                kind.scalar = _widen(kind.scalar, scalar)
 
     def shown_paths(self) -> list[str]:
         return [p.replace("[]", "[0]") for p in self.paths]
