@@ -213,3 +213,17 @@ def test_parquet_sources_keep_nested_columns(tmp_path):
     assert str(t.schema.field("user").type) == "struct<id: int64, tags: list<element: string>>"
     assert t.to_pylist() == [{"id": 1, "user": {"id": 5, "tags": ["a"]}, "xs": [1.5]},
                              {"id": 2, "user": None, "xs": []}]
+
+
+def test_validate_exits_2_on_a_typo_and_plan_shows_the_inferred_schema(tmp_path, capsys):
+    from gpuetl.cli import main
+
+    write(tmp_path, "a.jsonl", [{"duration_ms": 5, "user": {"id": 1}}])
+    (tmp_path / "typo.yaml").write_text("version: 1\nname: t\nsource: {type: jsonl, path: a.jsonl}\n"
+                                        "columns:\n  duraton_ms: int64\nsink: {path: out}\n")
+    (tmp_path / "open.yaml").write_text("version: 1\nname: t\nsource: {type: jsonl, path: a.jsonl}\nsink: {path: out}\n")
+    assert main(["validate", str(tmp_path / "typo.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "typo.yaml:5: columns.duraton_ms" in err and "did you mean 'duration_ms'" in err
+    assert main(["plan", str(tmp_path / "open.yaml")]) == 0
+    assert "duration_ms: int64, user: struct<id: int64>" in capsys.readouterr().out
