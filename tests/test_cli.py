@@ -410,7 +410,7 @@ def test_run_summary_groups_reasons_by_kind_with_an_example_and_the_rest(tmp_pat
               '{"n": 1.5, "b": true, "s": "x"}', '{"n": 1, "b": "y", "s": "x"}', '{"n": 1, "b": true, "s": "ok"}']
     (tmp_path / "e.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "p.yaml").write_text("version: 1\nname: k\nsource: {type: jsonl, path: e.jsonl}\n"
-                                     "columns: {n: int64, b: bool, s: string}\nsink: {path: out}\n")
+                                     "columns: {n: int64, b: bool, s: string}\nstrict: true\nsink: {path: out}\n")
     assert main(["run", str(tmp_path / "p.yaml"), "--scheduler", "sync", "--backend", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "      30 × field 'n': expected int64, got <value>  (e.g. field 'n': expected int64, got \"0\")" in out

@@ -38,7 +38,8 @@ def test_a_run_groups_all_reasons_in_the_manifest_beyond_the_top_50(tmp_path):
     lines = [f'{{"n": "{i}", "b": true}}' for i in range(80)] + ['{"n": 1, "b": 1}', '{"n": 2, "b": true}']
     (tmp_path / "e.jsonl").write_text("\n".join(lines) + "\n")
     spec = {"version": 1, "name": "j", "source": {"type": "jsonl", "path": "e.jsonl"},
-            "columns": {"n": "int64", "b": "bool"}, "sink": {"path": "out"}}
+            "columns": {"n": "int64", "b": "bool"}, "strict": True,     # strict: "0" is not an int64
+            "sink": {"path": "out"}}
     from gpuetl import Pipeline
 
     result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")

@@ -314,8 +314,8 @@ def empty_declared_columns(plan, data_dir, shards: list[dict]) -> list[str]:
     unremarked. Read from the shards' Parquet statistics (footers only)."""
     import pyarrow.parquet as pq
 
-    source = plan.segments[0].source if plan.segments else None
-    if not isinstance(getattr(source, "parser", None), JsonParser):
+    spec = plan.spec
+    if spec.source.type != "jsonl" and not (spec.parse is not None and spec.parse.preset == "json"):
         return []
     declared = [name for name in plan.spec.columns if name in plan.output_schema and not is_nested(plan.output_schema[name])]
     total = sum(s["rows"] for s in shards)
