@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..types import ARROW_TYPES, is_nested
+from ..types import ARROW_TYPES
 
 Step = str | int
 _STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
@@ -157,7 +157,3 @@ def path_text(steps) -> str:
     for step in steps:
         out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else step)
     return out
-
-
-def nested_columns(read: JsonRead) -> list[JsonColumn]:
-    return [c for c in read.columns if is_nested(c.type)]

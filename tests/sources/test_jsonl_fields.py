@@ -98,10 +98,16 @@ def test_struct_and_list_columns_keep_nested_data_typed(tmp_path):
 
 
 def test_without_columns_nested_objects_become_structs(tmp_path):
-    write(tmp_path, "a.jsonl", [{"id": 1, "user": {"id": 5, "tags": ["x"]}}, {"id": 2, "user": {"id": 6}}])
+    write(tmp_path, "a.jsonl", [{"id": 1, "user": {"id": 5, "tags": ["x"], "geo": {"lat": 1.5, "lon": 2}}},
+                                {"id": 2, "user": {"id": 6}}, {"id": 3, "odd": {"a,b": 1}}])
     result = run(tmp_path)
-    assert result.manifest["inferred_schema"] == {"id": "int64", "user": "struct<id: int64, tags: list<string>>"}
-    assert rows(result) == [{"id": 1, "user": {"id": 5, "tags": ["x"]}}, {"id": 2, "user": {"id": 6, "tags": None}}]
+    assert result.manifest["inferred_schema"] == {
+        "id": "int64", "user": "struct<id: int64, tags: list<string>, geo: struct<lat: float64, lon: int64>>",
+        "odd": "string"}         # a key that cannot name a struct field: the object kept as JSON text
+    assert rows(result) == [
+        {"id": 1, "user": {"id": 5, "tags": ["x"], "geo": {"lat": 1.5, "lon": 2}}, "odd": None},
+        {"id": 2, "user": {"id": 6, "tags": None, "geo": None}, "odd": None},
+        {"id": 3, "user": None, "odd": '{"a,b": 1}'}]
 
 
 @pytest.mark.parametrize("strict", [False, True])

@@ -232,13 +232,9 @@ def _type_of(kind: _Kind) -> str:
     if kind.too_deep:
         return "string"
     if kind.fields is not None:
-        if not kind.fields:
+        if not kind.fields or not all(_usable_struct_name(name) for name in kind.fields):
             return "string"
-        inner = ", ".join(f"{name}: {_type_of(sub)}" for name, sub in kind.fields.items()
-                          if _usable_struct_name(name))
-        if len(inner.split(", ")) != len(kind.fields) or not inner:
-            return "string"
-        return f"struct<{inner}>"
+        return "struct<" + ", ".join(f"{name}: {_type_of(sub)}" for name, sub in kind.fields.items()) + ">"
     if kind.is_list:
         if kind.element is None or (kind.element.scalar is None and kind.element.fields is None
                                     and not kind.element.is_list):
