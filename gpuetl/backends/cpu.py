@@ -214,7 +214,6 @@ class CpuBackend(Backend):
         arr = _arrow(text)
         if len(arr) and _has_any_byte(arr, (b"\xef",)):
             arr = _without_bom(arr)
-        schema = read.schema
         import pyarrow.json as pj
 
         if read.extra == "keep" or not _one_object_per_line(arr):

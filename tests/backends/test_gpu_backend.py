@@ -183,11 +183,16 @@ def test_cast_matches_cpu(gpu, t, fmt, values, tz):
 
 
 def test_parse_json_and_csv(gpu):
-    lines = ['{"a": 1, "b": "x"}', '{"a": 1.5}', "nope", '{"b": 2}']
-    schema = {"a": "int64", "b": "string"}
-    gc, gok, gr = gpu.parse_json(gpu.series(lines, "string"), schema)
-    cc, cok, cr = CPU.parse_json(CPU.series(lines, "string"), schema)
-    assert host(gok) == host(cok) and all(host(gc[n]) == host(cc[n]) for n in schema)
+    from gpuetl.sources.json_fields import JsonColumn, JsonRead, parse_path
+
+    lines = ['{"a": 1, "b": "x", "u": {"id": "7"}, "t": ["p"], "g": {"lat": 1.5}}', '{"a": 1.5}', "nope",
+             '{"b": 2, "u": {"id": 3}, "t": [], "g": null}']
+    declared = {"a": "int64", "b": "string", "u.id": "int64", "t": "list<string>", "g": "struct<lat: float64>"}
+    read = JsonRead(tuple(JsonColumn(n, t, parse_path(n)) for n, t in declared.items()))
+    gc, gok, gr = gpu.parse_json(gpu.series(lines, "string"), read)
+    cc, cok, cr = CPU.parse_json(CPU.series(lines, "string"), read)
+    assert host(gok) == host(cok) and all(host(gc[n]) == host(cc[n]) for n in declared)
+    assert host(gc["t"]) == [["p"], None, None, []] and host(gc["u.id"]) == [7, None, None, 3]
     lines = ['a,b', '"x,y",2', 'only']
     gc, gok, _ = gpu.parse_csv(gpu.series(lines, "string"), ("p", "q"), ",")
     cc, cok, _ = CPU.parse_csv(CPU.series(lines, "string"), ("p", "q"), ",")
