@@ -4,8 +4,8 @@ record-by-record lookup the careful readers use. Both backends read through this
 so a record gives the same row on either.
 
 An exact top-level key wins over a path: OpenTelemetry and ECS logs write flat keys such as
-`"service.name"`, so that column reads the key `service.name` where a record has it, and the
-path `service` -> `name` where it does not.
+`"service.name"`, so that column reads the key `service.name` where a record has it (not null),
+and the path `service` -> `name` where it does not.
 """
 
 from __future__ import annotations
@@ -130,8 +130,9 @@ _KIND = {dict: "an object", list: "an array", str: "a string", bool: "true/false
 def lookup(obj: dict, col: JsonColumn):
     """(value, problem): the column's value in one record; None when absent. A path through a
     value of the wrong kind (`user.id` where `user` is a string) is a problem, not a null."""
-    if col.name in obj or not col.path:
-        return obj.get(col.name), None
+    flat = obj.get(col.name)
+    if flat is not None or not col.path:     # the block reader cannot tell a null key from none
+        return flat, None
     value = obj
     for i, step in enumerate(col.path):
         if value is None:

@@ -74,11 +74,15 @@ def test_paths_and_list_indices_reach_nested_values(tmp_path, blocksize):
     assert result.bad_records == {"field 'user.id': user is a string, not an object": 1}
 
 
-def test_an_exact_top_level_key_wins_over_the_path(tmp_path):
+@pytest.mark.parametrize("slow", [False, True])
+def test_an_exact_top_level_key_wins_over_the_path(tmp_path, slow):
+    """The same on the block reader and record by record (a bad record sends its batch there)."""
     write(tmp_path, "a.jsonl", [{"service.name": "flat", "service": {"name": "nested"}},
-                                {"service": {"name": "nested only"}}])
+                                {"service": {"name": "nested only"}},
+                                {"service.name": None, "service": {"name": "under a null key"}}]
+          + (["not json"] if slow else []))
     result = run(tmp_path, {"service.name": "string"})
-    assert [r["service.name"] for r in rows(result)] == ["flat", "nested only"]
+    assert [r["service.name"] for r in rows(result)] == ["flat", "nested only", "under a null key"]
 
 
 def test_struct_and_list_columns_keep_nested_data_typed(tmp_path):
@@ -233,3 +237,14 @@ def test_validate_exits_2_on_a_typo_and_plan_shows_the_inferred_schema(tmp_path,
     assert "typo.yaml:5: columns.duraton_ms" in err and "did you mean 'duration_ms'" in err
     assert main(["plan", str(tmp_path / "open.yaml")]) == 0
     assert "duration_ms: int64, user: struct<id: int64>" in capsys.readouterr().out
+
+
+def test_columns_that_read_one_value_two_ways_are_refused(tmp_path):
+    write(tmp_path, "a.jsonl", [{"user": {"id": 1}, "items": [{"sku": "a"}]}])
+    with pytest.raises(SpecError, match=r"columns: 'user\.id' reads 'user' as an object, and another column reads it "
+                                        r"as string"):
+        plan(tmp_path, {"user": "string", "user.id": "int64"})
+    with pytest.raises(SpecError, match="items"):
+        plan(tmp_path, {"items[0]": "string", "items[1].sku": "string"})
+    assert plan(tmp_path, {"items[0].sku": "string", "items[1].sku": "string", "user.id": "int64"}).output_schema \
+        == {"items[0].sku": "string", "items[1].sku": "string", "user.id": "int64"}
