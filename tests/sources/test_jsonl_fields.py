@@ -154,6 +154,7 @@ def test_inference_does_not_depend_on_blocksize(tmp_path):
                                        "source": {"type": "jsonl", "path": "a.jsonl", "blocksize": 4096}},
                                       base_dir=tmp_path).plan()
     assert small.metadata == plan(tmp_path, path="a.jsonl").metadata
+    assert small.metadata["inferred_schema"]["a"] == "float64"     # the sample reaches the file's last record
 
 
 def test_an_object_in_one_file_and_a_scalar_in_another_names_both(tmp_path):

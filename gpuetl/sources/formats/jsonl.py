@@ -24,10 +24,12 @@ from ..parsers import JsonParser
 from ..ranges import ByteRange, read_head, read_range
 from ..stage import declared_columns, plan_byte_ranges, source_stage
 
-JSON_SAMPLE_FILES = 200           # files sampled at most (chosen with a fixed seed when there are more)
+JSON_SAMPLE_FILES = 100           # files sampled at most (chosen with a fixed seed when there are more)
 JSON_HEAD_BYTES = 256 << 10       # each file's head
+JSON_HEAD_RECORDS = 1000          # records read from it at most
 JSON_BLOCKS = 4                   # spread-out blocks per uncompressed file past its head
 JSON_BLOCK_BYTES = 64 << 10
+JSON_BLOCK_RECORDS = 250          # records read from each at most
 INFER_DEPTH = 8                   # deeper objects are kept as JSON text
 MAX_SAMPLED_PATHS = 10_000
 FIELD_HINT = "list the fields to read under `columns`; the others are left out"
@@ -277,29 +279,45 @@ def sample_json(files: list[InputFile], where: str = "source.path", infer: bool 
     sample = JsonSample(check_drift=infer)
     for f in _sampled_files(files):
         sample.files_read += 1
-        for start, data in _blocks(f):
-            pos = start
-            for raw in data.split(b"\n"):
-                line_at, pos = pos, pos + len(raw) + 1
-                raw = raw.strip().lstrip(b"\xef\xbb\xbf") if line_at == 0 else raw.strip()
-                if not raw.startswith(b"{"):
-                    continue
+        for k, (start, data) in enumerate(_blocks(f)):
+            records = _record_lines(start, data)
+            for line_at, raw in _spread(records, JSON_BLOCK_RECORDS if k else JSON_HEAD_RECORDS):
                 try:
                     obj = json.loads(raw.decode("utf-8", "replace"))
                 except (ValueError, RecursionError):   # bad, too deep, too many digits: the run quarantines it
                     continue
-                if isinstance(obj, dict):
-                    try:
-                        sample.add(obj, f"{f.display} (byte {line_at})")
-                    except _Drift as err:
-                        raise SpecError(f"{where}: {err}", hint="a field must be an object everywhere or a "
-                                        "value everywhere; declare it under `columns` as string to keep it as "
-                                        "JSON text") from None
-                    except RecursionError:
-                        continue
+                if not isinstance(obj, dict):
+                    continue
+                try:
+                    sample.add(obj, f"{f.display} (byte {line_at})")
+                except _Drift as err:
+                    raise SpecError(f"{where}: {err}", hint="a field must be an object everywhere or a "
+                                    "value everywhere; declare it under `columns` as string to keep it as "
+                                    "JSON text") from None
+                except RecursionError:
+                    continue
     return sample
 
 
+def _record_lines(start: int, data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, stripped line) of the lines that may be JSON objects (a BOM at a file's start
+    is not part of its first record)."""
+    out, pos = [], start
+    for raw in data.split(b"\n"):
+        line_at, pos = pos, pos + len(raw) + 1
+        raw = raw.strip().lstrip(b"\xef\xbb\xbf") if line_at == 0 else raw.strip()
+        if raw.startswith(b"{"):
+            out.append((line_at, raw))
+    return out
+
+
+def _spread(records: list, limit: int) -> list:
+    """At most `limit` of them, evenly spread (the first and the last included), so a block with
+    more records than that is sampled from its end as well as its start."""
+    if len(records) <= limit:
+        return records
+    step = (len(records) - 1) / (limit - 1)
+    return [records[round(i * step)] for i in range(limit)]
 
 
 # -- after the run ------------------------------------------------------------------------------
