@@ -185,6 +185,9 @@ class GpuBackend(GpuTextMixin, Backend):
         if client is not None:
             client.run(reset_tallies)
 
+    def note_host_work(self, what: str, count: int = 1) -> None:
+        count_fallback(what, count)
+
     def fallbacks(self, client: Any = None) -> dict[str, int]:
         return self._tallies(client)["fallbacks"]
 
@@ -493,10 +496,10 @@ class GpuBackend(GpuTextMixin, Backend):
                                                 schema)
         return self._back(cols, ok, reasons, schema, text.index)
 
-    def parse_csv(self, text, names, delimiter):
+    def parse_csv(self, text, names, delimiter, null_values=("",)):
         count_fallback("parse_csv: host (pyarrow CSV reader)", len(text))
         cols, ok, reason = self.cpu.parse_csv(self.cpu.series(_to_arrow(text, "CSV parsed on the host"), "string"),
-                                              names, delimiter)
+                                              names, delimiter, null_values)
         out = {n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()}
         if not isinstance(reason, str):   # one reason per record: a pandas Series from the CPU kernel
             reason = self.series(pa.array(reason), "string", index=text.index)

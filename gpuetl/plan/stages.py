@@ -66,6 +66,10 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
+    if source.framing is not None:       # records that span lines, framed on the host
+        backend.note_host_work("records framed on the host (csv, multiline)", 1)
+        return run_steps(_parse_lines(*source.framing.read(source.files, ranges, backend), segment, backend),
+                         segment, backend)
     block = backend.read_block(source.files, ranges)
     headers = {rng.file_index for rng in partition.ranges if rng.offset == 0} if source.skip_header else set()
     batches = backend.batches(block.data)
