@@ -276,3 +276,22 @@ def test_multiline_is_a_text_option_only(tmp_path):
             "sink": {"path": "out"}}
     with pytest.raises(SpecError, match="multiline"):
         gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).plan()
+
+
+def test_java_sample_pipeline_runs(tmp_path):
+    """pipelines/java_app.yaml as shipped, on the sample generator's Java log (fewer records)."""
+    import shutil
+
+    from gpuetl import samples
+
+    samples.write_java_log(tmp_path / "data" / "java" / "app-000.log", records=400, seed=500)
+    shutil.copy(Path(__file__).resolve().parents[2] / "pipelines" / "java_app.yaml", tmp_path / "java_app.yaml")
+    pipeline = gpuetl.Pipeline.from_file(tmp_path / "java_app.yaml")
+    result = pipeline.run(backend="cpu", scheduler="sync")
+    c = result.counts
+    assert (c["rows_in"], c["rows_out"], c["quarantined"]) == (402, 400, 2)     # the banner's two lines
+    table = pq.read_table(next((tmp_path / "out" / "java-app").glob("*.parquet")))
+    assert str(table.schema.field("time").type) == "timestamp[us, tz=UTC]"
+    errors = [r for r in table.to_pylist() if r["level"] == "ERROR"]
+    assert len(errors) == 40 and all(r["has_trace"] and "\n\tat " in r["message"] for r in errors)
+    assert not any(r["has_trace"] for r in table.to_pylist() if r["level"] != "ERROR")
