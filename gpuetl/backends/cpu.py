@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
+from .cpu_text import extract_groups_polars, polars_regex
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
 _UINT_RE = r"^\s*\+?\d+\s*$"
@@ -178,6 +179,8 @@ class CpuBackend(Backend):
         arr = _chunked(text)
         if kernel in ("clf", "combined") and polars_available():
             cols, matched = extract_clf(arr, regex, names, null_empty=True, null_dash=dash_is_null)
+        elif (on_polars := polars_regex(regex)) is not None:     # the same captures, faster than RE2's
+            cols, matched = extract_groups_polars(arr, on_polars, names, dash_is_null)
         else:
             struct = pc.extract_regex(arr, pattern=regex)
             matched = _bool_mask(struct.is_valid())
