@@ -31,7 +31,7 @@ from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
-                          host_transfer_report, integer_cast_loses, reset_tallies,
+                          host_transfer_report, integer_cast_loses, leading_dotall, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_text import GpuTextMixin
 
@@ -454,12 +454,13 @@ class GpuBackend(GpuTextMixin, Backend):
     def extract(self, text, regex: str, names: tuple[str, ...], kernel: str | None = None):
         if kernel in ("clf", "combined"):
             return self._extract_clf(text, regex, names)
+        body, dotall = leading_dotall(regex)
         try:
-            pattern = to_cudf_regex(regex)
+            pattern = to_cudf_regex(body)
         except Unsupported as err:
             return self._host_extract(text, regex, names, kernel, f"regex: {err}")
         try:
-            cols, matched = _device_extract(text, pattern)
+            cols, matched = _device_extract(text, pattern, dotall)
         except Exception as err:         # e.g. a pattern too large for the device engine
             return self._host_extract(text, regex, names, kernel, f"regex: libcudf refused it ({type(err).__name__})")
         out = {name: _with_index(_matched_groups(col, matched), text.index) for name, col in zip(names, cols)}
@@ -786,8 +787,9 @@ def _strings_from_buffers(buf, bounds, n):
     return cudf.Series.from_pylibcudf(column)
 
 
-def _program(pattern: str):
-    return plc.strings.regex_program.RegexProgram.create(pattern, plc.strings.regex_flags.RegexFlags.DEFAULT)
+def _program(pattern: str, dotall: bool = False):
+    flags = plc.strings.regex_flags.RegexFlags
+    return plc.strings.regex_program.RegexProgram.create(pattern, flags.DOTALL if dotall else flags.DEFAULT)
 
 
 def _matches(col, pattern: str):
@@ -797,13 +799,13 @@ def _matches(col, pattern: str):
     return hit.fillna(False).values
 
 
-def _device_extract(text, pattern: str):
+def _device_extract(text, pattern: str, dotall: bool = False):
     """libcudf extract: (group Series list, matched cupy bool). libcudf gives null for every group
     of a non-matching row; a matching row's group that did not take part is null or '' depending
     on the version, so "matched" comes from the groups where one is set, and from contains_re for
     the rows where none is (usually just the rows that do not match)."""
     plc_col, _ = text.to_pylibcudf()
-    prog = _program(pattern)
+    prog = _program(pattern, dotall)
     table = plc.strings.extract.extract(plc_col, prog)
     cols = [cudf.Series.from_pylibcudf(c) for c in table.columns()]
     present = text.notna().values
