@@ -295,3 +295,34 @@ def test_java_sample_pipeline_runs(tmp_path):
     errors = [r for r in table.to_pylist() if r["level"] == "ERROR"]
     assert len(errors) == 40 and all(r["has_trace"] and "\n\tat " in r["message"] for r in errors)
     assert not any(r["has_trace"] for r in table.to_pylist() if r["level"] != "ERROR")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["java", "csv"])
+def test_gpu_gives_the_cpu_records(tmp_path, kind):
+    """Framed partitions on the GPU backend: records framed on the host (counted), the (?s)
+    regex on the device with DOTALL (no regex fallback); rows equal to the CPU's."""
+    from gpuetl import samples
+
+    if kind == "java":
+        samples.write_java_log(tmp_path / "app.log", records=300, seed=1)
+        spec = {"version": 1, "name": "g",
+                "source": {"type": "text", "path": "app.log", "blocksize": 4096,
+                           "multiline": {"start": r"^\d{4}-\d{2}-\d{2} "}},
+                "parse": {"regex": r"(?s)^(?P<time>\S+ \S+) (?P<level>[A-Z]+) +\[(?P<thread>[^\]]+)\] "
+                                   r"(?P<logger>\S+) - (?P<message>.*)$"}}
+    else:
+        (tmp_path / "a.csv").write_bytes(b'a,b\n' + b"".join(b'%d,"x\ny ""%d"""\n' % (i, i) for i in range(300)))
+        spec = {"version": 1, "name": "g", "source": {"type": "csv", "path": "a.csv", "blocksize": 512},
+                "columns": {"a": "int32"}}
+    results = {}
+    for backend in ("cpu", "gpu"):
+        s = {**spec, "sink": {"path": f"out-{backend}"}}
+        results[backend] = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend=backend, scheduler="sync")
+    assert results["gpu"].counts == results["cpu"].counts
+    fallbacks = results["gpu"].manifest["fallbacks"]
+    assert "records framed on the host (csv, multiline)" in fallbacks
+    assert not any(k.startswith("regex") for k in fallbacks), fallbacks
+    for backend in ("cpu", "gpu"):
+        results[backend] = pq.read_table(tmp_path / f"out-{backend}" / "part-00000.parquet").to_pylist()
+    assert results["gpu"] == results["cpu"]
