@@ -23,13 +23,14 @@ Ranges stay byte ranges and a record still belongs to the range its first byte l
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import SourceError
+from ..spec.sizes import format_size
 from .compressed import Limits
 from .files import InputFile
 from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compressed_ranges, pack, read_range,
@@ -37,6 +38,7 @@ from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compress
 
 QUOTE, NEWLINE = 34, 10
 SCAN_CHUNK = 16 << 20            # bytes the plan's CSV scan looks at at once
+MAX_CSV_RECORD = 1 << 30         # a record is held in memory whole, as a partition is (blocksize <= 1GiB)
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -61,9 +63,11 @@ def plan_csv_partitions(files: list[InputFile], blocksize: int, limits: Limits) 
 def csv_record_starts(f: InputFile, boundaries) -> list[int]:
     """For each boundary (ascending), the first record start at or after it (the file's size if
     none): the position after the first newline, from boundary - 1 on, with an even number of
-    quotes before it in the file. Doubled quotes ("") keep the parity, as RFC 4180 means."""
+    quotes before it in the file. Doubled quotes ("") keep the parity, as RFC 4180 means. A
+    record over MAX_CSV_RECORD (a quote opened early in a huge file that never closes) is an
+    error, not a partition that cannot be held."""
     pending = list(boundaries)
-    found: list[int] = []
+    found: list[int] = []          # pending[len(found):] are still to be placed
     parity = 0                            # quotes seen before `base`, mod 2
     base = 0
     try:
@@ -71,29 +75,32 @@ def csv_record_starts(f: InputFile, boundaries) -> list[int]:
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
     try:
-        while pending and base < f.size:
+        while len(found) < len(pending) and base < f.size:
             chunk = np.frombuffer(os.pread(fd, min(SCAN_CHUNK, f.size - base), base), dtype=np.uint8)
             if not len(chunk):
                 break
             end = base + len(chunk)
             quotes = np.flatnonzero(chunk == QUOTE)
-            if pending[0] <= end:         # a boundary's newline may lie in this chunk
+            if pending[len(found)] <= end:         # a boundary's newline may lie in this chunk
                 newlines = np.flatnonzero(chunk == NEWLINE)
                 even = ((np.searchsorted(quotes, newlines) + parity) & 1) == 0
                 starts = newlines[even] + base + 1
-                while pending and len(starts):
-                    k = np.searchsorted(starts, pending[0])
+                while len(found) < len(pending) and len(starts):
+                    k = np.searchsorted(starts, pending[len(found)])
                     if k == len(starts):
                         break
                     found.append(int(starts[k]))
-                    pending.pop(0)
             parity = (parity + len(quotes)) & 1
             base = end
+            if len(found) < len(pending) and base - pending[len(found)] > MAX_CSV_RECORD:
+                raise SourceError(f"{f.display}: no CSV record starts within {format_size(MAX_CSV_RECORD)} after byte "
+                                  f"{pending[len(found)]}: a quoted field runs on (a stray or unterminated "
+                                  "quote?); records are not read past it")
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
     finally:
         os.close(fd)
-    return found + [f.size] * len(pending)
+    return found + [f.size] * (len(pending) - len(found))
 
 
 # -- records from bytes --------------------------------------------------------------------------
@@ -141,19 +148,15 @@ def line_starts(buf: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Records:
-    """One partition's records, on the host, as the source stage takes them."""
+    """One partition's records, on the host, as the source stage takes them: per range read,
+    one piece of each list."""
 
-    text: list = None
-    file_index: list = None
-    offsets: list = None
-    bad_utf8: list = None
-    exact: list = None
-    set_aside: list = None        # (file index, offset, raw bytes, reason): reported records
-
-    def __post_init__(self):
-        for name in ("text", "file_index", "offsets", "bad_utf8", "exact", "set_aside"):
-            if getattr(self, name) is None:
-                setattr(self, name, [])
+    text: list = field(default_factory=list)
+    file_index: list = field(default_factory=list)
+    offsets: list = field(default_factory=list)
+    bad_utf8: list = field(default_factory=list)
+    exact: list = field(default_factory=list)
+    set_aside: list = field(default_factory=list)    # (file index, offset, raw bytes, reason): reported records
 
     def add(self, units: Units, keep: np.ndarray, file_index: int, base: int) -> None:
         take = pa.array(keep)

@@ -156,3 +156,14 @@ def test_multiline_gzip_file_is_read_whole(tmp_path, surroundings):
                                      "multiline": {"start": "^START"}}))
     assert [r["line"] for r in rows(result)] == ["START 1\n c", "START 2"]
     assert [b["_reason"].split(":")[0] for b in quarantine(result)] == ["no_start"]
+
+
+def test_csv_quote_that_runs_past_the_record_bound_is_a_clear_error(tmp_path, monkeypatch):
+    from gpuetl.errors import SourceError
+    from gpuetl.sources import framing
+
+    monkeypatch.setattr(framing, "MAX_CSV_RECORD", 64)
+    monkeypatch.setattr(framing, "SCAN_CHUNK", 16)
+    (tmp_path / "a.csv").write_bytes(b'a,b\n1,"open\n' + b"2,x\n" * 100)
+    with pytest.raises(SourceError, match=r"a\.csv: no CSV record starts within .* after byte 32"):
+        run(tmp_path, spec({"type": "csv", "path": "a.csv", "blocksize": 32}))
