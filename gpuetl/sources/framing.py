@@ -222,6 +222,8 @@ class CsvFraming:
         for rng in ranges:
             f = files[rng.file_index]
             data, base = _range_bytes(f, rng, out.set_aside)
+            if not isinstance(rng, CompressedRange) and rng.length >= 0:
+                data = _to_record_end(f, data, base)
             if not data:
                 continue
             units = cut_units(data, csv_record_starts_in(np.frombuffer(data, dtype=np.uint8)))
@@ -230,6 +232,23 @@ class CsvFraming:
                 keep[np.flatnonzero(keep)[0]] = False          # the header
             out.add(units, keep, f.index, base)
         return out.to_backend(backend)
+
+
+def _to_record_end(f: InputFile, data: bytes, base: int, chunk: int = 1 << 16) -> bytes:
+    """`data` (from a record start) through the end of the record its last byte lies in. A
+    planned range already ends there; a range cut shorter (a preview's) is finished here."""
+    parity = data.count(b'"') & 1
+    end = base + len(data)
+    while end < f.size and not (data.endswith(b"\n") and parity == 0):
+        more = _pread(f, end, min(chunk, f.size - end))
+        quotes_before = np.cumsum(np.frombuffer(more, dtype=np.uint8) == QUOTE) + parity
+        newlines = np.flatnonzero((np.frombuffer(more, dtype=np.uint8) == NEWLINE) & ((quotes_before & 1) == 0))
+        if len(newlines):
+            return data + more[:newlines[0] + 1]
+        data += more
+        parity = int(quotes_before[-1]) & 1
+        end += len(more)
+    return data
 
 
 def csv_record_starts_in(buf: np.ndarray) -> np.ndarray:

@@ -326,3 +326,15 @@ def test_gpu_gives_the_cpu_records(tmp_path, kind):
     for backend in ("cpu", "gpu"):
         results[backend] = pq.read_table(tmp_path / f"out-{backend}" / "part-00000.parquet").to_pylist()
     assert results["gpu"] == results["cpu"]
+
+
+def test_csv_range_cut_short_is_finished_to_its_record_end(tmp_path):
+    """A range that ends inside a record (a preview's shortened range) still reads it whole."""
+    from gpuetl.sources.ranges import ByteRange
+
+    data = b'a,b\n1,"x\ny ""q""\nz"\n2,w\n'
+    [f] = inputs(tmp_path, [data], ".csv")
+    for cut in range(5, len(data)):
+        text, _, offsets, *_ = CsvFraming().read([f], (ByteRange(0, 0, cut),), BACKEND)
+        want = [(4, '1,"x\ny ""q""\nz"')] + ([(data.index(b"2,"), "2,w")] if cut > data.index(b"2,") else [])
+        assert list(zip(offsets.tolist(), text.tolist())) == want, cut
