@@ -338,3 +338,17 @@ def test_csv_range_cut_short_is_finished_to_its_record_end(tmp_path):
         text, _, offsets, *_ = CsvFraming().read([f], (ByteRange(0, 0, cut),), BACKEND)
         want = [(4, '1,"x\ny ""q""\nz"')] + ([(data.index(b"2,"), "2,w")] if cut > data.index(b"2,") else [])
         assert list(zip(offsets.tolist(), text.tolist())) == want, cut
+
+
+@pytest.mark.parametrize("source, parse, message", [
+    ({"type": "text", "multiline": {"start": "^{"}}, {"preset": "json"}, "not read with the json preset"),
+    ({"type": "text", "null_values": ["NULL"]}, None, "null_values: not read by text sources"),
+    ({"type": "text", "multiline": {"start": "^S", "max_bytes": "2GiB"}}, None, "between 1 byte and 1GiB"),
+])
+def test_misplaced_options_are_located_errors(tmp_path, source, parse, message):
+    (tmp_path / "a.log").write_bytes(b"S\n")
+    spec = {"version": 1, "name": "t", "source": {"path": "a.log", **source}, "sink": {"path": "out"}}
+    if parse:
+        spec["parse"] = parse
+    with pytest.raises(SpecError, match=message):
+        gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).plan()
