@@ -187,6 +187,7 @@ def multiline_model(data: bytes, max_lines: int, max_bytes: int):
     return [(a, data[a:b].decode().rstrip("\n")) for a, _, b in records], aside
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(recs=st.lists(st.tuples(LINE, st.lists(LINE, max_size=5)), max_size=6),
        leading=st.lists(LINE.filter(bool), max_size=2), max_lines=st.integers(1, 6),
@@ -219,7 +220,7 @@ JAVA = (b"2024-05-01 12:00:00,001 INFO  [main] App: started\n"
         b"2024-05-01 12:00:02,003 WARN  [main] App: slow\n")
 
 
-@pytest.mark.parametrize("blocksize", [1, 50, 1 << 20])
+@pytest.mark.parametrize("blocksize", [9, 50, 1 << 20])
 def test_multiline_java_stack_traces_stay_with_their_record(tmp_path, blocksize):
     (tmp_path / "app.log").write_bytes(b"orphan line\n" + JAVA)
     spec = {"version": 1, "name": "j",
