@@ -24,7 +24,6 @@ class SourceStage:
     casts: dict[str, ColumnSpec]
     schema: Schema                 # data columns after parsing and typing (provenance included)
     provenance: bool = False
-    skip_header: bool = False      # csv: the first line of each file names the columns
     index: int = 0
     parquet: bool = False          # ranges are row groups, records are rows
     framing: object = None         # records that span lines (csv, multiline: sources/framing.py); None: lines
@@ -55,8 +54,7 @@ def _check_partition_count(loaded, files: list[InputFile]) -> None:
 
 
 def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, ColumnSpec], declared: dict[str, ColumnSpec],
-                 field_hint: str, skip_header: bool = False, parquet: bool = False,
-                 framing=None) -> SourceStage:
+                 field_hint: str, parquet: bool = False, framing=None) -> SourceStage:
     """Check the declared columns against what the parser yields and build the stage."""
     src = loaded.spec.source
     casts = dict(casts)
@@ -73,4 +71,4 @@ def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, Col
     schema = {name: (casts[name].type if name in casts else t) for name, t in parser.schema.items()}
     if src.provenance:        # no input field is named so (field_name_problem)
         schema.update({"_file": "string", "_offset": "int64"})
-    return SourceStage(files, parser, casts, schema, src.provenance, skip_header, parquet=parquet, framing=framing)
+    return SourceStage(files, parser, casts, schema, src.provenance, parquet=parquet, framing=framing)
