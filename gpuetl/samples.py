@@ -9,7 +9,9 @@ IEEE arithmetic are used, never libm functions whose last bit may vary):
   one ``"".join`` per ~100k-line chunk, not formatted one by one);
 * :func:`write_app_events` -- JSON Lines application events with nulls and
   missing keys;
-* :func:`write_syslog` -- RFC 3164 syslog lines.
+* :func:`write_syslog` -- RFC 3164 syslog lines;
+* :func:`write_java_log` -- a Java application log whose errors carry stack
+  traces (multi-line records, for ``source.multiline``).
 
 ``python -m gpuetl.samples OUT_DIR`` writes the sample set used by the
 example pipelines (see :func:`main`).
@@ -30,6 +32,7 @@ __all__ = [
     "write_access_logs",
     "write_app_events",
     "write_syslog",
+    "write_java_log",
     "write_sample_set",
     "main",
 ]
@@ -518,6 +521,53 @@ def write_syslog(path, *, lines: int, seed: int = 0) -> int:
     return w.nbytes
 
 
+# --------------------------------------------------------------------------- java
+
+_LEVELS = ("INFO ", "DEBUG", "WARN ", "ERROR")
+_LOGGERS = ("c.e.shop.OrderService", "c.e.shop.PaymentClient", "c.e.http.Server", "c.e.db.Pool")
+_TRACES = (
+    ("java.lang.IllegalStateException: order {n} already shipped",
+     ("com.example.shop.OrderService.ship(OrderService.java:118)",
+      "com.example.shop.OrderController.post(OrderController.java:57)",
+      "java.base/java.lang.Thread.run(Thread.java:833)")),
+    ("java.net.SocketTimeoutException: Read timed out after {n} ms",
+     ("java.base/java.net.SocketInputStream.read(SocketInputStream.java:168)",
+      "com.example.shop.PaymentClient.charge(PaymentClient.java:77)")),
+)
+
+
+def write_java_log(path, *, records: int, seed: int = 0) -> int:
+    """Write a Java application log (logback's default layout) to ``path``; returns bytes.
+
+    A record is ``2026-10-01 12:00:00.123 INFO  [http-3] c.e.shop.OrderService - message``;
+    every tenth is an ERROR followed by its stack trace (``\tat ...`` lines, sometimes a
+    ``Caused by:`` part). The file starts with two lines of a banner that belong to no record
+    (they are quarantined as ``no_start`` by pipelines/java_app.yaml)."""
+    rng = np.random.default_rng([seed, 5])
+    level = rng.integers(0, 3, size=records).tolist()
+    thread = rng.integers(1, 9, size=records).tolist()
+    logger = rng.integers(0, len(_LOGGERS), size=records).tolist()
+    num = rng.integers(1, 100_000, size=records).tolist()
+    trace = rng.integers(0, len(_TRACES), size=records).tolist()
+    caused = (rng.integers(0, 3, size=records) == 0).tolist()
+    parts = ["  .   ____          _\n", " :: Spring Boot ::        (v3.2.0)\n"]
+    t = _EPOCH_START * 1000
+    for i in range(records):
+        t += 37 + num[i] % 900
+        d = _dt.datetime.fromtimestamp(t // 1000, _dt.timezone.utc)
+        stamp = f"{d:%Y-%m-%d %H:%M:%S}.{t % 1000:03d}"
+        lvl = _LEVELS[3] if i % 10 == 9 else _LEVELS[level[i]]
+        parts.append(f"{stamp} {lvl} [http-{thread[i]}] {_LOGGERS[logger[i]]} - request {num[i]} handled\n")
+        if lvl == _LEVELS[3]:
+            head, frames = _TRACES[trace[i]]
+            parts.append(head.format(n=num[i]) + "\n" + "".join(f"\tat {f}\n" for f in frames))
+            if caused[i]:
+                parts.append("Caused by: java.io.IOException: Broken pipe\n\t... 3 more\n")
+    with _Writer(path) as w:
+        w.write("".join(parts))
+    return w.nbytes
+
+
 # --------------------------------------------------------------------------- images
 
 IMAGE_CLASSES = ("beach", "forest", "city", "desert", "snow")
@@ -589,6 +639,9 @@ def write_sample_set(out_dir) -> list[tuple[Path, int]]:
 
     p = out / "syslog" / "syslog-000.log"
     rec(p, write_syslog(p, lines=10_000, seed=300))
+
+    p = out / "java" / "app-000.log"
+    rec(p, write_java_log(p, records=5_000, seed=500))
     return written
 
 
@@ -597,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m gpuetl.samples",
         description="Write the deterministic sample data set used by the example pipelines.",
     )
-    ap.add_argument("out_dir", help="directory to write access/, events/ and syslog/ into (overwritten)")
+    ap.add_argument("out_dir", help="directory to write access/, events/, syslog/ and java/ into (overwritten)")
     ap.add_argument("--photos", type=int, default=0, metavar="N",
                     help="also write N photo-like JPEGs (500x375) into photos/<class>/ for pipelines/images.yaml")
     args = ap.parse_args(argv)

@@ -190,6 +190,7 @@ def test_cli_writes_sample_set(tmp_path):
         "access/access-003.log.gz",
         "events/events-000.jsonl",
         "events/events-001.jsonl",
+        "java/app-000.log",
         "syslog/syslog-000.log",
     ]
     assert "access-000.log" in r.stdout

@@ -153,6 +153,10 @@ class Backend(ABC):
         backend when the file is loaded (steps.expr.regex_problem)."""
         return None
 
+    def note_host_work(self, what: str, count: int = 1) -> None:
+        """Work shared code did on the host for this backend (a GPU backend counts it among
+        its fallbacks); nothing on the CPU."""
+
     def fallbacks(self, client: Any = None) -> dict[str, int]:
         """Work handed to the CPU kernels, by reason: {reason: rows or columns}. With a dask
         client, summed over its workers. The CPU backend never falls back."""
@@ -234,8 +238,10 @@ class Backend(ABC):
         names: ({name: Series}, ok bool Series, reason Series|None)."""
 
     @abstractmethod
-    def parse_csv(self, text: Any, names: tuple[str, ...] | list[str], delimiter: str) -> tuple[dict, Any, Any]:
-        """Parse delimited records, one per record, into the named fields: ({name: string Series},
+    def parse_csv(self, text: Any, names: tuple[str, ...] | list[str], delimiter: str,
+                  null_values: tuple[str, ...] = ("",)) -> tuple[dict, Any, Any]:
+        """Parse RFC 4180 records (a quoted field may hold newlines and doubled quotes) into the
+        named fields, an unquoted field in `null_values` null, a quoted one always its text: ({name: string Series},
         ok bool Series, reason): why the records that are not ok are bad, one string for all of
         them or a string Series."""
 

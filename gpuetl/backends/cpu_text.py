@@ -1,4 +1,5 @@
-"""CPU forms of the text kernels used by the cleaning steps (normalize_text, mask, near_dedupe).
+"""CPU forms of the text kernels used by the cleaning steps (normalize_text, mask, near_dedupe),
+and user regexes on polars' engine (extract_groups_polars).
 
 pyarrow.compute does the string work (RE2 regexes, utf8proc normalisation); numpy does MinHash.
 
@@ -20,9 +21,15 @@ so the CPU and the GPU compute the same signatures:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ..parsing.rust_regex import to_rust_regex
+from .cpu_clf import _finish as clf_finish
+from .cpu_clf import _polars_lines, polars, polars_available
 
 _C1 = np.uint32(0xCC9E2D51)
 _C2 = np.uint32(0x1B873593)
@@ -199,3 +206,46 @@ def normalize(arr: pa.Array, *, nfkc: bool, lower: bool, collapse_whitespace: bo
 def replace_regex(arr: pa.Array, pattern: str, replacement: str) -> pa.Array:
     """Replace every match (RE2) with a literal replacement."""
     return pc.replace_substring_regex(arr, pattern, replacement.replace("\\", "\\\\"))
+
+
+# -- user regexes on polars' engine ------------------------------------------------------------
+
+MATCHED = "__matched"        # the group around the whole regex: null where a line does not match
+
+
+@functools.cache
+def polars_regex(regex: str) -> str | None:
+    """`regex` for polars' str.extract_groups (parsing/rust_regex.py), inside one more group
+    that tells a match from a non-match (a group that takes no part is null either way), or
+    None: RE2 runs it. Compiled once here, so a pattern polars refuses is found before data."""
+    if not polars_available():
+        return None
+    rust = to_rust_regex(regex)
+    if rust is None:
+        return None
+    wrapped = f"(?P<{MATCHED}>{rust})"
+    try:
+        polars().Series([""]).str.extract_groups(wrapped)
+    except Exception:        # over the engine's size limit, say: RE2 runs it
+        return None
+    return wrapped
+
+
+def extract_groups_polars(arr, pattern: str, names: tuple[str, ...], dash_is_null: bool):
+    """({name: pa.StringArray}, matched) as RE2's extract_regex gives them after the parser's
+    rules (an empty capture is null, and '-' too with dash_is_null), for a `pattern` from
+    polars_regex. `arr` may be chunked (a partition's batches): read chunk by chunk, each
+    column handed back in one piece."""
+    pl = polars()
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    frames = [pl.DataFrame({"line": _polars_lines(c)}).select(pl.col("line").str.extract_groups(pattern).alias("g"))
+              .unnest("g") for c in chunks] or [_empty_groups(pattern)]
+    frame = frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True)
+    matched = frame.get_column(MATCHED).is_not_null().to_numpy()
+    return clf_finish(frame, names, null_empty=True, null_dash=dash_is_null), matched
+
+
+def _empty_groups(pattern: str):
+    pl = polars()
+    return pl.DataFrame({"line": pl.Series([], dtype=pl.String)}).select(
+        pl.col("line").str.extract_groups(pattern).alias("g")).unnest("g")

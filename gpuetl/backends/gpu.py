@@ -31,7 +31,7 @@ from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
-                          host_transfer_report, integer_cast_loses, reset_tallies,
+                          host_transfer_report, integer_cast_loses, leading_dotall, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_text import GpuTextMixin
 
@@ -186,6 +186,9 @@ class GpuBackend(GpuTextMixin, Backend):
         reset_tallies()
         if client is not None:
             client.run(reset_tallies)
+
+    def note_host_work(self, what: str, count: int = 1) -> None:
+        count_fallback(what, count)
 
     def fallbacks(self, client: Any = None) -> dict[str, int]:
         return self._tallies(client)["fallbacks"]
@@ -458,12 +461,13 @@ class GpuBackend(GpuTextMixin, Backend):
     def extract(self, text, regex: str, names: tuple[str, ...], kernel: str | None = None):
         if kernel in ("clf", "combined"):
             return self._extract_clf(text, regex, names)
+        body, dotall = leading_dotall(regex)
         try:
-            pattern = to_cudf_regex(regex)
+            pattern = to_cudf_regex(body)
         except Unsupported as err:
             return self._host_extract(text, regex, names, kernel, f"regex: {err}")
         try:
-            cols, matched = _device_extract(text, pattern)
+            cols, matched = _device_extract(text, pattern, dotall)
         except Exception as err:         # e.g. a pattern too large for the device engine
             return self._host_extract(text, regex, names, kernel, f"regex: libcudf refused it ({type(err).__name__})")
         out = {name: _with_index(_matched_groups(col, matched), text.index) for name, col in zip(names, cols)}
@@ -500,10 +504,10 @@ class GpuBackend(GpuTextMixin, Backend):
                                                 read)
         return self._back(cols, ok, reasons, read.schema, text.index)
 
-    def parse_csv(self, text, names, delimiter):
+    def parse_csv(self, text, names, delimiter, null_values=("",)):
         count_fallback("parse_csv: host (pyarrow CSV reader)", len(text))
         cols, ok, reason = self.cpu.parse_csv(self.cpu.series(_to_arrow(text, "CSV parsed on the host"), "string"),
-                                              names, delimiter)
+                                              names, delimiter, null_values)
         out = {n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()}
         if not isinstance(reason, str):   # one reason per record: a pandas Series from the CPU kernel
             reason = self.series(pa.array(reason), "string", index=text.index)
@@ -790,8 +794,9 @@ def _strings_from_buffers(buf, bounds, n):
     return cudf.Series.from_pylibcudf(column)
 
 
-def _program(pattern: str):
-    return plc.strings.regex_program.RegexProgram.create(pattern, plc.strings.regex_flags.RegexFlags.DEFAULT)
+def _program(pattern: str, dotall: bool = False):
+    flags = plc.strings.regex_flags.RegexFlags
+    return plc.strings.regex_program.RegexProgram.create(pattern, flags.DOTALL if dotall else flags.DEFAULT)
 
 
 def _matches(col, pattern: str):
@@ -801,13 +806,13 @@ def _matches(col, pattern: str):
     return hit.fillna(False).values
 
 
-def _device_extract(text, pattern: str):
+def _device_extract(text, pattern: str, dotall: bool = False):
     """libcudf extract: (group Series list, matched cupy bool). libcudf gives null for every group
     of a non-matching row; a matching row's group that did not take part is null or '' depending
     on the version, so "matched" comes from the groups where one is set, and from contains_re for
     the rows where none is (usually just the rows that do not match)."""
     plc_col, _ = text.to_pylibcudf()
-    prog = _program(pattern)
+    prog = _program(pattern, dotall)
     table = plc.strings.extract.extract(plc_col, prog)
     cols = [cudf.Series.from_pylibcudf(c) for c in table.columns()]
     present = text.notna().values

@@ -226,10 +226,17 @@ _SIMPLE_ESCAPES = {"t": r"\t", "n": r"\n", "r": r"\r", "f": r"\f", "a": r"\a", "
 _MAX_REPEAT = 999                    # libcudf: counted repeats 0-999 (RE2 allows 1000)
 
 
+def leading_dotall(pattern: str) -> tuple[str, bool]:
+    """(the pattern less a leading `(?s)`, whether it had one). RE2's `(?s)` over the whole
+    pattern (`.` matches `\n` too: multi-line records) is libcudf's DOTALL flag; any other
+    inline flag stays unsupported (to_cudf_regex)."""
+    return (pattern[4:], True) if pattern.startswith("(?s)") else (pattern, False)
+
+
 def check_regex(pattern: str) -> str | None:
     """Why libcudf cannot run `pattern` with RE2's meaning, or None when it can."""
     try:
-        to_cudf_regex(pattern)
+        to_cudf_regex(leading_dotall(pattern)[0])
     except Unsupported as err:
         return str(err)
     return None

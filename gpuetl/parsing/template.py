@@ -18,8 +18,13 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _QUANTIFIER_START = "*+?{"
 
 
-def template_to_regex(template: str) -> tuple[str, tuple[str, ...]]:
+def template_to_regex(template: str, multiline: bool = False) -> tuple[str, tuple[str, ...]]:
     """Turn a ``<Field>`` log-format template into ``(regex, columns)``.
+
+    ``multiline``: records hold newlines (``source.multiline``). The regex is then
+    ``(?s)``: the last field takes the rest of the record, newlines included, while the
+    other fields are ``[^\n]*?`` and stay on their line. (One global flag, not a scoped
+    ``(?s:...)`` group, so the GPU engine runs it with its DOTALL flag.)
 
     Contract (the loghub / logparser ``log_format`` convention):
 
@@ -71,11 +76,11 @@ def template_to_regex(template: str) -> tuple[str, tuple[str, ...]]:
 
     converted = _convert_fragments(fragments)
 
-    out = ["^"]
+    out = ["(?s)^" if multiline else "^"]
     for i, frag in enumerate(converted):
         out.append(frag)
         if i < len(fields):
-            quant = ".*" if i == len(fields) - 1 else ".*?"
+            quant = ".*" if i == len(fields) - 1 else r"[^\n]*?" if multiline else ".*?"
             out.append(f"(?P<{fields[i]}>{quant})")
     out.append("$")
     regex = "".join(out)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
 from dataclasses import dataclass, field
 
@@ -66,24 +65,26 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
+    if source.framing is not None:       # records that span lines, framed on the host
+        backend.note_host_work("records framed on the host (csv, multiline)", 1)
+        return run_steps(_parse_lines(*source.framing.read(source.files, ranges, backend), segment, backend),
+                         segment, backend)
     block = backend.read_block(source.files, ranges)
-    headers = {rng.file_index for rng in partition.ranges if rng.offset == 0} if source.skip_header else set()
     batches = backend.batches(block.data)
     if source.parser.whole_partition and len(batches) > 1:
-        pieces = [_split_batch(block, position, data, headers, backend) for position, data in batches]
+        pieces = [_split_batch(block, position, data, backend) for position, data in batches]
         whole = _parse_lines(*_join_pieces(pieces, backend), block.extra_bad, segment, backend)
     else:
-        frames = [_parse_lines(*_split_batch(block, position, data, headers, backend),
+        frames = [_parse_lines(*_split_batch(block, position, data, backend),
                                block.extra_bad if i == len(batches) - 1 else [], segment, backend)
                   for i, (position, data) in enumerate(batches)]
         whole = frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
     return run_steps(whole, segment, backend)
 
 
-def _split_batch(block, position: int, data, headers: set, backend):
+def _split_batch(block, position: int, data, backend):
     """(text, file index, offset, bad UTF-8, exact bytes of the records that are not UTF-8 or
-    None) of the records in one batch of whole lines that starts at `position` in the block.
-    `headers`: files whose first record (a csv header) is still to be skipped; emptied as found."""
+    None) of the records in one batch of whole lines that starts at `position` in the block."""
     xp = backend.xp
     lines = backend.split_lines(data, position)
     pos = xp.asarray(block.seg_pos, dtype=xp.int64)
@@ -91,19 +92,6 @@ def _split_batch(block, position: int, data, headers: set, backend):
     file_index = xp.asarray(block.seg_file, dtype=xp.int32)[which]
     offsets = lines.offsets - pos[which] + xp.asarray(block.seg_start, dtype=xp.int64)[which]
     text, bad_utf8, exact = lines.text, lines.bad_utf8, lines.raw
-    if headers and len(text):
-        # a file's header is its first record, wherever it starts (after blank lines, say)
-        host_fi = backend.to_host(file_index)
-        _, first = np.unique(host_fi, return_index=True)
-        first = first[np.isin(host_fi[first], list(headers))]
-        headers.difference_update(int(f) for f in host_fi[first])
-        body = np.ones(len(host_fi), dtype=bool)
-        body[first] = False
-        text = text[body].reset_index(drop=True)
-        if exact is not None:
-            exact = exact[body].reset_index(drop=True)
-        body = xp.asarray(body)
-        file_index, offsets, bad_utf8 = file_index[body], offsets[body], bad_utf8[body]
     return text, file_index, offsets, bad_utf8, exact
 
 

@@ -87,16 +87,17 @@ class JsonParser:
 
 @dataclass(frozen=True)
 class CsvParser:
-    """CSV with a header line per file; every field a string until `columns` types it.
-    Quoted fields must not contain newlines (a record is a line).
+    """RFC 4180 CSV with a header record per file; every field a string until `columns` types
+    it. Records come from sources/framing.CsvFraming (a quoted field may hold newlines).
 
     Fields are taken by each file's header names, not by position: the columns are the first
-    file's header; a file whose header orders them differently is read by its own header, a
-    column its header lacks is null in its records (the plan notes both that and any extra
-    column, which is not read)."""
+    file's header; a file whose header orders them differently is read by its own header; a
+    column its header lacks is null in its records (an error for a declared column: csv_parser)
+    and a column only its header has is not read (the plan notes both)."""
 
     names: tuple[str, ...]
     delimiter: str = ","
+    null_values: tuple[str, ...] = ("",)
     layouts: tuple[tuple[str, ...], ...] = ()   # the other headers found, when some file's differs
     layout_of: tuple[int, ...] = ()            # per input file: -1 (the header is `names`) or a layout
     whole_partition = False
@@ -107,7 +108,7 @@ class CsvParser:
 
     def parse(self, text, backend, file_index=None):
         if not self.layouts or file_index is None or not len(text):
-            return backend.parse_csv(text, self.names, self.delimiter)
+            return backend.parse_csv(text, self.names, self.delimiter, self.null_values)
         which = np.asarray(self.layout_of, dtype=np.int64)[np.asarray(backend.to_host(file_index), dtype=np.int64)]
         present = np.unique(which)
         if len(present) == 1:
@@ -128,7 +129,7 @@ class CsvParser:
     def _by_header(self, text, layout: int, backend):
         """Records of files that share one header, read by it; declared columns it lacks are null."""
         header = self.names if layout < 0 else self.layouts[layout]
-        cols, ok, reason = backend.parse_csv(text, header, self.delimiter)
+        cols, ok, reason = backend.parse_csv(text, header, self.delimiter, self.null_values)
         return ({name: cols[name] if name in cols else backend.nulls(len(text), "string", index=text.index)
                  for name in self.names}, ok, reason)
 
@@ -136,9 +137,11 @@ class CsvParser:
 MAX_HEADER_BYTES = 1 << 20
 
 
-def csv_parser(files: list[InputFile], delimiter: str, where: str) -> tuple[CsvParser, list[str]]:
+def csv_parser(files: list[InputFile], delimiter: str, where: str, null_values: tuple[str, ...] = ("",),
+               declared=(), locate=lambda name: f"columns.{name}") -> tuple[CsvParser, list[str]]:
     """The parser for these files (their headers read now) and the plan's notes about headers
-    that differ from the first file's."""
+    that differ from the first file's. A file whose header lacks a `declared` column is an
+    error: the column would be null in all its records without a word."""
     headers = [read_csv_header(f, delimiter, where) for f in files]
     names = next((h for h in headers if h is not None), None)
     if names is None:
@@ -158,6 +161,11 @@ def csv_parser(files: list[InputFile], delimiter: str, where: str) -> tuple[CsvP
         shown = ", ".join(users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
         missing = [n for n in names if n not in header]
         extra = [n for n in header if n not in names]
+        if lacked := [n for n in missing if n in declared]:
+            raise SpecError(f"{locate(lacked[0])}: the CSV header of {shown} lacks the column {lacked[0]!r} "
+                            f"(found in the header of {next(f.display for f, h in zip(files, headers) if h is not None)})",
+                            hint="add the column to that file's header, or read those files with a pipeline "
+                                 "of their own")
         if missing:
             notes.append(f"source: {shown}: the header lacks {', '.join(missing)} (of the first file's header): "
                          "null in these files' records")
@@ -167,8 +175,8 @@ def csv_parser(files: list[InputFile], delimiter: str, where: str) -> tuple[CsvP
         if not missing and not extra:
             notes.append(f"source: {shown}: the header orders the columns differently; read by name")
     if not layouts:
-        return CsvParser(names, delimiter), notes
-    return CsvParser(names, delimiter, tuple(layouts), tuple(layout_of)), notes
+        return CsvParser(names, delimiter, tuple(null_values)), notes
+    return CsvParser(names, delimiter, tuple(null_values), tuple(layouts), tuple(layout_of)), notes
 
 
 def read_csv_header(f: InputFile, delimiter: str, where: str) -> tuple[str, ...] | None:
@@ -178,7 +186,11 @@ def read_csv_header(f: InputFile, delimiter: str, where: str) -> tuple[str, ...]
     if line is None:
         return None
     text = line.decode("utf-8", "replace").lstrip("\ufeff")
-    names = tuple(n.strip() for n in next(csv.reader([text], delimiter=delimiter)))
+    try:
+        names = tuple(n.strip() for n in next(csv.reader([text], delimiter=delimiter)))
+    except csv.Error as err:
+        raise SpecError(f"{where}: the CSV header of {f.display}, {text[:200]!r}, cannot be read: {err}",
+                        hint="the first line of each file names the columns, on one line") from None
     if not all(n.isprintable() and "\ufffd" not in n for n in names):
         raise SpecError(f"{where}: the CSV header of {f.display}, {text[:200]!r}, is not UTF-8 text "
                         "(a UTF-16 file or binary data?)", hint="save the file as UTF-8")

@@ -47,13 +47,18 @@ class Partition:
     ranges: tuple[ByteRange, ...]
 
 
-def plan_partitions(files: list[InputFile], blocksize: int, limits: Limits = Limits()) -> list[Partition]:
+WHOLE_FILE = 1 << 62        # a blocksize no file reaches
+
+
+def plan_partitions(files: list[InputFile], blocksize: int, limits: Limits = Limits(),
+                    whole_compressed: bool = False) -> list[Partition]:
     """Ranges of about `blocksize` bytes, uncompressed: a compressed file is scanned once to
-    find its pieces (and stopped there if it is a bomb)."""
+    find its pieces (and stopped there if it is a bomb). `whole_compressed`: a compressed file
+    is one range (its records' starts are not line starts: multi-line records)."""
     ranges: list[tuple[ByteRange, int]] = []
     for f in files:
         if f.compression:
-            ranges += compressed_ranges(f, blocksize, limits)
+            ranges += compressed_ranges(f, WHOLE_FILE if whole_compressed else blocksize, limits)
             continue
         if f.size == 0:
             ranges.append((ByteRange(f.index, 0, -1), 1))

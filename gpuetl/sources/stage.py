@@ -24,20 +24,21 @@ class SourceStage:
     casts: dict[str, ColumnSpec]
     schema: Schema                 # data columns after parsing and typing (provenance included)
     provenance: bool = False
-    skip_header: bool = False      # csv: the first line of each file names the columns
     index: int = 0
     parquet: bool = False          # ranges are row groups, records are rows
+    framing: object = None         # records that span lines (csv, multiline: sources/framing.py); None: lines
 
 
 def declared_columns(loaded) -> dict[str, ColumnSpec]:
     return {name: column_spec(v) for name, v in loaded.spec.columns.items()}
 
 
-def plan_byte_ranges(loaded, files: list[InputFile]) -> list[Partition]:
+def plan_byte_ranges(loaded, files: list[InputFile], whole_compressed: bool = False) -> list[Partition]:
     """Cut line-oriented inputs into byte ranges of about `source.blocksize`, a record never split."""
     src = loaded.spec.source
     _check_partition_count(loaded, files)
-    return plan_partitions(files, src.blocksize, Limits(src.max_expand_ratio, src.max_uncompressed_bytes))
+    return plan_partitions(files, src.blocksize, Limits(src.max_expand_ratio, src.max_uncompressed_bytes),
+                           whole_compressed)
 
 
 def _check_partition_count(loaded, files: list[InputFile]) -> None:
@@ -53,7 +54,7 @@ def _check_partition_count(loaded, files: list[InputFile]) -> None:
 
 
 def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, ColumnSpec], declared: dict[str, ColumnSpec],
-                 field_hint: str, skip_header: bool = False, parquet: bool = False,
+                 field_hint: str, parquet: bool = False, framing=None,
                  added: tuple[str, ...] = ()) -> SourceStage:
     """Check the declared columns against what the parser yields and build the stage.
     `added`: columns the parser adds itself (a JSON source's `_extra`)."""
@@ -72,4 +73,4 @@ def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, Col
     schema = {name: (casts[name].type if name in casts else t) for name, t in parser.schema.items()}
     if src.provenance:        # no input field is named so (field_name_problem)
         schema.update({"_file": "string", "_offset": "int64"})
-    return SourceStage(files, parser, casts, schema, src.provenance, skip_header, parquet=parquet)
+    return SourceStage(files, parser, casts, schema, src.provenance, parquet=parquet, framing=framing)

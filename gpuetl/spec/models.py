@@ -25,6 +25,25 @@ def _size(value):
     return None if value is None else parse_size(value)
 
 
+class Multiline(Model):
+    """`source.multiline` (text sources): a record begins at a line matching `start`."""
+
+    start: str = Field(description="a regex (RE2) searched in each line: a line that matches begins a record, "
+                                   "the others continue the record before them")
+    max_lines: int = Field(500, ge=1, le=1_000_000, description="lines past this many in one record are "
+                           "quarantined (multiline_overflow)")
+    max_bytes: Size = Field(1 << 20, description="lines that end more than this many bytes after their "
+                            "record's first byte are quarantined (multiline_overflow)")
+
+    @field_validator("max_bytes")
+    @classmethod
+    def _max_bytes(cls, v):
+        size = parse_size(v)
+        if not 1 <= size <= MAX_BLOCKSIZE:
+            raise ValueError(f"{v!r}: between 1 byte and 1GiB (a record is held in memory whole)")
+        return size
+
+
 class Source(Model):
     type: str = Field(description="what the input files hold: a source format by name (sources/registry.py)",
                       json_schema_extra=lambda schema: schema.update(enum=source_names()))
@@ -37,6 +56,10 @@ class Source(Model):
                                                 "this (e.g. 10GiB) is refused likewise; no bound if unset")
     provenance: bool = Field(False, description="add _file (string) and _offset (int64, byte offset) columns")
     delimiter: str = Field(",", description="csv only: the field separator")
+    null_values: list[str] = Field([""], description="csv only: unquoted field texts that are null (a quoted "
+                                   "field is always its text)")
+    multiline: Multiline | None = Field(None, description="text only: records of several lines, each begun by a "
+                                        "line matching `start`")
     # images only (sources/images.py)
     label: Literal["parent", "regex", "file", "none"] | None = Field(
         None, description="images: the label: parent folder (default), a regex on the path, a side file, or none")

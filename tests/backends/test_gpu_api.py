@@ -29,7 +29,7 @@ except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a brok
                 allow_module_level=True)
 
 from gpuetl.backends import gpu  # noqa: E402
-from gpuetl.backends.gpu_support import check_regex, timestamp_plan, to_cudf_regex  # noqa: E402
+from gpuetl.backends.gpu_support import check_regex, leading_dotall, timestamp_plan, to_cudf_regex  # noqa: E402
 from gpuetl.parsing import PRESETS, preset, template_to_regex  # noqa: E402
 
 
@@ -188,6 +188,25 @@ def test_every_regex_handed_to_libcudf_compiles_there(what, pattern):
 
 def test_user_patterns_are_ones_the_dialect_accepts():
     assert all(check_regex(p) is None for p in USER_PATTERNS)
+
+
+def _multiline_patterns():
+    """Multi-line records (source.multiline): templates and regexes under (?s), which the backend
+    runs with libcudf's DOTALL flag."""
+    import yaml
+    from pathlib import Path
+
+    java = yaml.safe_load((Path(__file__).resolve().parents[2] / "pipelines" / "java_app.yaml").read_text())
+    patterns = [template_to_regex(t, multiline=True)[0] for t in TEMPLATES] + [java["parse"]["regex"],
+                                                                                r"(?s)^S (?P<rest>.*)$"]
+    return [leading_dotall(p) for p in patterns]
+
+
+@pytest.mark.parametrize("body, dotall", _multiline_patterns())
+def test_multiline_regexes_compile_with_dotall(body, dotall):
+    assert dotall and check_regex("(?s)" + body) is None
+    flags = plc.strings.regex_flags.RegexFlags
+    assert plc.strings.regex_program.RegexProgram.create(to_cudf_regex(body), flags.DOTALL) is not None
 
 
 @pytest.mark.parametrize("pattern", [r"(?=x)", r"a**", r"(ab", r"[z-a]"])

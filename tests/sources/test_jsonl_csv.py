@@ -167,7 +167,7 @@ def test_csv_header_never_becomes_a_row(tmp_path, blocksize):
                  {"a": "int32"})
     rows = table(result).to_pylist()
     assert [(r["a"], r["b"], r["c"]) for r in rows][:6] == [
-        (1, "x", "q,uoted"), (3, 'z"q', "w"), (6, "", ""), (7, "p", "q"), (8, "r", "s"), (10, "k10", "v")]
+        (1, "x", "q,uoted"), (3, 'z"q', "w"), (6, None, None), (7, "p", "q"), (8, "r", "s"), (10, "k10", "v")]
     assert [r["a"] for r in rows] == [1, 3, 6, 7, 8] + list(range(10, 20))
     assert all(r["_offset"] > 0 for r in rows)
     q = quarantine(result)
@@ -214,10 +214,13 @@ def test_csv_header_with_byte_order_mark(tmp_path):
 
 
 def test_csv_unterminated_quote_is_quarantined(tmp_path):
+    """RFC 4180: a quote that never closes holds the rest of the file; that one record is bad."""
     (tmp_path / "a.csv").write_bytes(b'a,b,c\n1,2,3\n4,u,v,extra\n5,"open,w\n  \n6,,\n')
     result = run(tmp_path, {"type": "csv", "path": "a.csv", "provenance": True})
-    assert [(r["a"], r["b"], r["c"]) for r in table(result).to_pylist()] == [("1", "2", "3"), ("6", "", "")]
-    assert [r["_raw"] for r in quarantine(result)] == [b"4,u,v,extra", b'5,"open,w', b"  "]
+    assert [(r["a"], r["b"], r["c"]) for r in table(result).to_pylist()] == [("1", "2", "3")]
+    assert [(r["_raw"], r["_reason"]) for r in quarantine(result)] == [
+        (b"4,u,v,extra", "CSV record does not have 3 fields"),
+        (b'5,"open,w\n  \n6,,', "CSV record has an unterminated quote (a quoted field runs to the end of the file)")]
 
 
 @pytest.mark.parametrize("strict", [False, True])

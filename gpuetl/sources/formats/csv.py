@@ -1,22 +1,33 @@
-"""CSV: the first line of each file names the columns; `source.delimiter` separates the fields."""
+"""CSV per RFC 4180: the first record of each file names the columns; `source.delimiter`
+separates the fields; a quoted field may hold the delimiter, newlines and doubled quotes (`""`);
+an unquoted field listed in `source.null_values` (default: the empty field) is null, a quoted
+one is always its text. Records may span lines, so the plan finds where ranges may start
+(sources/framing.py)."""
 
 from __future__ import annotations
 
+from ..framing import CsvFraming, plan_csv_partitions
 from ..parsers import csv_parser
-from ..stage import declared_columns, plan_byte_ranges, source_stage
+from ..compressed import Limits
+from ..stage import _check_partition_count, declared_columns, source_stage
 
 
 class CsvFormat:
     name = "csv"
-    options = ("delimiter",)
+    options = ("delimiter", "null_values")
 
     def plan(self, loaded, files, notes, backend=None):
-        partitions = plan_byte_ranges(loaded, files)
+        src = loaded.spec.source
+        _check_partition_count(loaded, files)
+        partitions = plan_csv_partitions(files, src.blocksize, Limits(src.max_expand_ratio, src.max_uncompressed_bytes))
         return partitions, self.stage(loaded, files, notes), {}
 
     def stage(self, loaded, files, notes):
-        parser, header_notes = csv_parser(files, loaded.spec.source.delimiter, f"{loaded.path}: source.path")
+        src = loaded.spec.source
+        declared = declared_columns(loaded)
+        parser, header_notes = csv_parser(files, src.delimiter, f"{loaded.path}: source.path", tuple(src.null_values),
+                                          declared=tuple(declared),
+                                          locate=lambda name: loaded.key("columns", name))
         notes.extend(header_notes)
-        stage = source_stage(loaded, files, parser, casts={}, declared=declared_columns(loaded),
-                             field_hint="rename that column in the CSV header", skip_header=True)
-        return stage
+        return source_stage(loaded, files, parser, casts={}, declared=declared,
+                            field_hint="rename that column in the CSV header", framing=CsvFraming())

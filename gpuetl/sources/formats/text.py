@@ -1,5 +1,7 @@
 """Text: one record per line, kept whole (`line`) or parsed by `parse:` (a preset, a template or
-a regex; the `json` preset reads each line as a JSON object, like jsonl)."""
+a regex; the `json` preset reads each line as a JSON object, like jsonl). With
+`source.multiline`, a record is a start line and the lines that continue it (sources/framing.py);
+regexes and templates then see the whole record, newlines inside."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from ...parsing import preset as preset_rule
 from ...parsing import template_to_regex
 from ...spec.names import new_name_problem
 from ...types import ColumnSpec, column_spec
+from ..framing import MultilineFraming, first_start_lines
 from ..parsers import LineParser, RegexParser
 from ..stage import declared_columns, plan_byte_ranges, source_stage
 from .jsonl import FIELD_HINT, json_stage
@@ -24,10 +27,10 @@ TEMPLATE_HINT = ("in a template, '[' starts a regular-expression character class
 
 class TextFormat:
     name = "text"
-    options = ()
+    options = ("multiline",)
 
     def plan(self, loaded, files, notes, backend=None):
-        partitions = plan_byte_ranges(loaded, files)
+        partitions = plan_byte_ranges(loaded, files, whole_compressed=loaded.spec.source.multiline is not None)
         return partitions, self.stage(loaded, files, notes), {}
 
     def stage(self, loaded, files, notes):
@@ -36,7 +39,11 @@ class TextFormat:
 
 def text_stage(loaded, files):
     parse = loaded.spec.parse
+    multiline = loaded.spec.source.multiline
     if parse is not None and parse.preset == "json":
+        if multiline is not None:
+            raise SpecError(f"{loaded.key('source', 'multiline')}: not read with the json preset (one JSON "
+                            "object per line)", hint="remove source.multiline, or parse the records with a regex")
         return json_stage(loaded, files)
     casts: dict[str, ColumnSpec] = {}
     if parse is None:
@@ -49,14 +56,31 @@ def text_stage(loaded, files):
                  for name, t in rule.types.items()}
     elif parse.template:
         try:
-            regex, names = template_to_regex(parse.template)
+            regex, names = template_to_regex(parse.template, multiline=multiline is not None)
         except ValueError as err:
             raise SpecError(f"{loaded.key('parse', 'template')}: {err}",
                             hint=TEMPLATE_HINT if "character class" in str(err) else None) from None
         parser = RegexParser(regex, tuple(names), "the template", strip=True)
     else:
         parser = RegexParser(*user_regex(loaded, parse.regex), "the regex")
-    return source_stage(loaded, files, parser, casts=casts, declared=declared_columns(loaded), field_hint=FIELD_HINT)
+    return source_stage(loaded, files, parser, casts=casts, declared=declared_columns(loaded), field_hint=FIELD_HINT,
+                        framing=multiline_framing(loaded, files) if multiline is not None else None)
+
+
+def multiline_framing(loaded, files) -> MultilineFraming:
+    """The framing of `source.multiline`, its start regex checked and each file's first start
+    line found (a scan of each file's head: sources/framing.py)."""
+    option = loaded.spec.source.multiline
+    where = loaded.key("source", "multiline", "start")
+    try:
+        pc.match_substring_regex(pa.array(["x"]), pattern=option.start)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise SpecError(f"{where}: not a regular expression RE2 can run: {err}",
+                        hint="e.g. start: '^\\d{4}-\\d{2}-\\d{2}' (a line that begins with a date)") from None
+    if pc.match_substring_regex(pa.array([""]), pattern=option.start)[0].as_py():
+        raise SpecError(f"{where}: {option.start!r} matches an empty line, so every line would start a record",
+                        hint="anchor it to what a record's first line begins with, e.g. '^\\d{4}-'")
+    return MultilineFraming(option.start, option.max_lines, option.max_bytes, first_start_lines(files, option.start))
 
 
 def user_regex(loaded, regex: str) -> tuple[str, tuple[str, ...]]:
