@@ -9,6 +9,7 @@ import hashlib
 import html
 import json
 import time
+import warnings
 from pathlib import Path
 
 from .reasons import reason_kind
@@ -283,6 +284,11 @@ def _body(report: dict) -> str:
 
 def render_html(report: dict) -> str:
     """The report as one HTML file: tables, and bokeh plots with bokeh's JavaScript inline."""
+    with warnings.catch_warnings():        # importing bokeh adds warning filters for the whole process
+        return _render_html(report)
+
+
+def _render_html(report: dict) -> str:
     from bokeh.core.templates import get_env
     from bokeh.embed import file_html
     from bokeh.layouts import column

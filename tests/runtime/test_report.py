@@ -166,3 +166,18 @@ def test_the_page_of_many_reasons_stays_small():
     many = len(render_html(_report({f"value {i}{'x' * (i % 7)} in field_{i} is not valid" * 5: 1
                                     for i in range(10_000)})))
     assert many - small < 30_000
+
+
+@pytest.mark.parametrize("entry", [{"path": "../victim.html", "bytes": 1, "sha256": "0" * 64}, "not an entry"])
+def test_a_manifest_report_entry_outside_the_dataset_is_not_trusted(logs, capsys, entry):
+    out = run(logs).out_dir
+    victim = logs / "victim.html"
+    victim.write_text("mine")
+    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest["reports"] = [entry]
+    (out / "_manifest.json").write_text(json.dumps(manifest))
+    assert main(["verify", str(out)]) == 1
+    assert "report" in capsys.readouterr().out
+    with pytest.raises(OutputError):
+        run(logs, mode="overwrite")
+    assert victim.read_text() == "mine"
