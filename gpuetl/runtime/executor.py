@@ -81,6 +81,10 @@ class Executor:
             return
         started, clock = time.time(), time.monotonic()
         try:
+            self.client.get_task_stream(start=started)      # the scheduler keeps one from now on
+        except Exception:
+            pass
+        try:
             yield
         finally:
             try:

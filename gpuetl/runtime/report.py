@@ -282,6 +282,21 @@ def _body(report: dict) -> str:
     return "\n".join(parts)
 
 
+def throughput_bins(points: list, bins: int = 40) -> tuple[list[float], list[float]]:
+    """MB/s of input read in `bins` equal spans of the run, from the cumulative samples
+    [seconds, records, bytes] (each partition's finish is one sample: too spiky to plot as is)."""
+    if not points:
+        return [], []
+    start, end = 0.0, points[-1][0]          # samples are seconds since the run started
+    width = (end - start) / bins or 1.0
+    done = [0.0] * (bins + 1)
+    previous = 0
+    for t, _, nbytes in points:
+        done[min(bins, int((t - start) / width))] += nbytes - previous
+        previous = nbytes
+    return [start + k * width for k in range(bins + 1)], [b / width / 1e6 for b in done]
+
+
 def render_html(report: dict) -> str:
     """The report as one HTML file: tables, and bokeh plots with bokeh's JavaScript inline."""
     with warnings.catch_warnings():        # importing bokeh adds warning filters for the whole process
@@ -296,13 +311,10 @@ def _render_html(report: dict) -> str:
     from bokeh.plotting import figure
     from bokeh.resources import INLINE
 
-    points = report["throughput"]
-    seconds = [p[0] for p in points]
-    rates = [0.0] + [((b[2] - a[2]) / (b[0] - a[0]) / 1e6) if b[0] > a[0] else 0.0
-                     for a, b in zip(points, points[1:])]
+    seconds, rates = throughput_bins(report["throughput"])
     throughput = figure(title="input read (MB/s)", height=220, sizing_mode="stretch_width",
                         x_axis_label="seconds since start", tools="pan,box_zoom,reset,save")
-    throughput.step(seconds, rates[:len(seconds)], mode="after", line_width=2)
+    throughput.step(seconds, rates, mode="after", line_width=2)
     workers = list(report["workers"]) or ["(none)"]
     kinds = ["read", "compute", "write", "idle"]
     data = {"worker": workers, **{k: [report["workers"].get(w, {}).get(k, 0.0) for w in workers] for k in kinds}}

@@ -100,6 +100,8 @@ def test_progress_on_a_cluster_counts_each_stage_once_from_the_results(logs):
     with open_executor("local", backend, quiet=True) as executor:
         result = run_plan(pipeline.plan(backend), backend, executor, log=lambda *_: None, listeners=[recorder])
     check(recorder, result)
+    [split] = recorder.final.time_split().values()       # the cluster's one worker, from the task stream
+    assert split["read"] > 0 and split["write"] > 0 and split["idle"] >= 0
 
 
 def test_streamed_run_counts_writes_per_partition(logs):
