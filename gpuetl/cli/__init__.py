@@ -238,8 +238,9 @@ def cmd_run(args) -> int:
                        dashboard_address=DASHBOARD_ADDRESS if watched else None) as executor:
         if executor.dashboard_link:
             link = executor.dashboard_link
-            page = link.removesuffix("/status") + "/gpuetl"
-            log(f"dashboard: {link}" + (f" (this run: {page})" if link.endswith("/status") else ""))
+            log(f"dashboard: {link}")
+            if link.endswith("/status"):
+                log(f"gpuetl page: {link.removesuffix('/status')}/gpuetl")
         result = run_plan(plan, backend, executor, log=log, listeners=listeners, report=args.report)
     seconds = time.perf_counter() - started
     if args.json:

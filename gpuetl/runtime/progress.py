@@ -276,8 +276,10 @@ def _uncompressed(partition) -> int:
     """A partition's bytes: its ranges' lengths (a compressed piece: its uncompressed span)."""
     total = 0
     for rng in partition.ranges:
-        length = rng.length if rng.length >= 0 else getattr(rng, "stop", 0) - rng.offset
-        total += max(length, 1)
+        length = getattr(rng, "length", None)       # images' records: one each
+        if length is not None and length < 0:
+            length = getattr(rng, "stop", 0) - rng.offset
+        total += max(length or 1, 1)
     return total
 
 

@@ -123,7 +123,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                 built = build_report(plan, backend, watch, result=result, data_dir=run_tmp / "data")
                 result.manifest["reports"] = write_report(built, run_tmp / "data")
         except BaseException as err:
-            if report and not isinstance(err, KeyboardInterrupt):
+            if report and isinstance(err, DataError):
                 _failed_report(plan, backend, watch, folder, run_tmp, err, log)
             if mode != "resume":                  # resume keeps finished work for the next try
                 folder.abandon(run_tmp)
@@ -146,8 +146,10 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
 
 
 def _failed_report(plan, backend, watch, folder, run_tmp: Path, err: BaseException, log) -> None:
-    """A failed run's report, in a folder of its own under _tmp/ (the next run there removes it,
-    as it removes every earlier run's temporary folder)."""
+    """The report of a run whose data failed (too many bad records, on_error: fail), in a folder
+    of its own under _tmp/; the next run there removes it, as it removes every earlier run's
+    temporary folder. A run stopped by its output folder (a full disk, a link in the way) writes
+    nothing more there."""
     try:
         place = folder.new_run(run_tmp.name + "-report")
         write_report(build_report(plan, backend, watch, error=err), place)
