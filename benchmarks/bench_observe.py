@@ -1,7 +1,7 @@
 """What watching a run costs: progress, the gpuetl dashboard page's feed and the run report,
 against a gpuetl without them, in alternating pairs (ABBA order), on one input.
 
-    python benchmarks/bench_observe.py --size 100MB --pairs 10 --before /tmp/gpuetl-before
+    python benchmarks/bench_observe.py --size 100MB --pairs 10 --before /tmp/gpuetl-before [--after DIR]
 
 --before: a gpuetl source tree without them (e.g. `git archive` of the commit before). Both run
 `gpuetl run` on the local cluster with stderr not a terminal (progress as plain lines); the
@@ -31,6 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="100MB")
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--before", required=True, help="a gpuetl source tree without progress, page and report")
+    ap.add_argument("--after", default=str(ROOT), help="the gpuetl source tree with them (default: this one)")
     ap.add_argument("--data", default=str(HERE / "data"))
     ap.add_argument("--json", default=str(HERE / "results" / "observe.json"))
     args = ap.parse_args(argv)
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     results = Path(args.json).resolve().parent
     results.mkdir(parents=True, exist_ok=True)
     pipeline, sets = TASKS[args.task]
-    variants = {"observed": ROOT, "before": Path(args.before).resolve()}
+    variants = {"observed": Path(args.after).resolve(), "before": Path(args.before).resolve()}
     pairs = []
     for k in range(args.pairs):
         order = ["observed", "before"] if k % 2 == 0 else ["before", "observed"]

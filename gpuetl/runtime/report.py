@@ -220,6 +220,7 @@ _STYLE = """<style>
  th, td { border-bottom: 1px solid #ddd; padding: 0.2em 0.8em; text-align: left; vertical-align: top; }
  td.n { text-align: right; font-variant-numeric: tabular-nums; }
  .failed { color: #b00; }
+ .plot { margin: 1em 0; }
 </style>"""
 
 
@@ -298,33 +299,55 @@ def throughput_bins(points: list, bins: int = 40) -> tuple[list[float], list[flo
 
 
 def render_html(report: dict) -> str:
-    """The report as one HTML file: tables, and bokeh plots with bokeh's JavaScript inline."""
+    """The report as one HTML file: tables, and plots drawn by BokehJS in the browser from the
+    report's numbers. bokeh's JavaScript (its core and its plotting API) is inlined from
+    bokeh.resources (mode "inline"), so the file opens offline; bokeh's Python models are not
+    imported, which would cost more CPU time than the rest of the report."""
     with warnings.catch_warnings():        # importing bokeh adds warning filters for the whole process
-        return _render_html(report)
+        from bokeh.resources import Resources
 
-
-def _render_html(report: dict) -> str:
-    from bokeh.core.templates import get_env
-    from bokeh.embed import file_html
-    from bokeh.layouts import column
-    from bokeh.models import ColumnDataSource
-    from bokeh.plotting import figure
-    from bokeh.resources import INLINE
-
+        scripts = Resources(mode="inline", components=["bokeh", "bokeh-api"]).render_js()
     seconds, rates = throughput_bins(report["throughput"])
-    throughput = figure(title="input read (MB/s)", height=220, sizing_mode="stretch_width",
-                        x_axis_label="seconds since start", tools="pan,box_zoom,reset,save")
-    throughput.step(seconds, rates, mode="after", line_width=2)
-    workers = list(report["workers"]) or ["(none)"]
-    kinds = ["read", "compute", "write", "idle"]
-    data = {"worker": workers, **{k: [report["workers"].get(w, {}).get(k, 0.0) for w in workers] for k in kinds}}
-    split = figure(title="time per worker (s): read / compute / write / idle", y_range=workers,
-                   height=120 + 30 * len(workers), sizing_mode="stretch_width", tools="save")
-    split.hbar_stack(kinds, y="worker", height=0.6, source=ColumnDataSource(data),
-                     color=["#1f77b4", "#ff7f0e", "#2ca02c", "#cccccc"], legend_label=kinds)
-    template = get_env().from_string(
-        '{% extends "file.html.jinja" %}{% block preamble %}' + _STYLE + '{% endblock %}'
-        '{% block contents %}{{ report_body }}{{ super() }}{% endblock %}')
-    return file_html(column(throughput, split, sizing_mode="stretch_width"), resources=INLINE,
-                     title=f"gpuetl run report: {report['pipeline']}", template=template,
-                     template_variables={"report_body": _body(report)})
+    workers = report["workers"]
+    data = {"seconds": seconds, "rates": rates, "workers": list(workers),
+            "split": {k: [workers[w].get(k, 0.0) for w in workers] for k in SPLIT}}
+    title = html.escape(f"gpuetl run report: {report['pipeline']}")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{_STYLE}\n'
+            f"{scripts}\n</head><body>\n{_body(report)}\n"
+            '<div id="throughput" class="plot"></div><div id="split" class="plot"></div>\n'
+            f'<script type="application/json" id="gpuetl-data">{_json_in_html(data)}</script>\n'
+            f"<script>{_PLOTS}</script>\n</body></html>\n")
+
+
+SPLIT = ("read", "compute", "write", "idle")
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#cccccc")
+
+
+def _json_in_html(value) -> str:
+    """JSON that cannot end its <script> element early (no '<' left as is)."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+_PLOTS = """
+(function () {
+  const data = JSON.parse(document.getElementById("gpuetl-data").textContent);
+  const plt = Bokeh.Plotting;
+  const throughput = plt.figure({title: "input read (MB/s)", height: 220, sizing_mode: "stretch_width",
+                                 x_axis_label: "seconds since start", tools: "pan,box_zoom,reset,save"});
+  throughput.step({x: data.seconds, y: data.rates, mode: "after", line_width: 2, line_color: "%s"});
+  plt.show(throughput, "#throughput");
+  if (data.workers.length === 0) { return; }
+  const split = plt.figure({title: "time per worker (s): read / compute / write / idle", height: 120 + 30 * data.workers.length,
+                            sizing_mode: "stretch_width", tools: "save",
+                            y_range: new Bokeh.FactorRange({factors: data.workers})});
+  const kinds = %s, colours = %s;
+  let left = data.workers.map(() => 0);
+  kinds.forEach((kind, k) => {
+    const right = left.map((x, i) => x + data.split[kind][i]);
+    split.hbar({y: data.workers, left: left, right: right, height: 0.6, fill_color: colours[k],
+                line_color: colours[k], legend_label: kind});
+    left = right;
+  });
+  plt.show(split, "#split");
+})();
+""" % (COLOURS[0], json.dumps(list(SPLIT)), json.dumps(list(COLOURS)))
