@@ -240,7 +240,9 @@ def cmd_run(args) -> int:
             link = executor.dashboard_link
             log(f"dashboard: {link}")
             if link.endswith("/status"):
-                log(f"gpuetl page: {link.removesuffix('/status')}/gpuetl")
+                own = getattr(executor.client, "cluster", None) is not None
+                log(f"gpuetl page: {link.removesuffix('/status')}/gpuetl"
+                    + ("" if own else " (where the scheduler runs with --preload gpuetl.runtime.dashboard)"))
         result = run_plan(plan, backend, executor, log=log, listeners=listeners, report=args.report)
     seconds = time.perf_counter() - started
     if args.json:

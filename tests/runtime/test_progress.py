@@ -104,6 +104,28 @@ def test_progress_on_a_cluster_counts_each_stage_once_from_the_results(logs):
     assert split["read"] > 0 and split["write"] > 0 and split["idle"] >= 0
 
 
+@pytest.mark.slow
+def test_progress_with_an_external_scheduler_and_its_preloaded_page(logs):
+    """--scheduler ADDRESS: results counted as their futures complete; the scheduler started with
+    the documented preload serves the page."""
+    import urllib.request
+
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", dashboard_address="127.0.0.1:0",
+                      scheduler_kwargs={"preload": ["gpuetl.runtime.dashboard"]}) as cluster:
+        backend = CpuBackend()
+        recorder = Recorder()
+        with open_executor(cluster.scheduler_address, backend) as executor:
+            result = run_plan(Pipeline.from_dict(spec(), base_dir=logs).plan(backend), backend, executor,
+                              log=lambda *_: None, listeners=[recorder])
+            url = f"http://127.0.0.1:{cluster.scheduler.http_server.port}/gpuetl"
+            with urllib.request.urlopen(url, timeout=30) as response:
+                page = response.read().decode()
+    check(recorder, result)
+    assert "write shards" in page and "done" in page
+
+
 def test_streamed_run_counts_writes_per_partition(logs):
     """No global step, one shard: partitions stream into the shard as they finish."""
     data = spec()
