@@ -380,16 +380,6 @@ class RichDisplay:
                 "eta": f"{stage.seconds:.1f} s" if done else _eta_text(stage.eta)}
 
 
-class Messages:
-    """No progress shown; log lines still printed (--no-progress)."""
-
-    def __init__(self, log):
-        self.log = log
-
-    def message(self, text: str) -> None:
-        self.log(text)
-
-
 def display_for(progress: bool, stream=None):
     """The display a run gets: rich bars on a terminal, plain lines elsewhere, none when off."""
     if not progress:
