@@ -82,7 +82,7 @@ def check(recorder: Recorder, result) -> None:
 
 
 @pytest.mark.parametrize("scheduler", ["sync", "threads"])
-def test_progress_on_daskss_local_scheduler_counts_each_stage_once_from_the_results(logs, scheduler):
+def test_progress_on_dasks_local_scheduler_counts_each_stage_once_from_the_results(logs, scheduler):
     pipeline = Pipeline.from_dict(spec(), base_dir=logs)
     backend = CpuBackend()
     recorder = Recorder()

@@ -99,6 +99,7 @@ def test_report_of_a_folder_without_one_is_a_clear_error(tmp_path, capsys):
     assert "no _report.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_report(logs):
     first = json.loads((run(logs).out_dir / "_report.json").read_text())["run_id"]
     out = run(logs, mode="overwrite").out_dir
@@ -117,6 +118,7 @@ def test_a_users_own_report_file_in_the_sink_is_refused_never_overwritten(logs):
     assert mine.read_text() == "<p>my notes</p>"
 
 
+@pytest.mark.slow
 def test_a_failed_run_writes_its_report_under_tmp_and_says_where(logs):
     said = []
     pipeline = Pipeline.from_dict(spec(max_error_ratio=0.001), base_dir=logs)
