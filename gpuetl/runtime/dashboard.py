@@ -122,7 +122,8 @@ def render_page(run: dict | None) -> str:
     state = "failed: " + run["failed"] if run.get("failed") else ("done" if run.get("done") else "running")
     parts = [head, f"<h1>gpuetl: {e(str(run['pipeline']))}</h1>",
              f"<p>run {e(str(run['run_id']))}, {e(state)}, {run['seconds']:.1f} s, partitions "
-             f"{run['partitions']['done']} of {run['partitions']['total']}</p>",
+             f"{run['partitions']['done']} of {run['partitions']['total']}, backend {e(str(run.get('backend')))}, "
+             f"reads: {e(str(run.get('io')))}</p>",
              "<h2>Progress</h2><table><tr><th>stage</th><th>done</th><th>records</th><th>MB</th><th>MB/s</th></tr>"]
     for p in run["progress"]:
         parts.append(f"<tr><td>{e(p['stage'])}</td><td class=n>{p['fraction']:.0%}</td><td class=n>{p['records']:,}"

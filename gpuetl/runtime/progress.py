@@ -87,9 +87,11 @@ class RunProgress:
     """What the run has done so far. Safe to call from the thread that collects results; listeners
     are called under a lock, in the order things happened."""
 
-    def __init__(self, plan, listeners=(), run_id: str = ""):
+    def __init__(self, plan, listeners=(), run_id: str = "", backend=None):
         self.plan = plan
         self.run_id = run_id
+        self.backend = backend.name if backend is not None else None
+        self.io = backend.io_path() if backend is not None else None      # how the backend reads files
         self.listeners = list(listeners)
         self.lock = threading.RLock()
         self.t0 = time.monotonic()
@@ -221,6 +223,7 @@ class RunProgress:
         """Everything a page or a report shows, as plain JSON values."""
         with self.lock:
             return {"run_id": self.run_id, "pipeline": self.plan.spec.name, "seconds": round(self.seconds, 3),
+                    "backend": self.backend, "io": self.io,
                     "failed": self.failure, "done": self.finished_at is not None,
                     "partitions": {"done": len(self.done_partitions), "total": len(self.plan.partitions)},
                     "progress": [s.as_dict() for s in self.stages.values()],

@@ -68,7 +68,7 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
     """Check the output folder (before any data is read), run, commit; under the folder's lock.
     listeners: what shows the run's progress (runtime/progress.py); by default a display when
     `progress`. report: write the run report next to the dataset (runtime/report.py)."""
-    watch = RunProgress(plan, _listeners(listeners, progress, executor))
+    watch = RunProgress(plan, _listeners(listeners, progress, executor), backend=backend)
     say = watch.say if any(hasattr(x, "message") for x in watch.listeners) else log
     try:
         result = _run_plan(plan, backend, executor, watch, say, report)

@@ -61,7 +61,8 @@ def test_the_page_is_served_during_a_run_with_the_stages_and_reasons(tmp_path):
         assert name in page, page
     assert "running" in page and "done" in after
     state = json.loads(data)
-    assert state["pipeline"] == "dash" and state["workers"]
+    assert state["pipeline"] == "dash" and state["workers"] and state["io"] == backend.io_path()
+    assert "reads: " + backend.io_path() in page
     for split in state["workers"].values():
         assert {"read", "compute", "write", "idle"} <= set(split)
     assert "line does not match preset apache_combined" in after
