@@ -42,18 +42,20 @@ class Pipeline:
         return compile_plan(self.loaded, backend)
 
     def run(self, backend: str = "auto", client=None, scheduler: str | None = None, progress: bool = False,
-            log=None):
+            log=None, report: bool = True):
         """Run and commit the dataset; returns a RunResult (counts, shards, out_dir, manifest).
 
         client: an existing distributed.Client; scheduler: a scheduler address, 'local' (default:
-        a LocalCluster for this run), or 'sync'/'threads' (no cluster, for small jobs and tests)."""
+        a LocalCluster for this run), or 'sync'/'threads' (no cluster, for small jobs and tests).
+        progress: show each stage's progress on stderr. report: write the run report
+        (_report.json, _report.html) next to the dataset (docs/observing.md)."""
         from .runtime.executor import open_executor
         from .runtime.run import run_plan
 
         chosen = get_backend(backend)
         plan = self.plan(chosen)
         with open_executor(scheduler, chosen, client=client, quiet=not progress) as executor:
-            return run_plan(plan, chosen, executor, progress=progress, log=log or (lambda *_: None))
+            return run_plan(plan, chosen, executor, progress=progress, log=log or (lambda *_: None), report=report)
 
     def preview(self, n: int = 20, backend: str = "cpu"):
         """Run the pipeline on the first records of the first partition (about 1 MiB of text) and

@@ -189,7 +189,9 @@ def test_run_over_max_error_ratio_exit_1(workdir, tmp_path, capsys):
     assert "20 of 2000 records are bad" in err and "max_error_ratio 0.005" in err
     assert "line does not match preset apache_combined" in err
     no_traceback(err)
-    assert not out.exists() or [p.name for p in out.iterdir()] == []
+    [report] = (out / "_tmp").iterdir()             # the failed run's report, and nothing else
+    assert f"report of the failed run: {report / '_report.html'}" in err
+    assert [p.name for p in out.iterdir()] == ["_tmp"]
 
 
 def test_run_under_max_error_ratio_ok(workdir, tmp_path):
@@ -283,7 +285,7 @@ def test_inspect_json(dataset, capsys):
 def test_verify_ok(dataset, capsys):
     out_dir, _ = dataset
     assert main(["verify", str(out_dir)]) == 0
-    assert "ok, 3 files match the manifest" in capsys.readouterr().out
+    assert "ok, 5 files match the manifest" in capsys.readouterr().out
 
 
 def test_verify_flipped_byte(dataset, tmp_path, capsys):

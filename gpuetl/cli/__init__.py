@@ -1,4 +1,4 @@
-"""gpuetl run | validate | plan | preview | inspect | verify | schema  (exit 0 done, 1 data failed, 2 usage)."""
+"""gpuetl run | validate | plan | preview | inspect | verify | report | schema  (exit 0 done, 1 data failed, 2 usage)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override one key of the pipeline file, e.g. --set sink.path=/tmp/out")
     run.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                     help="show each stage's progress on stderr: bars on a terminal, a line every few seconds "
+                          "elsewhere (default: on)")
+    run.add_argument("-q", "--quiet", action="store_true", help="print no progress and no summary; errors still print")
+    run.add_argument("--log-format", choices=("text", "json"), default="text",
+                     help="json: one JSON event per line on stderr (stage transitions, failures, messages)")
+    run.add_argument("--no-report", dest="report", action="store_false",
+                     help="write no run report (_report.json, _report.html) next to the dataset")
 
     for name, text in (("validate", "check a pipeline file; exit 2 with located errors"),
                        ("plan", "print stages, schemas, partitions and tasks")):
@@ -61,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--repair", action="store_true",
                         help="first finish a commit that was interrupted (from its checked journal); "
                              "without it verify only reads")
+    report = sub.add_parser("report", help="print a dataset's run report (_report.json) as text")
+    report.add_argument("out", help="the dataset folder, or a failed run's report folder under _tmp/")
+    report.add_argument("--open", action="store_true", help="open _report.html in the web browser")
+    report.add_argument("--json", action="store_true", help="print the report's JSON")
     sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     return parser
 
@@ -85,18 +97,24 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_closed()
     except GpuetlError as err:
-        print(f"gpuetl {args.command}: error: {err}", file=sys.stderr)
-        return err.exit_code
+        return _error(args, f"gpuetl {args.command}: error: {err}", err.exit_code)
     except KeyboardInterrupt:
-        print("gpuetl: interrupted; nothing was committed", file=sys.stderr)
-        return 130
+        return _error(args, "gpuetl: interrupted; nothing was committed", 130)
     except Exception as err:  # a bug in gpuetl, not the user's mistake: say so, briefly
         if os.environ.get("GPUETL_DEBUG"):
             raise
-        print(f"gpuetl {args.command}: internal error: {type(err).__name__}: {err}\n"
-              "  this is a bug in gpuetl; rerun with GPUETL_DEBUG=1 for the traceback and report it",
-              file=sys.stderr)
-        return 1
+        return _error(args, f"gpuetl {args.command}: internal error: {type(err).__name__}: {err}\n"
+                            "  this is a bug in gpuetl; rerun with GPUETL_DEBUG=1 for the traceback and report it", 1)
+
+
+def _error(args, message: str, code: int) -> int:
+    """An error on stderr: as text, or as one JSON event (--log-format json)."""
+    events = getattr(args, "events", None)
+    if events is not None:
+        events.error(message, code)
+    else:
+        print(message, file=sys.stderr)
+    return code
 
 
 SIGPIPE_EXIT = 141
@@ -189,25 +207,43 @@ def cmd_run(args) -> int:
     from ..api import load
     from ..backends import get_backend
     from ..runtime.executor import DASHBOARD_ADDRESS, open_executor
+    from ..runtime.progress import display_for
     from ..runtime.run import layout_of, run_plan
 
+    listeners: list = []
+    if args.log_format == "json":
+        from ..runtime.events import JsonEvents
+
+        args.events = JsonEvents()
+        listeners.append(args.events)
+        log = args.events.message
+    elif args.quiet:
+        log = (lambda *a: None)
+    else:
+        display = display_for(args.progress)
+        listeners += [display] if display else []
+        log = (lambda *a: print(*a, file=sys.stderr))
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
     plan = pipeline.plan(backend)
     tuning.arrow_pool(streamed=layout_of(plan).in_input_order)
-    log = (lambda *a: print(*a, file=sys.stderr))
     for note in plan.notes:
         log(f"note: {note}")
     picked = f"{backend.name}" + (" (auto)" if args.backend == "auto" else "")
     log(f"gpuetl {__version__}: pipeline {pipeline.name!r}, backend {picked}, {len(plan.files)} files "
         f"({format_size(plan.input_bytes)}), {len(plan.partitions)} partitions")
     started = time.perf_counter()
-    watched = sys.stderr.isatty()      # a dashboard only where someone can open its link
+    watched = sys.stderr.isatty() and not args.quiet    # a dashboard only where someone can open its link
     with open_executor(args.scheduler, backend, quiet=True,
                        dashboard_address=DASHBOARD_ADDRESS if watched else None) as executor:
         if executor.dashboard_link:
-            log(f"dashboard: {executor.dashboard_link}")
-        result = run_plan(plan, backend, executor, progress=sys.stderr.isatty() and not args.json, log=log)
+            link = executor.dashboard_link
+            log(f"dashboard: {link}")
+            if link.endswith("/status"):
+                own = getattr(executor.client, "cluster", None) is not None
+                log(f"gpuetl page: {link.removesuffix('/status')}/gpuetl"
+                    + ("" if own else " (where the scheduler runs with --preload gpuetl.runtime.dashboard)"))
+        result = run_plan(plan, backend, executor, log=log, listeners=listeners, report=args.report)
     seconds = time.perf_counter() - started
     if args.json:
         print(json.dumps({"out": str(result.out_dir), "counts": result.counts, "stages": result.stages,
@@ -216,8 +252,9 @@ def cmd_run(args) -> int:
                           "bad_record_kinds": result.manifest.get("bad_record_kinds", {}), "backend": result.backend,
                           "fallbacks": result.manifest.get("fallbacks", {}),
                           "host_transfer": result.manifest.get("host_transfer", {}),
+                          "report": str(result.report) if result.report else None,
                           "seconds": round(seconds, 3)}, indent=2))
-    else:
+    elif not args.quiet:
         print_summary(result, seconds)
     return 0
 
@@ -251,6 +288,8 @@ def print_summary(result, seconds: float) -> None:
         print(f"  device → host: {format_size(moved['host_bytes'])} "
               f"({moved['host_bytes_per_input_byte']:.2%} of the input bytes)")
     print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
+    if getattr(result, "report", None):
+        print(f"  report: {result.report}  (gpuetl report {result.out_dir})")
 
 
 SUMMARY_KINDS = 5
@@ -359,8 +398,24 @@ def cmd_verify(args) -> int:
             print(f"BAD {p}")
         print(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
         return 1
-    n = len(manifest.get("shards", [])) + len(manifest.get("quarantine", []))
+    n = len(manifest.get("shards", [])) + len(manifest.get("quarantine", [])) + len(manifest.get("reports", []))
     print(f"{args.out}: ok, {n} files match the manifest")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from ..runtime.report import read_report, render_text
+
+    report, page = read_report(args.out)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(render_text(report))
+    if args.open:
+        import webbrowser
+
+        if not webbrowser.open(page.resolve().as_uri()):
+            print(f"gpuetl report: no web browser to open; the report is {page}", file=sys.stderr)
     return 0
 
 
@@ -372,7 +427,7 @@ def cmd_schema(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan, "preview": cmd_preview, "inspect": cmd_inspect,
-            "verify": cmd_verify, "schema": cmd_schema}
+            "verify": cmd_verify, "report": cmd_report, "schema": cmd_schema}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

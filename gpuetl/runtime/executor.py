@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import time
+import warnings
 from collections import deque
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import dask
 
@@ -27,18 +29,23 @@ class Executor:
             return None
         return self.client.dashboard_link
 
-    def compute(self, tasks: list, progress: bool = False) -> list:
+    def compute(self, tasks: list, on_result=None) -> list:
+        """Run the tasks; on_result(result) is called for each as it finishes (in this process,
+        in the order they finish), so progress counts what the tasks hand back."""
         if not tasks:
             return []
         try:
             if self.client is None:
-                return list(dask.compute(*tasks, scheduler=self.scheduler or "threads"))
+                with _results_of(tasks, on_result):
+                    return list(dask.compute(*tasks, scheduler=self.scheduler or "threads"))
             futures = self.client.compute(tasks)
-            if progress:
-                from distributed import progress as show_progress
+            if on_result is not None:
+                from distributed import as_completed
 
-                show_progress(futures)
-                print()
+                for future in as_completed(futures):
+                    if future.status != "finished":
+                        break              # gather raises its error
+                    on_result(future.result())
             return self.client.gather(futures)
         except GpuetlError:
             raise
@@ -48,8 +55,52 @@ class Executor:
                 raise cause from None
             raise
 
+    @contextmanager
+    def timed(self, progress):
+        """Record where each task's time went into progress.task_times: dask's local scheduler
+        tells a callback; a cluster's scheduler keeps its task stream, read once at the end."""
+        from .progress import TaskTime, task_kind
 
-    def ordered(self, tasks: list, independent: bool = True, ahead: int | None = None):
+        if self.client is None:
+            from dask.callbacks import Callback
+
+            begun: dict = {}
+
+            def pretask(key, dsk, state):
+                begun[key] = time.monotonic()
+
+            def posttask(key, result, dsk, state, worker_id):
+                start = begun.pop(key, None)
+                if start is not None:
+                    worker = "this process" if worker_id is None else f"thread {worker_id}"
+                    progress.task_times.append(TaskTime(worker, task_kind(key), start, time.monotonic()))
+                    progress.worker_threads.setdefault(worker, 1)
+
+            with Callback(pretask=pretask, posttask=posttask):
+                yield
+            return
+        started, clock = time.time(), time.monotonic()
+        try:
+            self.client.get_task_stream(start=started)      # the scheduler keeps one from now on
+        except Exception:
+            pass
+        try:
+            yield
+        finally:
+            try:
+                stream = self.client.get_task_stream(start=started)
+                threads = self.client.nthreads()
+            except Exception:          # the cluster went away: the split stays empty, the run's error shows
+                stream, threads = [], {}
+            offset = clock - started          # wall clock to the run's monotonic clock
+            for record in stream:
+                for span in record.get("startstops", []):
+                    if span.get("action") == "compute":
+                        progress.task_times.append(TaskTime(record.get("worker", "?"), task_kind(record["key"]),
+                                                            span["start"] + offset, span["stop"] + offset))
+            progress.worker_threads.update(threads)
+
+    def ordered(self, tasks: list, independent: bool = True, ahead: int | None = None, on_result=None):
         """Yield results in task order. Tasks go to the cluster in order, one scheduler
         generation per submission (fifo_timeout=0), so earlier ones run first (one submission of
         all would run them in dask.order's order: for independent chains, partition 0 last).
@@ -59,7 +110,7 @@ class Executor:
         at once, a thread's worth per generation: submitted later, they would redo the shared
         work whose first users had already been released."""
         if self.client is None:        # dask's local schedulers: one call, shared work done once
-            yield from self.compute(tasks)
+            yield from self.compute(tasks, on_result=on_result)
             return
         threads = max(1, sum(self.client.nthreads().values()))
         ahead = ahead or 2 * threads
@@ -108,6 +159,24 @@ class Executor:
         return all(a.startswith(("tcp://127.", "inproc://", "tcp://localhost")) for a in addresses)
 
 
+@contextmanager
+def _results_of(tasks: list, on_result):
+    """Hand each of these tasks' results to on_result as dask's local scheduler finishes it."""
+    if on_result is None:
+        yield
+        return
+    from dask.callbacks import Callback
+
+    wanted = {t.key for t in tasks}
+
+    def posttask(key, result, dsk, state, worker_id):
+        if key in wanted:
+            on_result(result)
+
+    with Callback(posttask=posttask):
+        yield
+
+
 def _our_error(err: BaseException) -> GpuetlError | None:
     seen = set()
     while err is not None and id(err) not in seen:
@@ -150,32 +219,43 @@ def open_executor(scheduler: str | None, backend, client=None, quiet: bool = Fal
 
 @contextmanager
 def backend_cluster(backend, quiet: bool, dashboard_address: str | None = None):
-    own = backend.local_cluster(quiet=quiet, dashboard_address=dashboard_address)
-    if own is not None:
-        with own as cluster:
-            yield cluster
-        return
+    """gpuetl's own cluster. Its scheduler serves the gpuetl page (runtime/dashboard.py): the
+    route is set for the cluster's start only, and a taken dashboard port raises no warning
+    there (the command prints the address it got instead)."""
     import logging
 
-    from distributed import LocalCluster
+    from .dashboard import MODULE
 
-    # One in-process worker with a thread per core: the heavy kernels (pyarrow, numpy) release
-    # the GIL, nothing is pickled between processes, and it starts in milliseconds instead of
-    # the seconds that spawning worker processes (each importing pandas and pyarrow) takes.
-    # GPU backends bring their own cluster (one process per GPU).
-    threads = max(1, min(os.cpu_count() or 1, 64))
     levels = {"distributed": logging.ERROR if quiet else logging.WARNING}
     # A task's error reaches the user once, from the client, as gpuetl's own message (the
     # worker would also log it with a traceback; GPUETL_DEBUG=1 shows that one).
     if not os.environ.get("GPUETL_DEBUG"):
         levels["distributed.worker"] = logging.CRITICAL
+    routes = [*dask.config.get("distributed.scheduler.http.routes", []), MODULE]
     with _logger_levels(levels), dask.config.set(profile_settings(dashboard_address is not None)), \
-            LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
-                         dashboard_address=dashboard_address, silence_logs=logging.ERROR,
-                         # without a dashboard the scheduler still serves /health and the like:
-                         # on a free local port, not dask's usual 8787
-                         scheduler_kwargs={} if dashboard_address else {"dashboard_address": "127.0.0.1:0"}) as cluster:
+            ExitStack() as stack:
+        with dask.config.set({"distributed.scheduler.http.routes": routes}), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
+            own = backend.local_cluster(quiet=quiet, dashboard_address=dashboard_address)
+            cluster = stack.enter_context(own if own is not None else _cpu_cluster(dashboard_address))
         yield cluster
+
+
+def _cpu_cluster(dashboard_address: str | None):
+    """One in-process worker with a thread per core: the heavy kernels (pyarrow, numpy) release
+    the GIL, nothing is pickled between processes, and it starts in milliseconds instead of the
+    seconds that spawning worker processes (each importing pandas and pyarrow) takes. GPU
+    backends bring their own cluster (one process per GPU)."""
+    import logging
+
+    from distributed import LocalCluster
+
+    threads = max(1, min(os.cpu_count() or 1, 64))
+    return LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
+                        dashboard_address=dashboard_address, silence_logs=logging.ERROR,
+                        # without a dashboard the scheduler still serves /health and the like:
+                        # on a free local port, not dask's usual 8787
+                        scheduler_kwargs={} if dashboard_address else {"dashboard_address": "127.0.0.1:0"})
 
 
 @contextmanager

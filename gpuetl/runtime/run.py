@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import platform
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,9 @@ from ..sinks.base import get_sink
 from ..sinks.parquet import ShardResult, ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
 from ..sources.formats.jsonl import empty_declared_columns
+from .progress import RunProgress, display_for
 from .reasons import group_reasons
+from .report import REPORT_HTML, build_report, write_report
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
 
@@ -44,6 +45,7 @@ class RunResult:
     seconds: float
     input_bytes: int
     manifest: dict = field(repr=False, default_factory=dict)
+    report: Path | None = None          # the run report's HTML file
 
     @property
     def rows_out(self) -> int:
@@ -62,8 +64,34 @@ def layout_of(plan: Plan) -> Layout:
     )
 
 
-def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print) -> RunResult:
-    """Check the output folder (before any data is read), run, commit; under the folder's lock."""
+def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print, listeners=None,
+             report: bool = True) -> RunResult:
+    """Check the output folder (before any data is read), run, commit; under the folder's lock.
+    listeners: what shows the run's progress (runtime/progress.py); by default a display when
+    `progress`. report: write the run report next to the dataset (runtime/report.py)."""
+    watch = RunProgress(plan, _listeners(listeners, progress, executor), backend=backend)
+    say = watch.say if any(hasattr(x, "message") for x in watch.listeners) else log
+    try:
+        result = _run_plan(plan, backend, executor, watch, say, report)
+        watch.finished(result)
+        return result
+    except BaseException as err:
+        watch.failed(err)
+        raise
+    finally:
+        watch.close()
+
+
+def _listeners(listeners, progress: bool, executor) -> list:
+    chosen = list(listeners) if listeners is not None else [d for d in [display_for(progress)] if d]
+    if executor.client is not None:
+        from .dashboard import DashboardFeed
+
+        chosen.append(DashboardFeed(executor.client))
+    return chosen
+
+
+def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bool) -> RunResult:
     started = time.perf_counter()
     spec = plan.spec
     out = plan.out_dir = Path(os.path.normpath(os.path.abspath(plan.out_dir)))   # sink.path: out/new/..
@@ -82,13 +110,22 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
         fresh = run_tmp is None
         if fresh:
             run_tmp = folder.new_run(commit_protocol.new_run_id())
+        watch.run_id = run_tmp.name
+        watch.started()
         try:
             if fresh:
                 _write_state(plan, backend, run_tmp)
-            result = _run(plan, backend, executor, run_tmp, progress, log)
+            with executor.timed(watch):
+                result = _run(plan, backend, executor, run_tmp, watch, log)
             result.seconds = time.perf_counter() - started
             result.manifest["run"]["seconds"] = round(result.seconds, 3)
+            if report:
+                watch.shards_done()
+                built = build_report(plan, backend, watch, result=result, data_dir=run_tmp / "data")
+                result.manifest["reports"] = write_report(built, run_tmp / "data")
         except BaseException as err:
+            if report and isinstance(err, DataError):
+                _failed_report(plan, backend, watch, folder, run_tmp, err, log)
             if mode != "resume":                  # resume keeps finished work for the next try
                 folder.abandon(run_tmp)
             if isinstance(err, OSError) and _is_write_failure(err, out):
@@ -104,7 +141,23 @@ def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print
             if not folder.journal_written and mode != "resume":      # nothing changed: nothing to finish
                 folder.abandon(run_tmp)
             raise
+    if report:
+        result.report = out / REPORT_HTML
     return result
+
+
+def _failed_report(plan, backend, watch, folder, run_tmp: Path, err: BaseException, log) -> None:
+    """The report of a run whose data failed (too many bad records, on_error: fail), in a folder
+    of its own under _tmp/; the next run there removes it, as it removes every earlier run's
+    temporary folder. A run stopped by its output folder (a full disk, a link in the way) writes
+    nothing more there."""
+    try:
+        place = folder.new_run(run_tmp.name + "-report")
+        write_report(build_report(plan, backend, watch, error=err), place)
+    except Exception as why:           # the run's own error matters more: say this one briefly
+        log(f"note: the failed run's report was not written ({type(why).__name__}: {why})")
+        return
+    log(f"report of the failed run: {place / REPORT_HTML}")
 
 
 def _earlier_runs(plan: Plan, backend, folder, log) -> Path | None:
@@ -223,7 +276,7 @@ def _already_complete(plan: Plan, out: Path, manifest: dict | None) -> RunResult
 
 # -- the run ------------------------------------------------------------------------------------
 
-def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> RunResult:
+def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) -> RunResult:
     spec = plan.spec
     layout = layout_of(plan)
     ranged = layout.ranged
@@ -243,6 +296,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     # Streamed and in this process, global steps are settled partition by partition, so writing
     # overlaps parsing (docs/design.md, "Global steps without moving rows").
     parts = build_partitions(plan, backend, in_order=stream and executor.in_process)
+    for result in finished.values():
+        watch.partition_done(result)
     if finished:
         log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)
@@ -252,10 +307,10 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
             for i, part in enumerate(parts) if i not in finished}
     streamed = None
     if stream:
-        results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options, progress,
+        results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options, watch,
                                             backend=backend)
     else:
-        computed = executor.compute(list(maps.values()), progress=progress)
+        computed = executor.compute(list(maps.values()), on_result=watch.partition_done)
         results = sorted([*finished.values(), *computed], key=lambda r: r.partition)
 
     counts, stages = _account(plan, results)
@@ -282,7 +337,10 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
                         schema=schema, tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle,
                         ranged=ranged, presorted=presorted, backend=backend,
                         dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
-        shards += executor.compute(writes, progress=progress)
+        watch.writing(counts["rows_out"])
+        for done in shards:
+            watch.written(done.rows, done.bytes)
+        shards += executor.compute(writes, on_result=lambda shard: watch.written(shard.rows, shard.bytes))
         order = {t.relpath: k for k, t in enumerate(tasks)}
         shards.sort(key=lambda r: order[r.path])
     else:
@@ -349,7 +407,7 @@ def _write_and_record(sink, task: ShardTask, pieces: list[str], state_dir: str, 
     return result
 
 
-def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp: Path, options, progress=False,
+def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp: Path, options, watch,
                     *, backend):
     """Run the map tasks; feed each one's pieces, in partition order, to its split's writer."""
     from ..sinks.spill import read_ipc
@@ -358,7 +416,9 @@ def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp:
     tasks = _shard_tasks(layout, [], False, plan.output_schema, options, sink)
     writers = {t.split: sink.shard_writer(backend, str(run_tmp / "data" / t.relpath), plan.output_schema, options, t)
                for t in tasks}
-    computed = executor.ordered(list(maps.values()), independent=len(plan.segments) == 1)
+    computed = executor.ordered(list(maps.values()), independent=len(plan.segments) == 1,
+                                on_result=watch.partition_done)
+    watch.writing(None)
     results = []
     try:
         for i in range(len(plan.partitions)):
@@ -369,11 +429,8 @@ def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp:
             for split, table in sorted(result.tables.items()):
                 writers[split].write(table)
             result.tables = {}           # written: let the memory go
-            if progress:
-                print(f"\r  {i + 1}/{len(plan.partitions)} partitions parsed and written", end="",
-                      file=sys.stderr, flush=True)
-        if progress:
-            print(file=sys.stderr)
+            watch.partition_done(result)
+            watch.written(sum(result.rows.values()), partition=i)
         return results, [writers[t.split].close() for t in tasks]
     finally:
         for w in writers.values():

@@ -328,7 +328,8 @@ class Inventory:
 def listed_files(manifest: dict) -> set[str]:
     """Every path a manifest proves gpuetl wrote (raises ValueError on an entry that is no path)."""
     paths = {MANIFEST, SUCCESS}
-    for entry in list(manifest.get("shards") or []) + list(manifest.get("quarantine") or []):
+    for entry in (list(manifest.get("shards") or []) + list(manifest.get("quarantine") or [])
+                  + list(manifest.get("reports") or [])):          # the run report's files
         rel = entry.get("path") if isinstance(entry, dict) else None
         why = unsafe_reason(rel)
         if why or rel.split("/")[0] == TMP:

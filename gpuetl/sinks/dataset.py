@@ -140,6 +140,11 @@ def _entries_problem(manifest: dict) -> str | None:
             if not (isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("rows"), int)
                     and isinstance(e.get("bytes"), int) and isinstance(e.get("sha256"), str)):
                 return f"an entry of {key} lacks path, rows, bytes or sha256"
+    reports = manifest.get("reports", [])          # the run report's files (runtime/report.py)
+    if not isinstance(reports, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("bytes"), int)
+            and isinstance(e.get("sha256"), str) for e in reports):
+        return "reports must be a list of entries with path, bytes and sha256"
     return None
 
 
@@ -168,7 +173,7 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
         return manifest, problems + [Problem(MANIFEST, malformed)]
     problems += _consistency(manifest)
     listed = {MANIFEST, SUCCESS}
-    for entry in manifest["shards"] + manifest["quarantine"]:
+    for entry in manifest["shards"] + manifest["quarantine"] + manifest.get("reports", []):
         rel = entry["path"]
         listed.add(rel)
         st = _regular_file(out, rel)

@@ -124,7 +124,7 @@ def test_overwrite_with_other_splits_removes_only_the_listed_files(base, surroun
         second = run(base, mode="overwrite")
     assert_identity(second)
     assert files_under(second.out_dir) == sorted(["_SUCCESS", "_manifest.json", "_quarantine",
-                                                  "_quarantine/part-00000.parquet",
+                                                  "_quarantine/part-00000.parquet", "_report.html", "_report.json",
                                                   "part-00000.parquet", "part-00001.parquet"])
 
 
@@ -279,7 +279,7 @@ def test_link_in_the_way_of_a_commit_changes_nothing(base, surroundings, capsys)
     victim = _victims(base)
     out = run(base).out_dir
     manifest = json.loads((out / "_manifest.json").read_text())
-    shards = [e["path"] for e in manifest["shards"] + manifest["quarantine"]]
+    shards = [e["path"] for e in manifest["shards"] + manifest["quarantine"] + manifest["reports"]]
     run_tmp = out / "_tmp" / "x"
     for rel in shards:
         (run_tmp / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -515,16 +515,20 @@ def test_disk_full_is_a_clear_error_naming_the_path(base, surroundings, monkeypa
 
 
 def test_failed_run_removes_only_the_folders_it_made(base, surroundings):
+    """Without its report (which a run whose data failed leaves under _tmp/, docs/observing.md)."""
     bad = {"max_error_ratio": 0.0}
+    quiet = gpuetl.Pipeline.from_dict(GALLERY.spec(sink_path="a/b/out", **bad), base_dir=base)
     with surroundings(base):
         with pytest.raises(gpuetl.DataError, match="nothing was written"):
-            run(base, sink_path="a/b/out", **bad)
+            quiet.run(backend="cpu", scheduler="sync", report=False)
     assert not (base / "a").exists()
     (base / "out").mkdir()
     (base / "out" / ".hidden").write_text("x")
     with pytest.raises(gpuetl.DataError):
         run(base, **bad)
-    assert files_under(base / "out") == [".hidden"]
+    left = files_under(base / "out")
+    assert left[0] == ".hidden" and left[1] == "_tmp" and all(p.startswith("_tmp/") for p in left[2:])
+    assert {p.rsplit("/", 1)[-1] for p in left[3:]} == {"_owner.json", "_report.json", "_report.html"}
 
 
 # --------------------------------------------------------------------------- a closed pipe

@@ -223,7 +223,7 @@ def _half_committed(base: Path, monkeypatch) -> Path:
     with commit.OutputFolder(out) as folder:
         folder.survey("overwrite")
         run_tmp = folder.new_run(commit.new_run_id())
-        for rel in [s["path"] for s in new.manifest["shards"] + new.manifest["quarantine"]]:
+        for rel in [s["path"] for s in new.manifest["shards"] + new.manifest["quarantine"] + new.manifest["reports"]]:
             (run_tmp / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(new.out_dir / rel, run_tmp / "data" / rel)
         moved = _failing_move(monkeypatch)
@@ -337,7 +337,7 @@ def test_commit_moves_what_the_manifest_lists_not_leftovers(base):
     with commit.OutputFolder(out) as folder:
         folder.survey("error")
         run_tmp = folder.new_run(commit.new_run_id())
-        for entry in staged.manifest["shards"] + staged.manifest["quarantine"]:
+        for entry in staged.manifest["shards"] + staged.manifest["quarantine"] + staged.manifest["reports"]:
             (run_tmp / "data" / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(staged.out_dir / entry["path"], run_tmp / "data" / entry["path"])
         (run_tmp / "data" / "part-00001.parquet.partial").write_bytes(b"half a shard")

@@ -1,0 +1,353 @@
+"""The run report: `_report.json` (everything, as data) and `_report.html` (the same, to look at:
+self-contained, bokeh's JavaScript inline, opens offline) next to the dataset; listed in the
+manifest with their sha256 like the shards, so `sink.mode: overwrite` may replace them. A failed
+run's report goes under `_tmp/`. `gpuetl report OUT` prints it as text."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import time
+import warnings
+from pathlib import Path
+
+from .reasons import reason_kind
+
+REPORT_JSON = "_report.json"
+REPORT_HTML = "_report.html"
+REPORT_FORMAT = "gpuetl-report/1"
+KINDS = 20                 # reason kinds listed; the rest are one "and N more" line
+EXAMPLES = 3               # example reasons per kind
+EXAMPLE_CHARS = 300
+VALUE_CHARS = 80           # a column's min/max as shown
+
+
+def build_report(plan, backend, progress, *, result=None, error: BaseException | None = None,
+                 data_dir: Path | None = None) -> dict:
+    """The report of a run from what it counted (progress) and, when it finished, its result;
+    data_dir: where the shards are (their Parquet footers give the column profile)."""
+    snap = progress.snapshot()
+    counts = result.counts if result is not None else _counts_so_far(snap["stages"])
+    stages = result.stages if result is not None else snap["stages"]
+    timing = {p["stage"]: p for p in snap["progress"]}
+    from .run import _versions
+
+    versions = _versions(backend)
+    return {
+        "format": REPORT_FORMAT,
+        "gpuetl": versions["gpuetl"],
+        "run_id": progress.run_id,
+        "pipeline": plan.spec.name,
+        "pipeline_sha256": plan.loaded.sha256,
+        "status": "failed" if error is not None else "succeeded",
+        "error": None if error is None else _one_line(error),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": snap["seconds"],
+        "backend": backend.name,
+        "io": backend.io_path(),
+        "versions": versions,
+        "plan": {"input_files": len(plan.files), "input_bytes": plan.input_bytes,
+                 "partitions": len(plan.partitions), "sink": str(plan.out_dir),
+                 "stages": [{"stage": s.index, "name": s.name, "detail": s.detail} for s in plan.stages],
+                 "task_groups": [seg.label for seg in plan.segments]},
+        "counts": counts,
+        "stages": stages,
+        "progress": list(timing.values()),
+        "throughput": snap["timeline"],
+        "workers": snap["workers"],
+        "bad_records": grouped_reasons(snap["reasons"]),
+        "columns": column_profile(data_dir, result.shards) if result is not None and data_dir else [],
+    }
+
+
+def _counts_so_far(stages: list[dict]) -> dict:
+    first = stages[0]["rows_in"] if stages else 0
+    return {"rows_in": first, "rows_out": stages[-1]["rows_out"] if stages else 0,
+            **{k: sum(s[k] for s in stages) for k in ("filtered", "deduplicated", "quarantined")}}
+
+
+def grouped_reasons(tallies: dict[str, int]) -> dict:
+    """Reasons by kind (reasons.py), the KINDS most common with up to EXAMPLES reasons each, and
+    how many kinds and rows the rest hold: a report stays small whatever the input did."""
+    kinds: dict[str, dict] = {}
+    for reason, n in sorted(tallies.items(), key=lambda kv: (-kv[1], kv[0])):
+        entry = kinds.setdefault(reason_kind(reason), {"count": 0, "examples": []})
+        entry["count"] += n
+        if len(entry["examples"]) < EXAMPLES:
+            entry["examples"].append({"reason": _cut(reason, EXAMPLE_CHARS), "count": n})
+    ordered = sorted(kinds.items(), key=lambda kv: (-kv[1]["count"], kv[0]))
+    shown, rest = ordered[:KINDS], ordered[KINDS:]
+    return {"kinds": [{"kind": _cut(k, EXAMPLE_CHARS), **v} for k, v in shown],
+            "more": {"kinds": len(rest), "rows": sum(v["count"] for _, v in rest)},
+            "distinct_reasons": len(tallies), "rows": sum(tallies.values())}
+
+
+def column_profile(data_dir: Path, shards: list[dict]) -> list[dict]:
+    """Per output column: nulls, min and max, from the shards' Parquet footers (no data read)."""
+    import pyarrow.parquet as pq
+
+    columns: dict[str, dict] = {}
+    for shard in shards:
+        path = Path(data_dir) / shard["path"]
+        if path.suffix != ".parquet":
+            continue
+        try:
+            meta = pq.read_metadata(path)
+        except (OSError, ValueError):
+            continue
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                chunk = group.column(c)
+                entry = columns.setdefault(chunk.path_in_schema, {"column": chunk.path_in_schema,
+                                                                  "type": str(chunk.physical_type), "rows": 0,
+                                                                  "nulls": 0, "min": None, "max": None,
+                                                                  "complete": True})
+                entry["rows"] += chunk.num_values
+                stats = chunk.statistics
+                if stats is None or not stats.has_null_count:
+                    entry["complete"] = False
+                else:
+                    entry["nulls"] += stats.null_count
+                if stats is not None and stats.has_min_max:
+                    entry["min"] = _lower(entry["min"], stats.min)
+                    entry["max"] = _lower(entry["max"], stats.max, higher=True)
+                elif chunk.num_values:
+                    entry["complete"] = False
+    return [{**e, "min": _shown(e["min"]), "max": _shown(e["max"])} for e in columns.values()]
+
+
+def _lower(current, value, higher: bool = False):
+    if current is None:
+        return value
+    try:
+        return max(current, value) if higher else min(current, value)
+    except TypeError:
+        return current
+
+
+def _shown(value):
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, bytes):
+        try:
+            value = value.decode()
+        except UnicodeDecodeError:
+            return f"<{len(value)} bytes>"
+    return _cut(str(value), VALUE_CHARS)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+def write_report(report: dict, folder: Path) -> list[dict]:
+    """Write both files into folder; their manifest entries (path, bytes, sha256)."""
+    entries = []
+    for name, data in ((REPORT_JSON, json.dumps(report, indent=1, default=str).encode()),
+                       (REPORT_HTML, render_html(report).encode())):
+        path = Path(folder) / name
+        with open(path, "xb") as fh:          # never over something already there
+            fh.write(data)
+        entries.append({"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    return entries
+
+
+def read_report(out: str | Path) -> tuple[dict, Path]:
+    """The report of the dataset at out (or of a failed run: a folder under _tmp/ holding one)."""
+    from ..errors import DataError
+
+    path = Path(out) / REPORT_JSON
+    try:
+        report = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{out}: no {REPORT_JSON} (not a gpuetl dataset, or written before gpuetl wrote reports)",
+                        hint="run the pipeline again to get one") from None
+    except (OSError, ValueError, RecursionError) as err:
+        raise DataError(f"{path}: not a readable report ({err})") from None
+    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
+        raise DataError(f"{path}: not a gpuetl run report")
+    return report, path.with_name(REPORT_HTML)
+
+
+# -- as text ------------------------------------------------------------------------------------
+
+def render_text(report: dict) -> str:
+    c = report.get("counts", {})
+    lines = [f"run {report.get('run_id')} of pipeline {report.get('pipeline')!r}: {report.get('status')}, "
+             f"{report.get('seconds', 0):.1f} s, backend {report.get('backend')} ({report.get('io')})"]
+    if report.get("error"):
+        lines.append(f"  error: {report['error']}")
+    plan = report.get("plan", {})
+    lines.append(f"  input: {plan.get('input_files')} files, {plan.get('input_bytes', 0) / 1e6:,.1f} MB, "
+                 f"{plan.get('partitions')} partitions")
+    lines.append(f"  rows in {c.get('rows_in', 0):,} = out {c.get('rows_out', 0):,} + filtered {c.get('filtered', 0):,} "
+                 f"+ deduplicated {c.get('deduplicated', 0):,} + quarantined {c.get('quarantined', 0):,}")
+    for s in report.get("stages", []):
+        dropped = ", ".join(f"{k} {s[k]:,}" for k in ("filtered", "deduplicated", "quarantined") if s.get(k))
+        lines.append(f"  stage {s['stage']} {s['name']:<16} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
+    for p in report.get("progress", []):
+        lines.append(f"  {p['stage']:<16} {p['seconds']:>8.2f} s  {p['records']:>12,} records  "
+                     f"{p['mb_per_s']:>8.1f} MB/s")
+    for worker, split in report.get("workers", {}).items():
+        lines.append(f"  worker {worker}: " + ", ".join(f"{k} {v:.2f} s" for k, v in split.items()))
+    bad = report.get("bad_records", {})
+    for kind in bad.get("kinds", []):
+        lines.append(f"  {kind['count']:>10,} × {kind['kind']}")
+        for ex in kind["examples"]:
+            if ex["reason"] != kind["kind"]:
+                lines.append(f"               e.g. {ex['reason']} ({ex['count']:,})")
+    if bad.get("more", {}).get("kinds"):
+        lines.append(f"  and {bad['more']['kinds']} more kinds ({bad['more']['rows']:,} rows)")
+    for col in report.get("columns", []):
+        lines.append(f"  column {col['column']}: nulls {col['nulls']:,}, min {col['min']!r}, max {col['max']!r}")
+    return "\n".join(lines)
+
+
+# -- as HTML ------------------------------------------------------------------------------------
+
+_STYLE = """<style>
+ body { font-family: system-ui, sans-serif; margin: 1.5em; }
+ table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+ th, td { border-bottom: 1px solid #ddd; padding: 0.2em 0.8em; text-align: left; vertical-align: top; }
+ td.n { text-align: right; font-variant-numeric: tabular-nums; }
+ .failed { color: #b00; }
+ .plot { margin: 1em 0; }
+</style>"""
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cell(value) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
+        return f'<td class="n">{text}</td>'
+    return f"<td>{html.escape('' if value is None else str(value))}</td>"
+
+
+def _body(report: dict) -> str:
+    e = html.escape
+    status = report["status"]
+    parts = [f"<h1>gpuetl run report: {e(str(report['pipeline']))}</h1>",
+             f"<p>run {e(str(report['run_id']))}, <span class=\"{e(status)}\">{e(status)}</span>, "
+             f"{report['seconds']:.1f} s, backend {e(report['backend'])}, I/O {e(str(report['io']))}, "
+             f"{e(report['created_at'])}</p>"]
+    if report.get("error"):
+        parts.append(f"<p class=\"failed\">{e(report['error'])}</p>")
+    plan = report["plan"]
+    parts.append("<h2>Plan</h2>" + _table(["stage", "name", "detail"],
+                                          [[s["stage"], s["name"], s["detail"]] for s in plan["stages"]]))
+    parts.append(f"<p>{plan['input_files']} input files, {plan['input_bytes']:,} bytes, "
+                 f"{plan['partitions']} partitions; sink {e(plan['sink'])}</p>")
+    c = report["counts"]
+    parts.append("<h2>Records</h2>" + _table(["rows in", "out", "filtered", "deduplicated", "quarantined"],
+                                             [[c["rows_in"], c["rows_out"], c["filtered"], c["deduplicated"],
+                                               c["quarantined"]]]))
+    parts.append(_table(["stage", "name", "rows in", "rows out", "filtered", "deduplicated", "quarantined"],
+                        [[s["stage"], s["name"], s["rows_in"], s["rows_out"], s["filtered"], s["deduplicated"],
+                          s["quarantined"]] for s in report["stages"]]))
+    parts.append("<h2>Timings</h2>" + _table(["stage", "seconds", "records", "bytes", "MB/s"],
+                                             [[p["stage"], p["seconds"], p["records"], p["bytes"], p["mb_per_s"]]
+                                              for p in report["progress"]]))
+    parts.append(_table(["worker", "read", "compute", "write", "idle"],
+                        [[w, s.get("read", 0.0), s.get("compute", 0.0), s.get("write", 0.0), s.get("idle", 0.0)]
+                         for w, s in report["workers"].items()]))
+    bad = report["bad_records"]
+    rows = []
+    for kind in bad["kinds"]:
+        examples = "; ".join(f"{x['reason']} ({x['count']:,})" for x in kind["examples"])
+        rows.append([kind["count"], kind["kind"], examples])
+    parts.append("<h2>Bad records by kind</h2>" + (_table(["rows", "kind", "examples"], rows) if rows else
+                                                   "<p>none</p>"))
+    if bad["more"]["kinds"]:
+        parts.append(f"<p>and {bad['more']['kinds']:,} more kinds ({bad['more']['rows']:,} rows)</p>")
+    if report["columns"]:
+        parts.append("<h2>Columns</h2>" + _table(
+            ["column", "type", "values", "nulls", "min", "max"],
+            [[col["column"], col["type"], col["rows"], col["nulls"], col["min"], col["max"]]
+             for col in report["columns"]]))
+    parts.append("<h2>Versions</h2>" + _table(["library", "version"], [[k, v] for k, v in report["versions"].items()]))
+    parts.append("<h2>Throughput and time per worker</h2>")
+    return "\n".join(parts)
+
+
+def throughput_bins(points: list, bins: int = 40) -> tuple[list[float], list[float]]:
+    """MB/s of input read in `bins` equal spans of the run, from the cumulative samples
+    [seconds, records, bytes] (each partition's finish is one sample: too spiky to plot as is)."""
+    if not points:
+        return [], []
+    start, end = 0.0, points[-1][0]          # samples are seconds since the run started
+    width = (end - start) / bins or 1.0
+    done = [0.0] * (bins + 1)
+    previous = 0
+    for t, _, nbytes in points:
+        done[min(bins, int((t - start) / width))] += nbytes - previous
+        previous = nbytes
+    return [start + k * width for k in range(bins + 1)], [b / width / 1e6 for b in done]
+
+
+def render_html(report: dict) -> str:
+    """The report as one HTML file: tables, and plots drawn by BokehJS in the browser from the
+    report's numbers. bokeh's JavaScript (its core and its plotting API) is inlined from
+    bokeh.resources (mode "inline"), so the file opens offline; bokeh's Python models are not
+    imported, which would cost more CPU time than the rest of the report."""
+    with warnings.catch_warnings():        # importing bokeh adds warning filters for the whole process
+        from bokeh.resources import Resources
+
+        scripts = Resources(mode="inline", components=["bokeh", "bokeh-api"]).render_js()
+    seconds, rates = throughput_bins(report["throughput"])
+    workers = report["workers"]
+    data = {"seconds": seconds, "rates": rates, "workers": list(workers),
+            "split": {k: [workers[w].get(k, 0.0) for w in workers] for k in SPLIT}}
+    title = html.escape(f"gpuetl run report: {report['pipeline']}")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{_STYLE}\n'
+            f"{scripts}\n</head><body>\n{_body(report)}\n"
+            '<div id="throughput" class="plot"></div><div id="split" class="plot"></div>\n'
+            f'<script type="application/json" id="gpuetl-data">{_json_in_html(data)}</script>\n'
+            f"<script>{_PLOTS}</script>\n</body></html>\n")
+
+
+SPLIT = ("read", "compute", "write", "idle")
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#cccccc")
+
+
+def _json_in_html(value) -> str:
+    """JSON that cannot end its <script> element early (no '<' left as is)."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+_PLOTS = """
+(function () {
+  const data = JSON.parse(document.getElementById("gpuetl-data").textContent);
+  const plt = Bokeh.Plotting;
+  const throughput = plt.figure({title: "input read (MB/s)", height: 220, sizing_mode: "stretch_width",
+                                 x_axis_label: "seconds since start", tools: "pan,box_zoom,reset,save"});
+  throughput.step({x: data.seconds, y: data.rates, mode: "after", line_width: 2, line_color: "%s"});
+  plt.show(throughput, "#throughput");
+  if (data.workers.length === 0) { return; }
+  const split = plt.figure({title: "time per worker (s): read / compute / write / idle", height: 120 + 30 * data.workers.length,
+                            sizing_mode: "stretch_width", tools: "save",
+                            y_range: new Bokeh.FactorRange({factors: data.workers})});
+  const kinds = %s, colours = %s;
+  let left = data.workers.map(() => 0);
+  kinds.forEach((kind, k) => {
+    const right = left.map((x, i) => x + data.split[kind][i]);
+    split.hbar({y: data.workers, left: left, right: right, height: 0.6, fill_color: colours[k],
+                line_color: colours[k], legend_label: kind});
+    left = right;
+  });
+  plt.show(split, "#split");
+})();
+""" % (COLOURS[0], json.dumps(list(SPLIT)), json.dumps(list(COLOURS)))
