@@ -36,7 +36,7 @@ from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, 
                      OutputFolder, listed_files, manifest_bytes, refuse, success_bytes, unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 
-# Test hooks: a callable per point ('uploaded', 'copied'), called with the shard's path. Tests
+# Test hooks: a callable per point ('uploaded', 'copying', 'copied'), called with the shard's path. Tests
 # use them to stop a run at an exact step; nothing in gpuetl sets them.
 HOOKS: dict = {}
 
@@ -387,6 +387,7 @@ class ObjectStoreFolder:
         self._remove([rel for rel in previous if rel not in new and rel != MANIFEST])
         for rel in moves:
             source = f"{TMP}/{run}/data/{rel}"
+            _hook("copying", rel)
             if self._exists(source) is None:
                 if self._exists(rel) is None:
                     raise OutputWriteFailed(f"sink.path: {self._url(source)} is gone before it was copied into place; "
@@ -406,3 +407,110 @@ def _json(raw: bytes | None):
         return json.loads(raw) if raw is not None else None
     except (ValueError, RecursionError):
         return None
+
+
+# -- reading a dataset back: verify, inspect, repair ---------------------------------------------
+
+def read_remote_manifest(url: str, storage_options: dict | None = None) -> tuple[ObjectStoreReader, dict]:
+    from ..errors import DataError
+
+    reader = ObjectStoreReader(url, storage_options)
+    raw = reader.read(MANIFEST)
+    if raw is None:
+        pending = reader.pending_journals()
+        why = (f"a commit was interrupted: `gpuetl verify --repair {reader.url}` finishes it" if pending else
+               "nothing was committed here, or a run was interrupted")
+        raise DataError(f"{reader.url}: no {MANIFEST}; this is not a complete gpuetl dataset ({why})")
+    manifest = _json(raw)
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise DataError(f"{reader._url(MANIFEST)}: not a gpuetl manifest (no format {MANIFEST_FORMAT!r})")
+    return reader, manifest
+
+
+class ObjectStoreReader(ObjectStoreFolder):
+    """Read-only access to a dataset in a store (no staging folder, no lock)."""
+
+    def __init__(self, url: str, storage_options: dict | None = None):
+        self.url = self.out = url.rstrip("/")
+        self.options = storage_options
+        self.fs = storage.filesystem(self.url, storage_options)
+
+    def read(self, rel: str, limit: int = 1 << 30) -> bytes | None:
+        return self._read(rel, limit)
+
+    def sizes(self) -> dict[str, int]:
+        """Every key under the dataset with its size, from one listing."""
+        base = storage.bare(self.url) + "/"
+        with self._errors("", "list"):
+            self.fs.invalidate_cache()
+            found = self.fs.find(base, withdirs=False, detail=True)
+        return {n[len(base):]: int(i.get("size") or 0) for n, i in found.items() if not n.endswith("/")}
+
+    def pending_journals(self) -> list[str]:
+        return [run for run in self._remote_runs() if self._exists(f"{TMP}/{run}/{JOURNAL}") is not None]
+
+    def sha256(self, rel: str) -> str:
+        digest = hashlib.sha256()
+        with self._errors(rel, "read"), self.fs.open(self._key(rel), "rb", block_size=8 << 20) as fh:
+            while block := fh.read(8 << 20):
+                digest.update(block)
+        return digest.hexdigest()
+
+
+def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, list]:
+    """verify for a dataset in a store: every shard re-hashed from the store, the manifest against
+    itself and _SUCCESS, keys the manifest does not list. Changes nothing."""
+    from .dataset import Problem, _consistency, _entries_problem
+
+    reader, manifest = read_remote_manifest(url, storage_options)
+    problems = [Problem(f"{TMP}/{run}", f"an interrupted commit: `gpuetl verify --repair {reader.url}` finishes it")
+                for run in reader.pending_journals()]
+    success = reader.read(SUCCESS)
+    if success is None:
+        problems.append(Problem(SUCCESS, "missing: the dataset was not committed completely"))
+    elif success != success_bytes(reader.read(MANIFEST)):
+        problems.append(Problem(SUCCESS, "does not hold the manifest's sha256: the manifest was edited after the "
+                                         "commit"))
+    malformed = _entries_problem(manifest)
+    if malformed:
+        return manifest, problems + [Problem(MANIFEST, malformed)]
+    problems += _consistency(manifest)
+    listed = {MANIFEST, SUCCESS}
+    sizes = reader.sizes()
+    for entry in manifest["shards"] + manifest["quarantine"]:
+        rel = entry["path"]
+        listed.add(rel)
+        if unsafe_reason(rel):
+            problems.append(Problem(rel, "not a path inside the dataset"))
+        elif rel not in sizes:
+            problems.append(Problem(rel, "missing"))
+        elif sizes[rel] != entry["bytes"]:
+            problems.append(Problem(rel, f"size {sizes[rel]} bytes, the manifest says {entry['bytes']}"))
+        elif (digest := reader.sha256(rel)) != entry["sha256"]:
+            problems.append(Problem(rel, f"sha256 {digest[:12]}…, the manifest says {entry['sha256'][:12]}…"))
+    for rel in sizes:
+        if rel.split("/")[0] != TMP and not any(p.startswith(".") for p in rel.split("/")) and rel not in listed:
+            problems.append(Problem(rel, "not in the manifest (a stray object readers may pick up)"))
+    return manifest, problems
+
+
+def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | None = None) -> dict:
+    import io
+
+    reader, manifest = read_remote_manifest(url, storage_options)
+    sample = []
+    for shard in manifest.get("shards", []):
+        if shard.get("rows"):
+            try:
+                sample = sink.sample(io.BytesIO(reader.read(shard["path"]) or b""), sample_rows)
+            except Exception as err:          # a shard the format cannot read: said, not raised
+                sample = [{"(unreadable shard)": f"{shard['path']}: {err}"}]
+            break
+    pending = reader.pending_journals()
+    return {"path": reader.url, "complete": not pending and reader.read(SUCCESS) is not None, "manifest": manifest,
+            "sample": sample, "interrupted_commits": pending}
+
+
+def repair_remote(url: str, log=lambda *_: None) -> list[str]:
+    with ObjectStoreFolder(url, log) as folder:
+        return folder.recover()
