@@ -16,14 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from .errors import OutputWriteFailed, SourceError, SpecError
+from .errors import InputsNotFound, OutputError, OutputWriteFailed, SourceError, SpecError
 
 # scheme -> the fsspec package that serves it
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
             "abfss": "adlfs"}
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 FETCH_BATCH = 64            # objects requested together (concurrently) by one cat call
-RETRIES = 5                 # attempts of one request before it fails (botocore's standard mode backs off)
+RETRIES = 3                 # botocore's attempts per call (standard mode: backoff, throttling-aware);
+                            # s3fs repeats a throttled or dropped call up to 5 times more, with backoff
 
 
 def scheme(path: str) -> str | None:
@@ -58,6 +59,10 @@ def inside(child: str, parent: str) -> bool:
 def join(url: str, rel: str) -> str:
     return url.rstrip("/") + "/" + rel
 
+
+# Test hooks: {'fetched': callable(url)}, called after each object is read. Tests use them to
+# change an object at an exact moment; nothing in gpuetl sets them.
+HOOKS: dict = {}
 
 # Clients by scheme, options and the environment they read credentials and endpoints from: a
 # changed AWS_* variable gets a new client, an unchanged one the same (a client costs ~0.5 s).
@@ -137,6 +142,13 @@ def list_objects(pattern: str, storage_options: dict | None = None) -> list[Remo
             found = {bare(pattern): info}
     objects = [_object(with_scheme(name, pattern), info) for name, info in found.items()
                if info.get("type", "file") == "file" and not name.endswith("/")]
+    if not objects:
+        bucket = bare(pattern).split("/")[0]
+        with translated(pattern, storage_options, "list"):
+            exists = fs.exists(bucket)
+        if not exists:
+            raise InputsNotFound(f"source.path: {pattern}: the bucket {bucket} does not exist",
+                                 hint="check the bucket's name (and AWS_ENDPOINT_URL / the region)")
     return sorted(objects, key=lambda o: o.url)
 
 
@@ -170,6 +182,8 @@ def fetch(objects: list[RemoteObject], storage_options: dict | None = None) -> I
                 with translated(obj.url, storage_options, "read"):
                     raise data
             check_unchanged(obj, data)
+            if "fetched" in HOOKS:
+                HOOKS["fetched"](obj.url)
             yield obj, data
 
 
@@ -222,7 +236,7 @@ def translated(url: str, storage_options: dict | None, action: str, *, output: b
     where = "sink.path" if output else "source.path"
     try:
         yield
-    except (SourceError, SpecError, OutputWriteFailed):
+    except (SourceError, SpecError, OutputError):
         raise
     except Exception as err:          # botocore, aiohttp and fsspec raise many kinds
         name = type(err).__name__
@@ -237,7 +251,7 @@ def translated(url: str, storage_options: dict | None, action: str, *, output: b
             raise error(f"{where}: {url}: access denied ({action})",
                         hint="check the credentials' permissions on this bucket and key") from None
         if code == "NoSuchBucket" or "bucket does not exist" in text.lower():
-            raise error(f"{where}: {url}: the bucket does not exist",
+            raise (OutputError if output else InputsNotFound)(f"{where}: {url}: the bucket does not exist",
                         hint="check the bucket's name (and AWS_ENDPOINT_URL / the region)") from None
         if isinstance(err, FileNotFoundError) or code in ("NoSuchKey", "404"):
             raise error(f"{where}: {url}: no such object (it was removed after it was listed?)",
@@ -245,7 +259,7 @@ def translated(url: str, storage_options: dict | None, action: str, *, output: b
         if code in ("PreconditionFailed", "412"):
             raise error(f"{where}: {url}: the object changed while gpuetl read it",
                         hint="run again once the data stops changing") from None
-        raise error(f"{where}: {url}: the object store failed to {action} it after {RETRIES} attempts "
+        raise error(f"{where}: {url}: the object store failed to {action} it, retries included "
                     f"({code or name}: {text[:300]})",
                     hint="check the endpoint and the network; throttled requests are retried with backoff, "
                          "then the run stops with nothing committed") from None

@@ -53,4 +53,4 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
-from objectstore_server import s3, s3_endpoint  # noqa: E402,F401  (fixtures: an S3 server on loopback)
+from objectstore_server import faulty_s3, s3, s3_endpoint  # noqa: E402,F401  (fixtures: an S3 server on loopback)

@@ -71,3 +71,97 @@ def s3(s3_endpoint, monkeypatch, tmp_path):
 
     monkeypatch.setattr(tempfile, "tempdir", None)            # re-read TMPDIR
     return Store(*s3_endpoint, f"gpuetl-test-{os.getpid()}-{next(_buckets)}")
+
+
+class FaultProxy:
+    """A loopback HTTP proxy in front of the S3 server that answers chosen requests itself: a 503
+    SlowDown, a 403 AccessDenied, or a connection reset, `times` times each (None: always).
+    `faults` is a list of [method, key substring, kind, times]; `hits` counts what it did."""
+
+    def __init__(self, upstream: str):
+        import http.client
+        import http.server
+        import socket
+        import struct
+        import threading
+        from urllib.parse import urlsplit
+
+        target = urlsplit(upstream)
+        self.faults: list[list] = []
+        self.hits: dict[str, int] = {}
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _fault(self):
+                for fault in proxy.faults:
+                    method, key, kind, times = fault
+                    if method in (self.command, "*") and key in self.path and (times is None or times > 0):
+                        if times is not None:
+                            fault[3] -= 1
+                        proxy.hits[kind] = proxy.hits.get(kind, 0) + 1
+                        return kind
+                return None
+
+            def _answer(self, status, code, message):
+                body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                        f"<Message>{message}</Message></Error>").encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(0 if self.command == "HEAD" else len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _handle(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                kind = self._fault()
+                if kind == "reset":
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                if kind == "503":
+                    return self._answer(503, "SlowDown", "Please reduce your request rate.")
+                if kind == "403":
+                    return self._answer(403, "AccessDenied", "Access Denied")
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def faulty_s3(s3, monkeypatch):
+    """`s3`, with AWS_ENDPOINT_URL pointing at a FaultProxy in front of the server."""
+    proxy = FaultProxy(s3.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    yield s3, proxy
+    proxy.close()

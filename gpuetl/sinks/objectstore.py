@@ -154,7 +154,7 @@ class ObjectStoreFolder:
         bucket = storage.bare(self.url).split("/")[0]
         with storage.translated(f"{storage.scheme(self.url)}://{bucket}", self.options, "reach", output=True):
             if not self.fs.exists(bucket):
-                raise OutputWriteFailed(f"sink.path: {self.url}: the bucket {bucket} does not exist",
+                raise OutputError(f"sink.path: {self.url}: the bucket {bucket} does not exist",
                                         hint="create it first, or check its name (and AWS_ENDPOINT_URL)")
         self.local.open()
         try:
