@@ -479,7 +479,7 @@ def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, ru
         "backend": backend.name,
         "io": backend.io_path(),
         "versions": _versions(backend),
-        "inputs": [f.pin() for f in plan.files],
+        "inputs": [f.pin(located=True) for f in plan.files],
         "counts": counts,
         "stages": stages,
         "bad_records": bad,

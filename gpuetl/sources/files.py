@@ -39,13 +39,15 @@ class InputFile:
     etag: str | None = None
     version_id: str | None = None
 
-    def pin(self) -> dict:
-        """What the manifest records, so a later check can tell whether these are the same bytes:
-        an object's ETag and version id, a local file's mtime (with the size of both)."""
+    def pin(self, located: bool = False) -> dict:
+        """What tells whether an input is still the same bytes: an object's ETag and version id, a
+        local file's mtime (with the size of both). `located` adds a local file's absolute path,
+        for the manifest (`gpuetl verify --inputs` finds it there)."""
         if self.url is not None:
             return {"path": self.display, "bytes": self.size, "etag": self.etag, "version_id": self.version_id,
                     "mtime_ns": self.mtime_ns}
-        return {"path": self.display, "bytes": self.size, "mtime_ns": self.mtime_ns, "location": self.path}
+        pin = {"path": self.display, "bytes": self.size, "mtime_ns": self.mtime_ns}
+        return {**pin, "location": self.path} if located else pin
 
 
 def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
