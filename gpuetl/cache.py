@@ -178,6 +178,9 @@ class RemoteInputs:
         path.write_bytes(data)
         return path
 
+    def __getstate__(self):             # sent to a worker: the temporary folder stays with its owner
+        return {**self.__dict__, "_temp": None}
+
     def summary(self) -> dict:
         return {"remote_bytes": self.bytes_remote, "cache_bytes": self.bytes_cache,
                 "remote_objects": self.objects_remote, "cache_objects": self.objects_cache}
