@@ -95,18 +95,15 @@ class InputCache:
         entry["used"] = time.time()
         return path
 
-    def store(self, obj: RemoteObject, data: bytes) -> Path:
+    def add(self, obj: RemoteObject) -> Path:
+        """Index the object just written to objects/<its local name>."""
         old = self.entries.get(obj.url)
         name = _local_name(obj)
-        path = self.objects / name
-        temp = self.objects / f".{name}.{uuid.uuid4().hex[:8]}.partial"
-        temp.write_bytes(data)
-        os.replace(temp, path)
         self.entries[obj.url] = {"etag": obj.etag, "version_id": obj.version_id, "size": obj.size, "file": name,
                                  "used": time.time()}
         if old and old.get("file") != name:
             self._remove(old)
-        return path
+        return self.objects / name
 
     def _remove(self, entry: dict) -> None:
         path = self._file_of(entry)
@@ -159,9 +156,9 @@ class RemoteInputs:
             else:
                 missing.append(obj)
         try:
-            for obj, data in storage.fetch(missing, self.storage_options):
-                out[obj.url] = str(self._store(obj, data))
-                self.bytes_remote += len(data)
+            for obj in storage.fetch_into(missing, self._destination, self.storage_options):
+                out[obj.url] = str(self._stored(obj))
+                self.bytes_remote += obj.size
                 self.objects_remote += 1
         finally:
             if self.cache is not None:
@@ -169,14 +166,15 @@ class RemoteInputs:
                 self.cache.save()
         return out
 
-    def _store(self, obj: RemoteObject, data: bytes) -> Path:
+    def _destination(self, obj: RemoteObject) -> Path:
         if self.cache is not None:
-            return self.cache.store(obj, data)
+            return self.cache.objects / _local_name(obj)
         if self._temp is None:            # removed when this object goes (or at exit)
             self._temp = tempfile.TemporaryDirectory(prefix="gpuetl-inputs-")
-        path = Path(self._temp.name) / _local_name(obj)
-        path.write_bytes(data)
-        return path
+        return Path(self._temp.name) / _local_name(obj)
+
+    def _stored(self, obj: RemoteObject) -> Path:
+        return self.cache.add(obj) if self.cache is not None else self._destination(obj)
 
     def __getstate__(self):             # sent to a worker: the temporary folder stays with its owner
         return {**self.__dict__, "_temp": None}

@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 from .errors import InputsNotFound, OutputError, OutputWriteFailed, SourceError, SpecError
@@ -164,37 +166,102 @@ def head(url: str, storage_options: dict | None = None) -> RemoteObject | None:
 
 
 def fetch(objects: list[RemoteObject], storage_options: dict | None = None) -> Iterator[tuple[RemoteObject, bytes]]:
-    """Each object's bytes, whole, requested FETCH_BATCH at a time (fsspec runs each batch's
-    requests concurrently). A plain-MD5 ETag is checked against the bytes: an object replaced
-    between listing and reading is an error naming it, not a silent mix."""
+    """Each object's bytes, whole (what `fetch_into` does for small objects, in memory)."""
+    fs = filesystem(objects[0].url, storage_options) if objects else None
+    for batch in _batches(objects):
+        yield from _fetch_batch(fs, batch, storage_options)
+
+
+def fetch_into(objects: list[RemoteObject], destination, storage_options: dict | None = None) -> Iterator[RemoteObject]:
+    """Write each object into the local file `destination(obj)` names, yielding it when done.
+    Small objects are requested FETCH_BATCH at a time (fsspec runs a batch's requests
+    concurrently); one over SMALL_OBJECT bytes is streamed to disk on its own, never held in
+    memory. A plain-MD5 ETag is checked against the bytes: an object replaced between listing
+    and reading is an error naming it, not a silent mix."""
     if not objects:
         return
     fs = filesystem(objects[0].url, storage_options)
-    for start in range(0, len(objects), FETCH_BATCH):
-        batch = objects[start:start + FETCH_BATCH]
-        names = [bare(o.url) for o in batch]
-        with translated(batch[0].url if len(batch) == 1 else f"{len(batch)} objects from {batch[0].url}",
-                        storage_options, "read"):
-            got = fs.cat(names, on_error="return")
-        for obj, name in zip(batch, names):
-            data = got.get(name)
-            if isinstance(data, BaseException):
+    for batch in _batches(objects):
+        if len(batch) == 1 and batch[0].size > SMALL_OBJECT:
+            obj = batch[0]
+            path = Path(destination(obj))
+            partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.partial")
+            try:
                 with translated(obj.url, storage_options, "read"):
-                    raise data
-            check_unchanged(obj, data)
-            if "fetched" in HOOKS:
-                HOOKS["fetched"](obj.url)
-            yield obj, data
+                    fs.get_file(bare(obj.url), str(partial))
+                check_unchanged(obj, partial)
+                os.replace(partial, path)
+            finally:
+                partial.unlink(missing_ok=True)
+            _fetched(obj)
+            yield obj
+            continue
+        for obj, data in _fetch_batch(fs, batch, storage_options):
+            path = Path(destination(obj))
+            partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.partial")
+            partial.write_bytes(data)
+            os.replace(partial, path)
+            yield obj
+
+
+SMALL_OBJECT = 8 << 20          # bytes: larger objects are streamed to disk one at a time
+BATCH_BYTES = 256 << 20         # bytes of small objects held in memory at once
+
+
+def _batches(objects: list[RemoteObject]) -> Iterator[list[RemoteObject]]:
+    batch: list[RemoteObject] = []
+    held = 0
+    for obj in objects:
+        if obj.size > SMALL_OBJECT:
+            yield [obj]
+            continue
+        if batch and (len(batch) == FETCH_BATCH or held + obj.size > BATCH_BYTES):
+            yield batch
+            batch, held = [], 0
+        batch.append(obj)
+        held += obj.size
+    if batch:
+        yield batch
+
+
+def _fetch_batch(fs, batch: list[RemoteObject], storage_options) -> Iterator[tuple[RemoteObject, bytes]]:
+    names = [bare(o.url) for o in batch]
+    with translated(batch[0].url if len(batch) == 1 else f"{len(batch)} objects from {batch[0].url}",
+                    storage_options, "read"):
+        got = fs.cat(names, on_error="return")
+    for obj, name in zip(batch, names):
+        data = got.get(name)
+        if isinstance(data, BaseException):
+            with translated(obj.url, storage_options, "read"):
+                raise data
+        check_unchanged(obj, data)
+        _fetched(obj)
+        yield obj, data
+
+
+def _fetched(obj: RemoteObject) -> None:
+    if "fetched" in HOOKS:
+        HOOKS["fetched"](obj.url)
 
 
 _MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 
 
-def check_unchanged(obj: RemoteObject, data: bytes) -> None:
-    if len(data) != obj.size or (obj.etag and _MD5_ETAG.match(obj.etag)
-                                 and hashlib.md5(data, usedforsecurity=False).hexdigest() != obj.etag):
+def check_unchanged(obj: RemoteObject, data: bytes | Path) -> None:
+    """The bytes read (or the file they were written to) are the object listed: its size, and its
+    MD5 where the ETag is one (not for multipart uploads or encrypted objects)."""
+    if isinstance(data, Path):
+        size = data.stat().st_size
+        digest = hashlib.md5(usedforsecurity=False)
+        if size == obj.size and obj.etag and _MD5_ETAG.match(obj.etag):
+            with open(data, "rb") as fh:
+                while block := fh.read(8 << 20):
+                    digest.update(block)
+    else:
+        size, digest = len(data), hashlib.md5(data, usedforsecurity=False)
+    if size != obj.size or (obj.etag and _MD5_ETAG.match(obj.etag) and digest.hexdigest() != obj.etag):
         raise SourceError(f"{obj.url}: the object changed while gpuetl read it (listed as {obj.size} bytes, "
-                          f"ETag {obj.etag}; read {len(data)} bytes that do not match)",
+                          f"ETag {obj.etag}; read {size} bytes that do not match)",
                           hint="run again once the data stops changing, or pin the inputs (a versioned bucket)")
 
 

@@ -132,3 +132,22 @@ def test_validate_lists_s3_patterns_instead_of_globbing_locally(s3, tmp_path, ca
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("raw/*"))))
     assert main(["validate", str(tmp_path / "p.yaml")]) == 0
     assert "2 input files" in capsys.readouterr().out
+
+
+def test_large_objects_are_streamed_to_disk_and_checked(s3, tmp_path, monkeypatch):
+    from gpuetl import storage
+    from gpuetl.cache import RemoteInputs
+    from gpuetl.errors import SourceError
+    from gpuetl.storage import RemoteObject, list_objects
+
+    monkeypatch.setattr(storage, "SMALL_OBJECT", 100)
+    s3.put("raw/big.log", b"x" * 1000)
+    s3.put("raw/small.log", b"y" * 10)
+    remote = RemoteInputs(None, tmp_path / "cache")
+    copies = remote.local_copies(list_objects(s3.url("raw/*")))
+    assert open(copies[s3.url("raw/big.log")], "rb").read() == b"x" * 1000
+    assert open(copies[s3.url("raw/small.log")], "rb").read() == b"y" * 10
+    stale = RemoteObject(s3.url("raw/big.log"), 1000, "0" * 32, None, 0)       # listed before a rewrite
+    with pytest.raises(SourceError, match="big.log: the object changed while gpuetl read it"):
+        RemoteInputs(None, tmp_path / "cache2").local_copies([stale])
+    assert [p.name for p in (tmp_path / "cache2" / "gpuetl" / "objects").iterdir()] == []   # no partial file left
