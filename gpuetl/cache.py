@@ -44,11 +44,12 @@ class InputCache:
         self.objects = self.root / "objects"
         self.index_path = self.root / "index.json"
         self.max_bytes = max_bytes
-        try:
-            self.objects.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise SpecError(f"cache.path: cannot create {self.objects}: {err.strerror}") from None
-        for folder in (self.root, self.objects):
+        for folder in (self.root, self.objects):        # checked before anything is made through them
+            if not folder.is_symlink():
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError as err:
+                    raise SpecError(f"cache.path: cannot create {folder}: {err.strerror}") from None
             if folder.is_symlink() or not folder.is_dir():
                 raise SpecError(f"cache.path: {folder} is a symbolic link or not a folder; gpuetl keeps its cache "
                                 "in a folder of its own", hint="choose another cache.path")

@@ -165,3 +165,56 @@ def test_secrets_in_storage_options_never_reach_files_or_stderr(s3, raw, tmp_pat
         assert SECRET.encode() not in s3.get(key), key
     manifest = json.loads(s3.get("out/_manifest.json"))
     assert "storage_options" not in json.dumps(manifest)
+
+
+def test_odd_keys_are_read_and_their_local_copies_stay_in_the_cache(s3, raw, tmp_path, capsys):
+    from hostile.conftest import snapshot
+
+    keys = ["odd/with space.log", "odd/ünï cödé.log", "odd/100%.log", "odd/../up.log", "odd/a/./b.log",
+            "odd/" + "n" * 900 + ".log"]
+    for key in keys:
+        s3.put(key, raw["a.log"][:400] + b"\n")
+    data = spec(s3.url("odd/**"), "out")
+    data["cache"] = {"path": "cache"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    before = snapshot(tmp_path)
+    code, _, err = gpuetl_run(tmp_path, None, capsys)
+    assert code == 0, err
+    after = snapshot(tmp_path)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    assert changed and all(k == "out" or k.startswith("out/") or k in ("cache", "cache/gpuetl")
+                           or k.startswith("cache/gpuetl/") for k in changed), sorted(changed)
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert sorted(i["path"] for i in manifest["inputs"]) == sorted(s3.url(k) for k in keys)
+    objects = tmp_path / "cache" / "gpuetl" / "objects"
+    assert len(list(objects.iterdir())) == len(keys) and all(len(p.name) < 120 for p in objects.iterdir())
+
+
+def test_a_broken_cache_index_starts_afresh_and_deletes_nothing_it_does_not_list(s3, tmp_path):
+    from gpuetl.cache import RemoteInputs
+    from gpuetl.storage import list_objects
+
+    s3.put("raw/a.log", b"a" * 100)
+    objects = tmp_path / "cache" / "gpuetl" / "objects"
+    objects.mkdir(parents=True)
+    (objects / "old-entry.log").write_bytes(b"z" * 10_000)
+    for garbage in (b"{not json", b"[]", json.dumps({"format": "gpuetl-cache/1", "entries": {
+            "s3://x/y": {"file": "../../../victim", "size": 1, "etag": None, "version_id": None, "used": 0}}}).encode()):
+        (tmp_path / "cache" / "gpuetl" / "index.json").write_bytes(garbage)
+        (tmp_path / "victim").write_bytes(b"keep")
+        remote = RemoteInputs(None, tmp_path / "cache", max_bytes=50)       # over the bound at once
+        remote.local_copies(list_objects(s3.url("raw/*")))
+        assert (objects / "old-entry.log").read_bytes() == b"z" * 10_000
+        assert (tmp_path / "victim").read_bytes() == b"keep"
+
+
+def test_a_cache_folder_that_is_a_link_is_refused(tmp_path):
+    from gpuetl.cache import InputCache
+    from gpuetl.errors import SpecError
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cache").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "cache" / "gpuetl")
+    with pytest.raises(SpecError, match="symbolic link"):
+        InputCache(tmp_path / "cache", None)
+    assert list((tmp_path / "elsewhere").iterdir()) == []

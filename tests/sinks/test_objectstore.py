@@ -135,6 +135,9 @@ def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inpu
         assert len(shown) == after + 1
     else:
         assert shown == []
+    if point == "copying":          # the journal is there: verify --repair finishes the commit
+        assert main(["verify", s3.url("out"), "--repair"]) == 0
+        assert "out/_SUCCESS" in s3.keys("out/")
     assert main(["run", str(inputs / "p.yaml"), "--backend", "cpu", "--scheduler", "sync"]) == 0
     assert [(s["path"], s["sha256"]) for s in json.loads(s3.get("out/_manifest.json"))["shards"]] == \
         [(s["path"], s["sha256"]) for s in reference.manifest["shards"]]
