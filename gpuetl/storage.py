@@ -286,7 +286,7 @@ def _strings(value) -> Iterator[str]:
             yield from _strings(v)
 
 
-def _code(err: BaseException) -> str:
+def error_code(err: BaseException) -> str:
     """The store's error code (AccessDenied, NoSuchBucket, SlowDown, ...) where one is known."""
     for e in (err, err.__cause__, err.__context__):
         response = getattr(e, "response", None)
@@ -308,7 +308,7 @@ def translated(url: str, storage_options: dict | None, action: str, *, output: b
     except Exception as err:          # botocore, aiohttp and fsspec raise many kinds
         name = type(err).__name__
         text = redact(str(err), storage_options)
-        code = _code(err)
+        code = error_code(err)
         if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError") \
                 or code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"):
             raise error(f"{where}: {url}: no usable credentials for the object store ({name if not code else code})",

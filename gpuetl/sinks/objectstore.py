@@ -200,13 +200,13 @@ class ObjectStoreFolder:
     def _put_if_absent(self, rel: str, data: bytes) -> bool:
         """A conditional PUT (If-None-Match: *): False when the object exists already."""
         bucket, key = storage.bare(self._url(rel)).split("/", 1)
-        try:
-            with self._errors(rel, "write"):
+        with self._errors(rel, "write"):
+            try:
                 self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-        except OutputWriteFailed as err:
-            if "changed while" in err.message:           # 412 PreconditionFailed: it exists
-                return False
-            raise
+            except Exception as err:
+                if storage.error_code(err) in ("PreconditionFailed", "412"):      # it exists
+                    return False
+                raise
         return True
 
     def _check_lock(self) -> None:
