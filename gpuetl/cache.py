@@ -137,12 +137,20 @@ class RemoteInputs:
 
     def __init__(self, storage_options: dict | None = None, cache_path=None, max_bytes: int | None = None):
         self.storage_options = storage_options
-        self.cache = InputCache(cache_path, max_bytes) if cache_path else None
+        self._cache_at = (cache_path, max_bytes)
+        self._cache: InputCache | None = None
         self._temp: tempfile.TemporaryDirectory | None = None
         self.bytes_remote = 0
         self.bytes_cache = 0
         self.objects_remote = 0
         self.objects_cache = 0
+
+    @property
+    def cache(self) -> InputCache | None:
+        """The cache tier, opened (and made) when a remote input first needs it."""
+        if self._cache is None and self._cache_at[0]:
+            self._cache = InputCache(*self._cache_at)
+        return self._cache
 
     def local_copies(self, objects: list[RemoteObject]) -> dict[str, str]:
         """url -> local file, fetching what the cache does not hold."""
