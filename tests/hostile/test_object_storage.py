@@ -88,6 +88,7 @@ def test_a_store_that_keeps_failing_stops_the_run_after_bounded_retries(faulty_s
     assert s3.keys("out/") == []
 
 
+@pytest.mark.slow
 def test_an_upload_that_keeps_failing_leaves_nothing_visible(faulty_s3, raw, tmp_path, capsys):
     s3, proxy = faulty_s3
     proxy.faults.append(["PUT", "/out/_tmp/", "503", None])
