@@ -51,3 +51,6 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with RAPIDS (NVML sees no GPU, or RAPIDS is missing)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+from objectstore_server import faulty_s3, s3, s3_endpoint  # noqa: E402,F401  (fixtures: an S3 server on loopback)

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--repair", action="store_true",
                         help="first finish a commit that was interrupted (from its checked journal); "
                              "without it verify only reads")
+    verify.add_argument("--inputs", action="store_true",
+                        help="also check that the inputs the manifest pins (ETag/version id and size of objects, "
+                             "size and mtime of files) are unchanged: whether the dataset can be rebuilt from them")
     report = sub.add_parser("report", help="print a dataset's run report (_report.json) as text")
     report.add_argument("out", help="the dataset folder, or a failed run's report folder under _tmp/")
     report.add_argument("--open", action="store_true", help="open _report.html in the web browser")
@@ -287,6 +290,9 @@ def print_summary(result, seconds: float) -> None:
         moved = result.manifest["host_transfer"]
         print(f"  device → host: {format_size(moved['host_bytes'])} "
               f"({moved['host_bytes_per_input_byte']:.2%} of the input bytes)")
+    if tiers := result.manifest.get("input_tiers"):
+        print(f"  inputs from the object store: {format_size(tiers['remote_bytes'])} ({tiers['remote_objects']:,} "
+              f"objects), from the cache: {format_size(tiers['cache_bytes'])} ({tiers['cache_objects']:,} objects)")
     print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
     if getattr(result, "report", None):
         print(f"  report: {result.report}  (gpuetl report {result.out_dir})")
@@ -393,9 +399,19 @@ def cmd_verify(args) -> int:
         for name in repair(args.out, log=lambda *a: print(*a, file=sys.stderr)):
             print(f"{args.out}: finished the interrupted commit of run {name}")
     manifest, problems = verify_dataset(args.out)
+    if args.inputs:
+        from ..sinks.dataset import verify_inputs
+
+        input_problems = verify_inputs(manifest)
+        for p in input_problems:
+            print(f"INPUT {p}")
+        if not input_problems:
+            print(f"{args.out}: the {len(manifest.get('inputs') or [])} inputs are the bytes the dataset was built from")
+        problems += input_problems
     if problems:
         for p in problems:
-            print(f"BAD {p}")
+            if not args.inputs or p not in input_problems:
+                print(f"BAD {p}")
         print(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
         return 1
     n = len(manifest.get("shards", [])) + len(manifest.get("quarantine", [])) + len(manifest.get("reports", []))

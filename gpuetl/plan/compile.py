@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SpecError
+from ..cache import RemoteInputs
 from ..sources.files import InputFile, resolve_inputs
+from ..storage import is_remote, local_path
 from ..sources.parsers import RegexParser
 from ..sources.ranges import Partition
 from ..sources.registry import get_source
@@ -38,6 +40,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)      # the source's additions to the manifest (labels)
     default_key: tuple[str, ...] = ()                 # what splits and placement hash without shard.key
+    remote: RemoteInputs | None = field(default=None, repr=False)   # keeps remote inputs' local copies
 
     @property
     def spec(self):
@@ -52,7 +55,9 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     """With a backend, also note what it will hand to the CPU (regexes it cannot run)."""
     spec = loaded.spec
     notes: list[str] = []
-    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes)
+    remote = RemoteInputs(spec.source.storage_options, spec.cache and _resolve(loaded.base_dir, spec.cache.path),
+                          spec.cache and spec.cache.max_bytes)
+    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes, remote)
     partitions, source, metadata = get_source(spec.source.type).plan(loaded, files, notes, backend)
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
@@ -74,9 +79,12 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         stages.append(StageInfo(i, step.name, dict(schema), _step_detail(step)))
     if not schema:
         raise SpecError(f"{loaded.key('steps')}: the steps leave no columns to write")
-    out_dir = Path(os.path.normpath(_resolve(loaded.base_dir, spec.sink.path)))   # as the run writes it
+    out_dir = spec.sink.path.rstrip("/") if is_remote(spec.sink.path) else \
+        Path(os.path.normpath(_resolve(loaded.base_dir, local_path(spec.sink.path))))   # as the run writes it
     default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)
-    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes, metadata, default_key)
+    if any(f.url for f in files):
+        metadata = {**metadata, "input_tiers": remote.summary()}
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes, metadata, default_key, remote)
     _check_shard(plan)
     if backend is not None:
         _check_regexes(plan, getattr(source, "parser", None), backend)

@@ -20,6 +20,9 @@ from ..plan.compile import Plan
 from ..plan.graph import build_partitions
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import Layout, cut_points
+from ..sinks.objectstore import check_remote_apart_from_inputs
+from ..sources.files import check_objects_unchanged
+from ..storage import is_remote
 from ..sinks.base import get_sink
 from ..sinks.parquet import ShardResult, ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
@@ -94,15 +97,22 @@ def _listeners(listeners, progress: bool, executor) -> list:
 def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bool) -> RunResult:
     started = time.perf_counter()
     spec = plan.spec
-    out = plan.out_dir = Path(os.path.normpath(os.path.abspath(plan.out_dir)))   # sink.path: out/new/..
     mode = spec.sink.mode
-    commit_protocol.check_apart_from_inputs(out, [f.path for f in plan.files], spec.source.paths,
-                                            plan.loaded.base_dir)
-    commit_protocol.survey_read_only(out, mode)
-    with get_sink(spec.sink.type).output_folder(out, log) as folder:
+    sink = get_sink(spec.sink.type)
+    if is_remote(plan.out_dir):           # an object store: sinks/objectstore.py
+        out = plan.out_dir
+        check_remote_apart_from_inputs(out, [f.url or f.path for f in plan.files], spec.source.paths)
+        output_folder = sink.output_folder(out, log, storage_options=spec.sink.storage_options)
+    else:
+        out = plan.out_dir = Path(os.path.normpath(os.path.abspath(plan.out_dir)))   # sink.path: out/new/..
+        commit_protocol.check_apart_from_inputs(out, [f.path for f in plan.files], spec.source.paths,
+                                                plan.loaded.base_dir)
+        commit_protocol.survey_read_only(out, mode)
+        output_folder = sink.output_folder(out, log)
+    with output_folder as folder:
         folder.survey(mode)
         if mode == "resume":
-            done = _already_complete(plan, out, folder.inventory.manifest)
+            done = _already_complete(plan, out, folder.inventory.manifest, folder.inventory.complete)
             if done is not None:
                 log(f"{out} already holds the complete output of this pipeline and these inputs: nothing to do")
                 return done
@@ -117,6 +127,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                 _write_state(plan, backend, run_tmp)
             with executor.timed(watch):
                 result = _run(plan, backend, executor, run_tmp, watch, log)
+            check_objects_unchanged(plan.files, spec.source.paths, spec.source.storage_options)
             result.seconds = time.perf_counter() - started
             result.manifest["run"]["seconds"] = round(result.seconds, 3)
             if report:
@@ -198,6 +209,7 @@ def _pipeline_digest(plan: Plan) -> str:
     """What decides the output, from the validated pipeline: everything but sink.mode."""
     spec = plan.spec.model_dump(mode="json")
     spec.get("sink", {}).pop("mode", None)
+    spec.pop("cache", None)               # where inputs are cached does not change the output
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
@@ -206,7 +218,7 @@ def _fingerprint(plan: Plan, backend=None) -> dict:
     input, the backend and gpuetl's version."""
     return {"pipeline": _pipeline_digest(plan), "partitions": len(plan.partitions),
             "backend": backend.name if backend is not None else None, "gpuetl": __version__,
-            "inputs": [{"path": f.display, "bytes": f.size, "mtime_ns": f.mtime_ns} for f in plan.files]}
+            "inputs": [f.pin() for f in plan.files]}
 
 
 def _write_state(plan: Plan, backend, run_tmp: Path) -> None:
@@ -222,7 +234,9 @@ def _input_changes(old: list[dict], new: list[dict]) -> list[str]:
         a, b = before[p], after[p]
         if a["bytes"] != b["bytes"]:
             changes.append(f"{p}: size {a['bytes']} -> {b['bytes']} bytes")
-        elif a["mtime_ns"] != b["mtime_ns"]:
+        elif (a.get("etag"), a.get("version_id")) != (b.get("etag"), b.get("version_id")):
+            changes.append(f"{p}: the object changed since the earlier run (ETag or version id)")
+        elif a.get("mtime_ns") != b.get("mtime_ns"):
             changes.append(f"{p}: modified since the earlier run")
     return sorted(changes)
 
@@ -259,8 +273,8 @@ def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
     return True
 
 
-def _already_complete(plan: Plan, out: Path, manifest: dict | None) -> RunResult | None:
-    if manifest is None or not (out / commit_protocol.SUCCESS).exists():
+def _already_complete(plan: Plan, out, manifest: dict | None, complete: bool) -> RunResult | None:
+    if manifest is None or not complete:
         return None
     now = _fingerprint(plan)
     changes = _input_changes(manifest.get("inputs", []), now["inputs"])
@@ -531,7 +545,7 @@ def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, ru
         "backend": backend.name,
         "io": backend.io_path(),
         "versions": _versions(backend),
-        "inputs": [{"path": f.display, "bytes": f.size, "mtime_ns": f.mtime_ns} for f in plan.files],
+        "inputs": [f.pin(located=True) for f in plan.files],
         "counts": counts,
         "stages": stages,
         "bad_records": bad,

@@ -38,7 +38,8 @@ class Sink(Protocol):
         """Bytes written per spilled byte, to cut shards of shard.target_bytes."""
 
     def output_folder(self, out: Path, log) -> Any:
-        """The commit: a context manager that stages a run's files and moves them in whole."""
+        """The commit: a context manager that stages a run's files and moves them in whole (for an
+        s3:// sink.path, `out` is the URL and storage_options are passed as a keyword)."""
 
     def list_files(self, out: Path, manifest: dict) -> list[str]:
         """The data files the manifest lists, relative to the dataset folder."""
@@ -94,7 +95,11 @@ def sink_of_manifest(manifest: dict):
 class CommittedFolder:
     """Mixin for sinks that use the shared commit protocol (sinks/commit.py) as it is."""
 
-    def output_folder(self, out: Path, log):
+    def output_folder(self, out, log, storage_options: dict | None = None):
+        if isinstance(out, str):             # an object-store URL: the commit without rename
+            from .objectstore import ObjectStoreFolder
+
+            return ObjectStoreFolder(out, log, storage_options)
         return commit_protocol.OutputFolder(out, log)
 
     def list_files(self, out: Path, manifest: dict) -> list[str]:

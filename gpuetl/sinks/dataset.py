@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import DataError, SpecError
+from ..errors import DataError, GpuetlError, SpecError
+from ..storage import is_remote
 from . import commit as commit_protocol
 from .base import sink_of_manifest
 from .commit import MANIFEST, SUCCESS, TMP
@@ -50,6 +51,10 @@ def read_manifest(out: str | Path) -> tuple[Path, dict]:
 
 def repair(out: str | Path, log=lambda *_: None) -> list[str]:
     """Finish interrupted commits from their journals (each path checked first), under the lock."""
+    if is_remote(out):
+        from .objectstore import repair_remote
+
+        return repair_remote(str(out), log)
     out = _dataset_folder(out)
     with commit_protocol.OutputFolder(out, log) as folder:
         return folder.recover()
@@ -151,6 +156,10 @@ def _entries_problem(manifest: dict) -> str | None:
 def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
     """Re-hash every shard and quarantine file against the manifest, check the manifest against
     itself and _SUCCESS against the manifest; list what is wrong. Changes nothing."""
+    if is_remote(out):
+        from .objectstore import verify_remote
+
+        return verify_remote(str(out))
     out, manifest = read_manifest(out)
     problems: list[Problem] = []
     for name in commit_protocol.pending_journals(out):
@@ -199,16 +208,18 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
 
 
 def inspect_dataset(out: str | Path, sample_rows: int = 3) -> dict:
+    if is_remote(out):
+        from .objectstore import inspect_remote, read_remote_manifest
+
+        manifest = read_remote_manifest(str(out))[1]
+        info = inspect_remote(str(out), sample_rows, sink_of_manifest(manifest))
+        info["splits"] = _splits(info["manifest"])
+        return info
     out, manifest = read_manifest(out)
     malformed = _entries_problem(manifest)
     if malformed:
         raise DataError(f"{out / MANIFEST}: {malformed}")
-    splits: dict[str, dict] = {}
-    for shard in manifest["shards"]:
-        s = splits.setdefault(shard.get("split") or "(no split)", {"shards": 0, "rows": 0, "bytes": 0})
-        s["shards"] += 1
-        s["rows"] += shard["rows"]
-        s["bytes"] += shard["bytes"]
+    splits = _splits(manifest)
     sample = []
     for shard in manifest["shards"]:
         if shard["rows"] and not isinstance(_regular_file(out, shard["path"]), (str, type(None))):
@@ -221,3 +232,55 @@ def inspect_dataset(out: str | Path, sample_rows: int = 3) -> dict:
     complete = not pending and isinstance(_regular_file(out, SUCCESS), os.stat_result)
     return {"path": str(out), "complete": complete, "manifest": manifest, "splits": splits, "sample": sample,
             "interrupted_commits": pending}
+
+
+def _splits(manifest: dict) -> dict[str, dict]:
+    splits: dict[str, dict] = {}
+    for shard in manifest["shards"]:
+        s = splits.setdefault(shard.get("split") or "(no split)", {"shards": 0, "rows": 0, "bytes": 0})
+        s["shards"] += 1
+        s["rows"] += shard["rows"]
+        s["bytes"] += shard["bytes"]
+    return splits
+
+
+def verify_inputs(manifest: dict) -> list[Problem]:
+    """Whether the inputs the manifest pins are still the same bytes: an object's ETag, version id
+    and size; a local file's size and mtime. Credentials come from the environment."""
+    problems = []
+    for pin in manifest.get("inputs") or []:
+        if not isinstance(pin, dict) or not isinstance(pin.get("path"), str):
+            problems.append(Problem(MANIFEST, "an input entry lacks its path"))
+            continue
+        name = pin["path"]
+        if is_remote(name):
+            from ..storage import head
+
+            try:
+                now = head(name)
+            except GpuetlError as err:
+                problems.append(Problem(name, f"cannot be checked: {err.message}"))
+                continue
+            if now is None:
+                problems.append(Problem(name, "gone from the store"))
+            elif (now.etag, now.size) != (pin.get("etag"), pin.get("bytes")):
+                problems.append(Problem(name, f"changed: ETag {pin.get('etag')} -> {now.etag}, "
+                                              f"{pin.get('bytes')} -> {now.size} bytes"))
+            elif pin.get("version_id") and now.version_id != pin["version_id"]:
+                problems.append(Problem(name, f"a newer version ({now.version_id}) replaced {pin['version_id']}; "
+                                              "that version may still be read by its id"))
+            continue
+        location = pin.get("location")
+        if not isinstance(location, str):
+            problems.append(Problem(name, "pinned without its location (written by an older gpuetl)"))
+            continue
+        try:
+            st = os.stat(location)
+        except OSError:
+            problems.append(Problem(name, f"gone ({location})"))
+            continue
+        if st.st_size != pin.get("bytes"):
+            problems.append(Problem(name, f"size {st.st_size} bytes, the manifest says {pin.get('bytes')}"))
+        elif st.st_mtime_ns != pin.get("mtime_ns"):
+            problems.append(Problem(name, "modified since the run (same size, another mtime)"))
+    return problems

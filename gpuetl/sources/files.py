@@ -4,7 +4,11 @@ Globs are expanded here, not with `glob.glob`: its `**` follows a symlink to a p
 round and round (one file read dozens of times; two such links never finish). Here each real
 folder is walked once per pattern position, each real file is read once, and only regular
 files are inputs (a FIFO or a link to /dev/zero would block or never end): what is skipped is
-said in the plan's notes."""
+said in the plan's notes.
+
+Object-store patterns (s3://, gs://, az://) are listed through fsspec (gpuetl/storage.py) and
+their objects read into local files (the cache tier, or a temporary folder: gpuetl/cache.py);
+an input then names its local copy in `path` and its object in `display` and `url`."""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputsNotFound, SpecError
+from .. import storage
+from ..errors import InputsNotFound, SourceError, SpecError
 
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
 MAX_NOTED = 5          # skipped paths named in a note; the rest are counted
@@ -30,13 +35,30 @@ class InputFile:
     size: int
     mtime_ns: int
     compression: str | None
+    url: str | None = None          # an object store's object (path is then its local copy)
+    etag: str | None = None
+    version_id: str | None = None
+
+    def pin(self, located: bool = False) -> dict:
+        """What tells whether an input is still the same bytes: an object's ETag and version id, a
+        local file's mtime (with the size of both). `located` adds a local file's absolute path,
+        for the manifest (`gpuetl verify --inputs` finds it there)."""
+        if self.url is not None:
+            return {"path": self.display, "bytes": self.size, "etag": self.etag, "version_id": self.version_id,
+                    "mtime_ns": self.mtime_ns}
+        pin = {"path": self.display, "bytes": self.size, "mtime_ns": self.mtime_ns}
+        return {**pin, "location": self.path} if located else pin
 
 
 def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
-                   notes: list[str] | None = None) -> list[InputFile]:
+                   notes: list[str] | None = None, remote=None) -> list[InputFile]:
     """Expand globs ('**' allowed) relative to base_dir: sorted, each real file once, regular
     files only. What is left out (other kinds of files, the same file by another name) is
-    added to `notes`."""
+    added to `notes`. Object-store patterns need `remote` (a cache.RemoteInputs), which fetches
+    their objects and must live as long as the inputs are read."""
+    remote_patterns = [p for p in patterns if storage.is_remote(p)]
+    patterns = [storage.local_path(p) for p in patterns if not storage.is_remote(p)]
+    objects = _remote_objects(remote_patterns, remote)
     found: dict[str, None] = {}
     skipped: dict[str, list[str]] = {}
     for pattern in patterns:
@@ -71,6 +93,10 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
         for m in files:
             found[os.path.abspath(m)] = None
     result: list[InputFile] = []
+    if objects:
+        copies = remote.local_copies(objects)
+        result = [InputFile(i, copies[o.url], o.url, o.size, o.mtime_ns, _compression(o.url, compression),
+                            o.url, o.etag, o.version_id) for i, o in enumerate(objects)]
     seen: dict[tuple[int, int], str] = {}
     duplicates: list[str] = []
     mislabelled: list[str] = []
@@ -101,6 +127,40 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
             notes.append(f"source: {len(duplicates)} path(s) name a file already read, read once: "
                          + _names(duplicates))
     return result
+
+
+def _remote_objects(patterns: list[str], remote) -> list[storage.RemoteObject]:
+    """The objects remote patterns name, each once, in URL order."""
+    if patterns and remote is None:
+        raise SpecError(f"source.path: {patterns[0]} is in an object store; resolve_inputs needs a "
+                        "cache.RemoteInputs to read it")
+    found: dict[str, storage.RemoteObject] = {}
+    for pattern in patterns:
+        objects = storage.list_objects(pattern, remote.storage_options)
+        if not objects:
+            raise InputsNotFound(f"source.path: the pattern {pattern!r} matches no object",
+                                 hint="check the bucket and prefix (prefixes are compared up to a '/')")
+        for o in objects:
+            found.setdefault(o.url, o)
+    return [found[url] for url in sorted(found)]
+
+
+def check_objects_unchanged(files: list[InputFile], patterns: list[str], storage_options: dict | None) -> None:
+    """Before a commit: every remote input still is the object that was read (same ETag, version
+    id and size), else an error naming it. Listed again, not asked one by one."""
+    pinned = [f for f in files if f.url]
+    if not pinned:
+        return
+    now = {o.url: o for p in patterns if storage.is_remote(p) for o in storage.list_objects(p, storage_options)}
+    for f in pinned:
+        o = now.get(f.url)
+        if o is None:
+            raise SourceError(f"source.path: {f.url} was removed during the run; nothing was committed",
+                              hint="run again once the data stops changing")
+        if (o.etag, o.version_id, o.size) != (f.etag, f.version_id, f.size):
+            raise SourceError(f"source.path: {f.url} changed during the run (ETag {f.etag} -> {o.etag}, "
+                              f"{f.size} -> {o.size} bytes); nothing was committed",
+                              hint="run again once the data stops changing, or read from a versioned bucket")
 
 
 def _names(paths: list[str]) -> str:

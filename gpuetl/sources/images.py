@@ -163,6 +163,9 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
         # docs/gpu.md says what the GPU image path lacks (it has never run on a GPU)
         raise SpecError(f"{where}.type: images run on the CPU backend for now (the {backend.name} image "
                         "path has not been run and checked on a GPU yet)", hint="run with --backend cpu")
+    if remote := next((f.url for f in files if f.url), None):
+        raise SpecError(f"{where}.path: {remote}: images sources read local files for now (labels come from "
+                        "local folders)", hint="copy the images to a local folder first")
     extensions = tuple(e.lower().lstrip(".") for e in (src.extensions or DEFAULT_EXTENSIONS))
     roots = [_glob_root(p, loaded.base_dir) for p in src.paths]
     if loaded.spec.columns:

@@ -68,6 +68,10 @@ class Source(Model):
     exif_transpose: bool = Field(True, description="images: apply the EXIF orientation when decoding")
     max_pixels: int = Field(89_478_485, ge=1, description="images: larger images are quarantined, read from the header")
     extensions: list[str] | None = Field(None, description="images: file suffixes read (default jpg jpeg png webp tar)")
+    storage_options: dict[str, Any] | None = Field(
+        None, repr=False, exclude=True,
+        description="object stores only: passed to the store's client (fsspec), e.g. {endpoint_url: ..., key: ...}; "
+                    "never written to a manifest, report or log")
 
     @field_validator("type")
     @classmethod
@@ -205,6 +209,10 @@ class Sink(Model):
     row_group_rows: int | None = Field(None, ge=1)
     row_group_bytes: Size | None = None
     mode: Literal["error", "overwrite", "resume"] = "error"
+    storage_options: dict[str, Any] | None = Field(
+        None, repr=False, exclude=True,
+        description="object stores only: passed to the store's client (fsspec), e.g. {endpoint_url: ..., key: ...}; "
+                    "never written to a manifest, report or log")
 
     @field_validator("type")
     @classmethod
@@ -227,6 +235,25 @@ class Sink(Model):
         return self
 
 
+class Cache(Model):
+    path: str = Field(description="a local folder; gpuetl keeps its entries under <path>/gpuetl/")
+    max_bytes: Size | None = Field(None, description="least-recently-used entries are evicted past this (e.g. 50GiB)")
+
+    @field_validator("max_bytes")
+    @classmethod
+    def _max_bytes(cls, v):
+        return _size(v)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v):
+        from ..storage import is_remote
+
+        if not v.strip() or is_remote(v):
+            raise ValueError("the cache is a local folder")
+        return v
+
+
 class PipelineSpec(Model):
     version: Literal[1] = Field(description="the pipeline file format version")
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", max_length=128)
@@ -243,6 +270,7 @@ class PipelineSpec(Model):
     max_error_ratio: float | None = Field(None, ge=0, le=1)
     shard: Shard = Field(default_factory=Shard)
     sink: Sink
+    cache: Cache | None = Field(None, description="remote inputs are fetched once into this local folder and reused")
 
     @field_validator("version", mode="before")
     @classmethod

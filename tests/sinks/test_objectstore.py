@@ -1,0 +1,145 @@
+"""s3:// sinks: the commit without rename (upload under _tmp/<run-id>/, journal, copy into place,
+manifest, _SUCCESS last), verify against the store, the lock, and the deletion rule."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from gpuetl import Pipeline
+from gpuetl.cli import main
+from gpuetl.errors import OutputError
+from gpuetl.samples import write_access_logs
+
+
+def spec(sink, mode="overwrite", source="in/*.log"):
+    return {"version": 1, "name": "sink", "source": {"type": "text", "path": source, "blocksize": "16KiB"},
+            "parse": {"preset": "apache_combined"}, "shard": {"count": 3, "splits": {"train": 0.8, "val": 0.2}},
+            "sink": {"path": sink, "mode": mode}}
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "a.log", lines=1500, seed=4, bad_every=300)
+    return tmp_path
+
+
+def run(tmp_path, data):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    return Pipeline.from_file(tmp_path / "p.yaml").run(backend="cpu", scheduler="sync")
+
+
+def visible(s3, prefix="out/"):
+    return [k for k in s3.keys(prefix) if "/_tmp/" not in k]
+
+
+def test_s3_sink_commits_the_local_runs_shards_and_verifies(s3, inputs, capsys):
+    local = run(inputs, spec("local-out"))
+    remote = run(inputs, spec(s3.url("out")))
+    assert [(s["path"], s["sha256"]) for s in remote.manifest["shards"]] == \
+        [(s["path"], s["sha256"]) for s in local.manifest["shards"]]
+    for shard in local.manifest["shards"]:
+        assert s3.get(f"out/{shard['path']}") == (inputs / "local-out" / shard["path"]).read_bytes()
+    assert s3.keys("out/_tmp/") == []                 # uploads, journal, owner record and lock removed
+    manifest = json.loads(s3.get("out/_manifest.json"))
+    assert manifest["shards"] == remote.manifest["shards"]
+    assert main(["verify", s3.url("out")]) == 0
+    assert main(["inspect", s3.url("out")]) == 0
+    assert "complete" in capsys.readouterr().out
+    s3.put("out/" + local.manifest["shards"][0]["path"], b"not parquet")          # tampered
+    s3.put("out/stray.parquet", b"x")
+    assert main(["verify", s3.url("out")]) == 1
+    out = capsys.readouterr().out
+    assert local.manifest["shards"][0]["path"] in out and "stray.parquet: not in the manifest" in out
+
+
+def test_overwrite_removes_only_the_previous_datasets_files_and_refuses_foreign_keys(s3, inputs):
+    run(inputs, spec(s3.url("out")))
+    first = set(visible(s3))
+    s3.put("out-old/keep.txt", b"a sibling prefix, not inside out/")
+    data = spec(s3.url("out"))
+    data["shard"] = {"count": 1}
+    run(inputs, data)
+    assert set(visible(s3)) == {"out/part-00000.parquet", "out/_quarantine/part-00000.parquet",
+                                "out/_manifest.json", "out/_SUCCESS"}
+    assert first - set(visible(s3))                 # the split folders' shards were removed: they were listed
+    assert s3.get("out-old/keep.txt") == b"a sibling prefix, not inside out/"
+    s3.put("out/notes.txt", b"mine")
+    with pytest.raises(OutputError, match="notes.txt"):
+        run(inputs, data)
+    assert s3.get("out/notes.txt") == b"mine"
+    assert "out/_SUCCESS" in s3.keys("out/")
+
+
+def test_mode_error_refuses_and_resume_of_a_complete_dataset_does_nothing(s3, inputs):
+    run(inputs, spec(s3.url("out")))
+    before = {k: s3.get(k) for k in s3.keys("out/")}
+    with pytest.raises(OutputError, match="already holds a complete dataset"):
+        run(inputs, spec(s3.url("out"), mode="error"))
+    run(inputs, spec(s3.url("out"), mode="resume"))
+    assert {k: s3.get(k) for k in s3.keys("out/")} == before
+
+
+def test_the_lock_is_a_conditional_put(s3, inputs):
+    from gpuetl.sinks.objectstore import ObjectStoreFolder
+
+    with ObjectStoreFolder(s3.url("out")):
+        assert "out/_tmp/_lock" in s3.keys("out/")
+        with pytest.raises(OutputError, match="in use by another gpuetl run"):
+            run(inputs, spec(s3.url("out")))
+    assert s3.keys("out/") == []
+    s3.put("out/_tmp/_lock", json.dumps({"format": "gpuetl-lock/1", "host": "elsewhere", "pid": 1}).encode())
+    with pytest.raises(OutputError, match="host elsewhere"):
+        run(inputs, spec(s3.url("out")))
+
+
+def test_input_and_sink_prefixes_are_compared_up_to_a_slash(s3, inputs):
+    s3.put("logs/a.log", (inputs / "in" / "a.log").read_bytes())
+    with pytest.raises(OutputError, match="lies where source.path"):
+        run(inputs, spec(s3.url("logs/out"), source=s3.url("logs/*")))
+    run(inputs, spec(s3.url("logs-out"), source=s3.url("logs/*")))       # logs-out/ is not inside logs/
+    assert "logs-out/_SUCCESS" in s3.keys("logs-out/")
+
+
+KILLER = textwrap.dedent("""
+    import os, sys
+    from gpuetl.cli import main
+    from gpuetl.sinks import objectstore
+    point, after = sys.argv[1], int(sys.argv[2])
+    seen = []
+    def kill(rel):
+        seen.append(rel)
+        if len(seen) > after:
+            os._exit(9)
+    objectstore.HOOKS[point] = kill
+    sys.exit(main(["run", sys.argv[3], "--backend", "cpu", "--scheduler", "sync"]))
+""")
+
+
+@pytest.mark.parametrize("point,after", [("uploaded", 1), pytest.param("copying", 0, marks=pytest.mark.slow),
+                                         pytest.param("copied", 1, marks=pytest.mark.slow)])
+def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inputs, point, after):
+    reference = run(inputs, spec(s3.url("reference")))
+    (inputs / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("out"), mode="resume")))
+    proc = subprocess.run([sys.executable, "-c", KILLER, point, str(after), str(inputs / "p.yaml")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    keys = s3.keys("out/")
+    assert "out/_SUCCESS" not in keys and "out/_manifest.json" not in keys
+    shown = [k for k in keys if not k.startswith("out/_tmp/")]
+    if point == "copied":          # no rename: what was copied before the kill is there, without _SUCCESS
+        assert len(shown) == after + 1
+    else:
+        assert shown == []
+    if point == "copying":          # the journal is there: verify --repair finishes the commit
+        assert main(["verify", s3.url("out"), "--repair"]) == 0
+        assert "out/_SUCCESS" in s3.keys("out/")
+    assert main(["run", str(inputs / "p.yaml"), "--backend", "cpu", "--scheduler", "sync"]) == 0
+    assert [(s["path"], s["sha256"]) for s in json.loads(s3.get("out/_manifest.json"))["shards"]] == \
+        [(s["path"], s["sha256"]) for s in reference.manifest["shards"]]
+    assert s3.keys("out/_tmp/") == []
+    assert main(["verify", s3.url("out")]) == 0
