@@ -430,7 +430,9 @@ def cmd_report(args) -> int:
     if args.open:
         import webbrowser
 
-        if not webbrowser.open(page.resolve().as_uri()):
+        if isinstance(page, str):          # on an object store: a browser cannot open it there
+            print(f"gpuetl report: {page} is on an object store; copy it here to open it", file=sys.stderr)
+        elif not webbrowser.open(page.resolve().as_uri()):
             print(f"gpuetl report: no web browser to open; the report is {page}", file=sys.stderr)
     return 0
 

@@ -150,24 +150,34 @@ def _one_line(error: BaseException) -> str:
 # -- writing ------------------------------------------------------------------------------------
 
 def write_report(report: dict, folder: Path) -> list[dict]:
-    """Write both files into folder; their manifest entries (path, bytes, sha256)."""
+    """Write both files into folder, one of this run's own temporary folders; their manifest
+    entries (path, bytes, sha256). A report an earlier attempt of the same run left there (a
+    resumed run) is replaced; anything but a plain file in its place is an error."""
     entries = []
     for name, data in ((REPORT_JSON, json.dumps(report, indent=1, default=str).encode()),
                        (REPORT_HTML, render_html(report).encode())):
         path = Path(folder) / name
-        with open(path, "xb") as fh:          # never over something already there
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise FileExistsError(f"{path}: not a report gpuetl wrote; it will not write over it")
+        path.unlink(missing_ok=True)
+        with open(path, "xb") as fh:          # created here: never through a link
             fh.write(data)
         entries.append({"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     return entries
 
 
-def read_report(out: str | Path) -> tuple[dict, Path]:
-    """The report of the dataset at out (or of a failed run: a folder under _tmp/ holding one)."""
+def read_report(out: str | Path) -> tuple[dict, Path | str]:
+    """The report of the dataset at out (or of a failed run: a folder under _tmp/ holding one);
+    on an object store (s3://...), read from there and its HTML named by URL."""
     from ..errors import DataError
 
-    path = Path(out) / REPORT_JSON
+    from ..storage import filesystem, is_remote, join
+
+    remote = is_remote(out)
+    path = join(str(out), REPORT_JSON) if remote else Path(out) / REPORT_JSON
     try:
-        report = json.loads(path.read_text())
+        text = filesystem(str(out)).cat_file(path) if remote else path.read_text()
+        report = json.loads(text)
     except FileNotFoundError:
         raise DataError(f"{out}: no {REPORT_JSON} (not a gpuetl dataset, or written before gpuetl wrote reports)",
                         hint="run the pipeline again to get one") from None
@@ -175,7 +185,7 @@ def read_report(out: str | Path) -> tuple[dict, Path]:
         raise DataError(f"{path}: not a readable report ({err})") from None
     if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
         raise DataError(f"{path}: not a gpuetl run report")
-    return report, path.with_name(REPORT_HTML)
+    return report, (join(str(out), REPORT_HTML) if remote else path.with_name(REPORT_HTML))
 
 
 # -- as text ------------------------------------------------------------------------------------

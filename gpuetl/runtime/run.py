@@ -48,7 +48,7 @@ class RunResult:
     seconds: float
     input_bytes: int
     manifest: dict = field(repr=False, default_factory=dict)
-    report: Path | None = None          # the run report's HTML file
+    report: Path | str | None = None    # the run report's HTML file (a URL on an object store)
 
     @property
     def rows_out(self) -> int:
@@ -153,7 +153,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                 folder.abandon(run_tmp)
             raise
     if report:
-        result.report = out / REPORT_HTML
+        result.report = f"{out.rstrip('/')}/{REPORT_HTML}" if isinstance(out, str) else out / REPORT_HTML
     return result
 
 

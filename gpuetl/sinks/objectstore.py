@@ -477,7 +477,7 @@ def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, 
     problems += _consistency(manifest)
     listed = {MANIFEST, SUCCESS}
     sizes = reader.sizes()
-    for entry in manifest["shards"] + manifest["quarantine"]:
+    for entry in manifest["shards"] + manifest["quarantine"] + manifest.get("reports", []):
         rel = entry["path"]
         listed.add(rel)
         if unsafe_reason(rel):

@@ -50,6 +50,8 @@ def test_s3_sink_commits_the_local_runs_shards_and_verifies(s3, inputs, capsys):
     assert main(["verify", s3.url("out")]) == 0
     assert main(["inspect", s3.url("out")]) == 0
     assert "complete" in capsys.readouterr().out
+    assert main(["report", s3.url("out")]) == 0               # the run report, read from the store
+    assert str(remote.manifest["counts"]["rows_out"]) in capsys.readouterr().out.replace(",", "")
     s3.put("out/" + local.manifest["shards"][0]["path"], b"not parquet")          # tampered
     s3.put("out/stray.parquet", b"x")
     assert main(["verify", s3.url("out")]) == 1
@@ -65,7 +67,7 @@ def test_overwrite_removes_only_the_previous_datasets_files_and_refuses_foreign_
     data["shard"] = {"count": 1}
     run(inputs, data)
     assert set(visible(s3)) == {"out/part-00000.parquet", "out/_quarantine/part-00000.parquet",
-                                "out/_manifest.json", "out/_SUCCESS"}
+                                "out/_manifest.json", "out/_SUCCESS", "out/_report.json", "out/_report.html"}
     assert first - set(visible(s3))                 # the split folders' shards were removed: they were listed
     assert s3.get("out-old/keep.txt") == b"a sibling prefix, not inside out/"
     s3.put("out/notes.txt", b"mine")
