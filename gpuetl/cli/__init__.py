@@ -170,7 +170,7 @@ def _graph_tasks(plan, in_order: bool = False) -> int:
     """Tasks in the graph run would build (its shape does not depend on the backend, so this
     works for a GPU plan on any machine)."""
     from ..backends.cpu import CpuBackend
-    from ..plan.graph import build_partitions, count_tasks
+    from ..runtime.graph import build_partitions, count_tasks
 
     return count_tasks(build_partitions(plan, CpuBackend(), in_order=in_order))
 

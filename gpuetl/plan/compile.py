@@ -16,7 +16,7 @@ from ..spec.loader import LoadedSpec
 from ..spec.yamlio import dotted
 from ..steps.base import GlobalStep, StepError, closest
 from ..types import Schema
-from .stages import Segment, StepStage
+from ..runtime.partition import Segment, StepStage
 
 @dataclass
 class StageInfo:

@@ -18,7 +18,7 @@ from .. import __version__
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
 from ..errors import DataError, OutputError, OutputWriteFailed
 from ..plan.compile import Plan
-from ..plan.graph import build_partitions
+from .graph import build_partitions
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import Layout, cut_points
 from ..sinks.base import get_sink

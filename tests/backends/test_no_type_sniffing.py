@@ -26,7 +26,7 @@ SNIFFING = {
 # them (issue 13, item 2), and this list must then shrink with them.
 _SOURCE_PROTOCOL = "a source format's optional part: declared by the source registry (item 2)"
 ALLOWED: dict[tuple[str, str], str] = {
-    ("plan/stages.py", 'if hasattr(source, "read"):          # a source with its own records (sources/images.py)'):
+    ("runtime/partition.py", 'if hasattr(source, "read"):          # a source with its own records (sources/images.py)'):
         _SOURCE_PROTOCOL,
     ("plan/compile.py", 'default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)'):
         _SOURCE_PROTOCOL,

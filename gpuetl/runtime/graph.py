@@ -13,7 +13,7 @@ import dask
 
 from ..steps.base import GlobalStep, InOrderGlobalStep
 from ..sources.ranges import CompressedRange, decode_range
-from .stages import read_partition, run_steps
+from .partition import read_partition, run_steps
 
 
 def build_partitions(plan, backend, in_order: bool = False) -> list:

@@ -99,7 +99,7 @@ def test_a_filter_marks_the_rows_it_drops_where_they_lie(tmp_path, monkeypatch):
     dropped by the filter and marked in place (status, stage), not copied out."""
     from gpuetl.backends.base import COUNT, STAGE, STATUS, STATUS_FILTERED, STATUS_LIVE, STATUS_QUARANTINED
     from gpuetl.plan.compile import compile_plan
-    from gpuetl.plan.stages import read_partition
+    from gpuetl.runtime.partition import read_partition
 
     (tmp_path / "in").mkdir()
     write_access_logs(tmp_path / "in" / "a.log", lines=400, seed=3, bad_every=25)
@@ -139,7 +139,7 @@ def test_a_log_preset_parses_a_partitions_batches_at_once_into_one_piece_per_col
     live rows and the row groups cut from them need no piecing together."""
     from gpuetl.backends.cpu import _chunked
     from gpuetl.plan.compile import compile_plan
-    from gpuetl.plan.stages import read_partition
+    from gpuetl.runtime.partition import read_partition
     from gpuetl.sources.parsers import RegexParser
 
     (tmp_path / "in").mkdir()
