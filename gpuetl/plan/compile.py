@@ -11,7 +11,8 @@ from ..errors import SpecError
 from ..sources.files import InputFile, resolve_inputs
 from ..sources.parsers import RegexParser
 from ..sources.ranges import Partition
-from ..sources.registry import get_source
+from ..sources.registry import RecordStage, get_source
+from ..sources.stage import SourceStage
 from ..spec.loader import LoadedSpec
 from ..spec.yamlio import dotted
 from ..steps.base import GlobalStep, StepError, closest
@@ -54,6 +55,9 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     notes: list[str] = []
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes)
     partitions, source, metadata = get_source(spec.source.type).plan(loaded, files, notes, backend)
+    if not isinstance(source, (SourceStage, RecordStage)):
+        raise TypeError(f"source type {spec.source.type!r}: plan() returned {type(source).__name__}, neither a "
+                        "SourceStage nor a RecordStage (gpuetl/sources/registry.py)")
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
     schema = dict(source.schema)
@@ -75,11 +79,11 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     if not schema:
         raise SpecError(f"{loaded.key('steps')}: the steps leave no columns to write")
     out_dir = Path(os.path.normpath(_resolve(loaded.base_dir, spec.sink.path)))   # as the run writes it
-    default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)
+    default_key = tuple(k for k in source.default_key if k in schema)
     plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes, metadata, default_key)
     _check_shard(plan)
     if backend is not None:
-        _check_regexes(plan, getattr(source, "parser", None), backend)
+        _check_regexes(plan, source.parser if isinstance(source, SourceStage) else None, backend)
     return plan
 
 

@@ -18,7 +18,7 @@ from ..columns import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, S
 from ..errors import DataError
 from ..sources.files import InputFile
 from ..sources.ranges import Partition, with_decoded
-from ..sources.stage import SourceStage  # noqa: F401  (re-exported: the stage of the byte formats)
+from ..sources.stage import SourceStage
 from ..steps.base import RowStep, Step
 from ..steps.cast import cast_columns
 from ..types import Schema
@@ -61,7 +61,7 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     then parses them together, the others batch by batch. `decoded`: the bytes of the partition's
     compressed ranges, in order, decoded by the tasks before (plan/graph.py)."""
     source = segment.source
-    if hasattr(source, "read"):          # a source with its own records (sources/images.py)
+    if not isinstance(source, SourceStage):     # a RecordStage: it makes its frames (sources/registry.py)
         return run_steps(source.read(partition, segment, backend), segment, backend)
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)

@@ -27,6 +27,7 @@ class SourceStage:
     skip_header: bool = False      # csv: the first line of each file names the columns
     index: int = 0
     parquet: bool = False          # ranges are row groups, records are rows
+    default_key: tuple[str, ...] = ()   # what splits and placement hash without shard.key; () = every column
 
 
 def declared_columns(loaded) -> dict[str, ColumnSpec]:
