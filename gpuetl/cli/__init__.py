@@ -131,7 +131,6 @@ def cmd_validate(args) -> int:
 
 def cmd_plan(args) -> int:
     from ..api import load
-    from ..runtime.run import layout_of
 
     plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
@@ -144,7 +143,7 @@ def cmd_plan(args) -> int:
             print(f"    {line}")
         previous = info.schema
     print("\noutput schema: " + ", ".join(f"{n}: {t}" for n, t in plan.output_schema.items()))
-    layout = layout_of(plan)
+    layout = plan.layout
     shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
     n = len(plan.partitions)
@@ -189,12 +188,12 @@ def cmd_run(args) -> int:
     from ..api import load
     from ..backends import get_backend
     from ..runtime.executor import DASHBOARD_ADDRESS, open_executor
-    from ..runtime.run import layout_of, run_plan
+    from ..runtime.run import run_plan
 
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
     plan = pipeline.plan(backend)
-    tuning.arrow_pool(streamed=layout_of(plan).in_input_order)
+    tuning.arrow_pool(streamed=plan.layout.in_input_order)
     log = (lambda *a: print(*a, file=sys.stderr))
     for note in plan.notes:
         log(f"note: {note}")

@@ -15,9 +15,34 @@ from ..sources.registry import RecordStage, get_source
 from ..sources.stage import SourceStage
 from ..spec.loader import LoadedSpec
 from ..spec.yamlio import dotted
-from ..steps.base import GlobalStep, StepError, closest
+from ..sinks.layout import Layout
+from ..steps.base import GlobalStep, Step, StepError, closest
 from ..types import Schema
-from ..runtime.partition import Segment, StepStage
+
+
+@dataclass
+class StepStage:
+    index: int
+    label: str
+    step: Step
+    schema: Schema                 # after the step
+
+
+@dataclass
+class Segment:
+    """Stages that run back to back in one task per partition (dask fuses them anyway)."""
+
+    source: SourceStage | RecordStage | None       # None: the segment starts at a global step
+    steps: list[StepStage] = field(default_factory=list)
+    schema: Schema = field(default_factory=dict)   # data columns at the end
+    on_error: str = "quarantine"
+    files: list = field(default_factory=list)      # the inputs, to name them in errors
+
+    @property
+    def label(self) -> str:
+        names = (["read-parse"] if self.source else []) + [s.label for s in self.steps]
+        return "-".join(names) or "pass"
+
 
 @dataclass
 class StageInfo:
@@ -32,13 +57,13 @@ class Plan:
     loaded: LoadedSpec
     files: list[InputFile]
     partitions: list[Partition]
-    segments: list[Segment]           # run in order; a segment whose first step is global starts with a shuffle
+    segments: list[Segment]           # run in order; each after the first starts at a global step
     stages: list[StageInfo]
     output_schema: Schema
     out_dir: Path
+    layout: Layout                    # where each output row goes; it also picks how shards are written
     notes: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)      # the source's additions to the manifest (labels)
-    default_key: tuple[str, ...] = ()                 # what splits and placement hash without shard.key
 
     @property
     def spec(self):
@@ -79,12 +104,18 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     if not schema:
         raise SpecError(f"{loaded.key('steps')}: the steps leave no columns to write")
     out_dir = Path(os.path.normpath(_resolve(loaded.base_dir, spec.sink.path)))   # as the run writes it
-    default_key = tuple(k for k in source.default_key if k in schema)
-    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes, metadata, default_key)
+    default_key = tuple(k for k in source.default_key if k in schema)     # what places rows without shard.key
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, _layout(spec.shard, default_key),
+                notes, metadata)
     _check_shard(plan)
     if backend is not None:
         _check_regexes(plan, source.parser if isinstance(source, SourceStage) else None, backend)
     return plan
+
+
+def _layout(shard, default_key: tuple[str, ...]) -> Layout:
+    return Layout(splits=tuple((shard.splits or {}).items()), key=tuple(shard.key or default_key),
+                  shuffle=shard.shuffle, seed=shard.seed, count=shard.count, target_bytes=shard.target_bytes)
 
 
 def _check_regexes(plan: Plan, parser, backend) -> None:

@@ -11,7 +11,6 @@ import json
 
 import numpy as np
 import pandas as pd
-from dataclasses import dataclass, field
 
 from ..columns import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, STAGE, STATUS,
                              STATUS_LIVE, STATUS_QUARANTINED)
@@ -19,33 +18,10 @@ from ..errors import DataError
 from ..sources.files import InputFile
 from ..sources.ranges import Partition, with_decoded
 from ..sources.stage import SourceStage
-from ..steps.base import RowStep, Step
+from ..plan.compile import Segment
+from ..steps.base import RowStep
 from ..steps.cast import cast_columns
 from ..types import Schema
-
-
-@dataclass
-class StepStage:
-    index: int
-    label: str
-    step: Step
-    schema: Schema                 # after the step
-
-
-@dataclass
-class Segment:
-    """Stages that run back to back in one task per partition (dask fuses them anyway)."""
-
-    source: SourceStage | None
-    steps: list[StepStage] = field(default_factory=list)
-    schema: Schema = field(default_factory=dict)   # data columns at the end
-    on_error: str = "quarantine"
-    files: list = field(default_factory=list)      # the inputs, to name them in errors
-
-    @property
-    def label(self) -> str:
-        names = (["read-parse"] if self.source else []) + [s.label for s in self.steps]
-        return "-".join(names) or "pass"
 
 
 def frame_schema(schema: Schema) -> Schema:

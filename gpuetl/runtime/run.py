@@ -49,18 +49,6 @@ class RunResult:
         return self.counts["rows_out"]
 
 
-def layout_of(plan: Plan) -> Layout:
-    shard = plan.spec.shard
-    return Layout(
-        splits=tuple((shard.splits or {}).items()),
-        key=tuple(shard.key or plan.default_key),
-        shuffle=shard.shuffle,
-        seed=shard.seed,
-        count=shard.count,
-        target_bytes=shard.target_bytes,
-    )
-
-
 def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print) -> RunResult:
     """Check the output folder (before any data is read), run, commit; under the folder's lock."""
     started = time.perf_counter()
@@ -224,8 +212,7 @@ def _already_complete(plan: Plan, out: Path, manifest: dict | None) -> RunResult
 
 def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> RunResult:
     spec = plan.spec
-    layout = layout_of(plan)
-    ranged = layout.ranged
+    layout = plan.layout
     schema = plan.output_schema
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
     file_names = [f.display for f in plan.files]
@@ -245,7 +232,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     if finished:
         log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)
-    maps = {i: spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp), ranged=ranged,
+    maps = {i: spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp),
                      file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}",
                      in_memory=stream and spec.sink.mode != "resume" and executor.in_process)
             for i, part in enumerate(parts) if i not in finished}
@@ -266,7 +253,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     shard_state = run_tmp / "shards"
     shard_state.mkdir(exist_ok=True)
     if streamed is None:
-        tasks = _shard_tasks(layout, results, ranged, schema, options, sink)
+        tasks = _shard_tasks(layout, results, schema, options, sink)
         shards, todo = [], []
         for task in tasks:
             saved = _load_json(shard_state / f"{task.split}-{task.index}.json")
@@ -278,8 +265,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
             log(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} shards already written, skipped")
         write = dask.delayed(_write_and_record, pure=False)
         writes = [write(sink, task, [r.pieces[task.split] for r in results if task.split in r.pieces], str(shard_state),
-                        schema=schema, tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle,
-                        ranged=ranged, presorted=presorted, backend=backend,
+                        schema=schema, tmp_dir=str(run_tmp), options=options, layout=layout, backend=backend,
                         dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
         shards += executor.compute(writes, progress=progress)
         order = {t.relpath: k for k, t in enumerate(tasks)}
@@ -346,7 +332,7 @@ def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp:
     from ..sinks.spill import read_ipc
 
     sink = get_sink(plan.spec.sink.type)
-    tasks = _shard_tasks(layout, [], False, plan.output_schema, options, sink)
+    tasks = _shard_tasks(layout, [], plan.output_schema, options, sink)
     writers = {t.split: sink.shard_writer(backend, str(run_tmp / "data" / t.relpath), plan.output_schema, options, t)
                for t in tasks}
     computed = executor.ordered(list(maps.values()), independent=len(plan.segments) == 1)
@@ -420,7 +406,7 @@ def _check_errors(plan: Plan, counts: dict, bad: dict) -> None:
         )
 
 
-def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool, schema, options, sink) -> list[ShardTask]:
+def _shard_tasks(layout: Layout, results: list[MapResult], schema, options, sink) -> list[ShardTask]:
     import numpy as np
 
     from ..sinks.layout import BUCKETS, cut_points_by_size
@@ -433,13 +419,13 @@ def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool, schema,
         cuts_by_split = {i: cut_points_by_size(hist[i], layout.target_bytes / ratio) for i in hist}
     else:
         counts = layout.shard_counts()
-        cuts_by_split = {i: cut_points(hist[i], counts[i]) if ranged else [0, BUCKETS] for i in hist}
+        cuts_by_split = {i: cut_points(hist[i], counts[i]) if layout.ranged else [0, BUCKETS] for i in hist}
     tasks = []
     for i, name in enumerate(names):
         cuts = cuts_by_split[i]
         for k in range(len(cuts) - 1):
             rel = sink.shard_path(name, k)
-            tasks.append(ShardTask(i, name, k, cuts[k], cuts[k + 1], rel))
+            tasks.append(ShardTask(i, name, k, cuts[k], cuts[k + 1], rel, float(hist[i][cuts[k]:cuts[k + 1]].sum())))
     return tasks
 
 
