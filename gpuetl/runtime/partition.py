@@ -35,7 +35,7 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     by batch (the backend's batch size: cache-sized on the CPU, the whole block on a GPU); a
     parser that takes a partition's batches at once (`whole_partition`: the log presets' kernel)
     then parses them together, the others batch by batch. `decoded`: the bytes of the partition's
-    compressed ranges, in order, decoded by the tasks before (plan/graph.py)."""
+    compressed ranges, in order, decoded by the tasks before (runtime/graph.py)."""
     source = segment.source
     if not isinstance(source, SourceStage):     # a RecordStage: it makes its frames (sources/registry.py)
         return run_steps(source.read(partition, segment, backend), segment, backend)
@@ -220,17 +220,16 @@ def _fail(df, files: list[InputFile], backend):
 def run_steps(df, segment: Segment, backend):
     """Run the segment's steps on the live rows. Rows a step quarantines leave the frame at once
     (their raw record is kept); rows a step drops are marked where they lie (status, stage) and
-    cut out only when a later step needs the live rows alone. A step that `sees_dropped` (filter,
-    dedupe) does not, so a filter, a dedupe and the spill copy the partition once between them,
-    in the spill, not once each (docs/design.md, "Dropped rows stay until the next cut")."""
+    cut out before the next step and at the segment's end (`_cut`: the live rows copied out, the
+    others counted in tally rows), so every step sees live rows only and no dropped row is held
+    beyond its segment."""
     if not segment.steps:
         return _finish(df, segment, backend)
     frame, side = df.reset_index(drop=True), []
     for stage in segment.steps:
         step = stage.step
-        if not step.sees_dropped:
-            frame, rest = _cut(frame, backend)
-            side += rest
+        frame, rest = _cut(frame, backend)
+        side += rest
         checked, bad, reasons = step.quarantine(frame, backend) if isinstance(step, RowStep) else (frame, None, None)
         if bad is not None and bool(bad.any()):
             rows = checked[bad].copy()
@@ -254,6 +253,8 @@ def run_steps(df, segment: Segment, backend):
         keep = step.keep(frame, backend)
         if keep is not None:
             frame = _mark_dropped(frame, keep, step.drops_as, stage.index, backend)
+    frame, rest = _cut(frame, backend)
+    side += rest
     out = [backend.conform(part, frame_schema(segment.schema)) for part in [frame, *side] if len(part)]
     if not out:
         return backend.empty(frame_schema(segment.schema))
@@ -261,7 +262,8 @@ def run_steps(df, segment: Segment, backend):
 
 
 def _cut(frame, backend):
-    """(the frame's live rows, the rest as quarantined rows and one tally row per stage and status)."""
+    """(the frame's live rows, the rest as quarantined rows and one tally row per stage and status).
+    A frame of live rows alone is returned as it is, uncopied."""
     live, quarantined, tallies = backend.separate(frame)
     rest = [quarantined] if len(quarantined) else []
     rest += [tally_row(n, status, stage, backend) for (stage, status), n in sorted(tallies.items())]

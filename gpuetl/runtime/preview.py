@@ -130,7 +130,7 @@ def _byte_ranges(source) -> bool:
 
 
 def _decoded(partition, files) -> list:
-    """The bytes of the partition's compressed ranges, decoded in order (as plan/graph.py's tasks)."""
+    """The bytes of the partition's compressed ranges, decoded in order (as runtime/graph.py's tasks)."""
     decoded, streams = [], {}
     for rng in partition.ranges:
         if isinstance(rng, CompressedRange):

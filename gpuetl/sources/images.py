@@ -60,7 +60,7 @@ class ImageRecord:
 
 @dataclass
 class ImagesStage:
-    """What a partition's task needs (plan/stages.py calls read)."""
+    """What a partition's task needs (runtime/partition.py calls read)."""
 
     files: list[InputFile]
     schema: dict

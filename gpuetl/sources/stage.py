@@ -1,6 +1,6 @@
 """The source stage of the byte formats (text, jsonl, csv, parquet): the parser that turns a
 partition's records into columns, the declared casts, and the schema after them. The runtime
-(plan/stages.py) reads partitions with it; the format modules (sources/formats/) build it."""
+(runtime/partition.py) reads partitions with it; the format modules (sources/formats/) build it."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ class Dedupe(InOrderGlobalStep):
     drops its own repeats. Rows stay in input order, so the output streams straight to Parquet.
     On the local cluster each partition is settled as soon as the partitions before it are, so
     writing starts while later ones are still read (steps/base.py's protocols, run by
-    plan/graph.py: resolve_in_order, resolve_in_place)."""
+    runtime/graph.py: resolve_in_order, resolve_in_place)."""
 
     name = "dedupe"
     summary = "Remove exact duplicates across all partitions, keeping the first by file and offset."
@@ -66,7 +66,7 @@ class Dedupe(InOrderGlobalStep):
             return None
         return ~df[DUPLICATE].astype(bool)
 
-    # -- resolved in place (plan/graph.py: resolve_in_place) -------------------------------
+    # -- resolved in place (runtime/graph.py: resolve_in_place) -------------------------------
     def row_keys(self, df, backend):
         """(positions of the live rows, the hash of each one's key): 8 bytes a row leave the task."""
         xp = backend.xp
@@ -118,7 +118,7 @@ class Dedupe(InOrderGlobalStep):
         mark[decided.get(partition, np.zeros(0, dtype=np.int64))] = True
         return df.assign(**{DUPLICATE: backend.series(backend.xp.asarray(mark), "bool", index=df.index)})
 
-    # -- settled in input order (plan/graph.py: resolve_in_order) -----------------------------
+    # -- settled in input order (runtime/graph.py: resolve_in_order) -----------------------------
 
     def start(self, backend) -> "Seen":
         return Seen((), {}, np.zeros(1 << (_FILTER_BITS - 3), dtype=np.uint8))
