@@ -170,13 +170,14 @@ class GlobalStep(Step):
 
 class InOrderGlobalStep(GlobalStep):
     """A global step that may also be decided in input order (runtime/graph.py: resolve_in_order),
-    when its state can stay in the process: start() once, then advance(state, df, keys, i) for
+    when its state can stay in the process: start(backend, scratch) once (scratch: a folder of
+    the run's where the state may set data aside, or None), then advance(state, df, keys, i) for
     partition 0, 1, ... in turn, which returns (the next state, {i: positions} for mark).
     Partition i is then settled as soon as it and the partitions before it are parsed, so it is
     written while later ones are still being read."""
 
     @abstractmethod
-    def start(self, backend): ...
+    def start(self, backend, scratch: str | None = None): ...
 
     @abstractmethod
     def advance(self, state, df, keys, partition: int, backend): ...
