@@ -51,7 +51,7 @@ class ShardResult:
     sha256: str
 
 
-SHARD_BATCH_BYTES = 128 << 20     # rows (in memory) a shuffled shard is ordered and written in at a time
+SHARD_BATCH_BYTES = 32 << 20      # row bytes (the map's estimate) a shuffled shard is ordered and written in at a time
 
 
 def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: str, options: WriteOptions,
@@ -93,7 +93,10 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
         if tables:
             table = pa.concat_tables(tables)
             del tables
-            writer.write(table.take(pc.sort_indices(table, sort_keys=[(ORDER, "ascending"), *input_order])))
+            ordered = table.take(pc.sort_indices(table, sort_keys=[(ORDER, "ascending"), *input_order]))
+            del table                # a turn holds its rows about twice: the gathered ones, then in order
+            writer.write(ordered)
+            del ordered
     return writer.close()
 
 
