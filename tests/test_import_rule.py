@@ -40,7 +40,7 @@ def test_importing_gpuetl_loads_no_gpu_library():
     import subprocess
     import sys
 
-    code = ("import sys, gpuetl, gpuetl.cli, gpuetl.plan.graph, gpuetl.runtime.run; "
+    code = ("import sys, gpuetl, gpuetl.cli, gpuetl.runtime.graph, gpuetl.runtime.run; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(GPU_MODULES)!r}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

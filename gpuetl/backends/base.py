@@ -95,7 +95,7 @@ class Backend(ABC):
 
     def separate(self, df: Any) -> tuple[Any, Any, dict[tuple[int, int], int]]:
         """(the live rows, the quarantined rows, {(stage, status): records} that the other rows
-        stand for). A step marks the rows it drops where they lie (plan/stages.py: run_steps), so
+        stand for). A step marks the rows it drops where they lie (runtime/partition.py: run_steps), so
         rows that left the pipeline may sit anywhere in a frame: only the live rows and the
         quarantined ones (whose raw records are kept) are copied; dropped rows are only counted.
         Live rows that all come first are a slice, not a copy."""

@@ -152,7 +152,6 @@ def cmd_validate(args) -> int:
 
 def cmd_plan(args) -> int:
     from ..api import load
-    from ..runtime.run import layout_of
 
     plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
@@ -165,7 +164,7 @@ def cmd_plan(args) -> int:
             print(f"    {line}")
         previous = info.schema
     print("\noutput schema: " + ", ".join(f"{n}: {t}" for n, t in plan.output_schema.items()))
-    layout = layout_of(plan)
+    layout = plan.layout
     shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
     n = len(plan.partitions)
@@ -191,7 +190,7 @@ def _graph_tasks(plan, in_order: bool = False) -> int:
     """Tasks in the graph run would build (its shape does not depend on the backend, so this
     works for a GPU plan on any machine)."""
     from ..backends.cpu import CpuBackend
-    from ..plan.graph import build_partitions, count_tasks
+    from ..runtime.graph import build_partitions, count_tasks
 
     return count_tasks(build_partitions(plan, CpuBackend(), in_order=in_order))
 
@@ -211,7 +210,7 @@ def cmd_run(args) -> int:
     from ..backends import get_backend
     from ..runtime.executor import DASHBOARD_ADDRESS, open_executor
     from ..runtime.progress import display_for
-    from ..runtime.run import layout_of, run_plan
+    from ..runtime.run import run_plan
 
     listeners: list = []
     if args.log_format == "json":
@@ -229,7 +228,7 @@ def cmd_run(args) -> int:
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
     plan = pipeline.plan(backend)
-    tuning.arrow_pool(streamed=layout_of(plan).in_input_order)
+    tuning.arrow_pool(streamed=plan.layout.in_input_order)
     for note in plan.notes:
         log(f"note: {note}")
     picked = f"{backend.name}" + (" (auto)" if args.backend == "auto" else "")

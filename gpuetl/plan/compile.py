@@ -13,12 +13,38 @@ from ..sources.files import InputFile, resolve_inputs
 from ..storage import is_remote, local_path
 from ..sources.parsers import RegexParser
 from ..sources.ranges import Partition
-from ..sources.registry import get_source
+from ..sources.registry import RecordStage, get_source
+from ..sources.stage import SourceStage
 from ..spec.loader import LoadedSpec
 from ..spec.yamlio import dotted
-from ..steps.base import GlobalStep, StepError, closest
+from ..sinks.layout import Layout
+from ..steps.base import GlobalStep, Step, StepError, closest
 from ..types import Schema
-from .stages import Segment, StepStage
+
+
+@dataclass
+class StepStage:
+    index: int
+    label: str
+    step: Step
+    schema: Schema                 # after the step
+
+
+@dataclass
+class Segment:
+    """Stages that run back to back in one task per partition (dask fuses them anyway)."""
+
+    source: SourceStage | RecordStage | None       # None: the segment starts at a global step
+    steps: list[StepStage] = field(default_factory=list)
+    schema: Schema = field(default_factory=dict)   # data columns at the end
+    on_error: str = "quarantine"
+    files: list = field(default_factory=list)      # the inputs, to name them in errors
+
+    @property
+    def label(self) -> str:
+        names = (["read-parse"] if self.source else []) + [s.label for s in self.steps]
+        return "-".join(names) or "pass"
+
 
 @dataclass
 class StageInfo:
@@ -33,13 +59,13 @@ class Plan:
     loaded: LoadedSpec
     files: list[InputFile]
     partitions: list[Partition]
-    segments: list[Segment]           # run in order; a segment whose first step is global starts with a shuffle
+    segments: list[Segment]           # run in order; each after the first starts at a global step
     stages: list[StageInfo]
     output_schema: Schema
     out_dir: Path
+    layout: Layout                    # where each output row goes; it also picks how shards are written
     notes: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)      # the source's additions to the manifest (labels)
-    default_key: tuple[str, ...] = ()                 # what splits and placement hash without shard.key
     remote: RemoteInputs | None = field(default=None, repr=False)   # keeps remote inputs' local copies
 
     @property
@@ -59,6 +85,9 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
                           spec.cache and spec.cache.max_bytes)
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes, remote)
     partitions, source, metadata = get_source(spec.source.type).plan(loaded, files, notes, backend)
+    if not isinstance(source, (SourceStage, RecordStage)):
+        raise TypeError(f"source type {spec.source.type!r}: plan() returned {type(source).__name__}, neither a "
+                        "SourceStage nor a RecordStage (gpuetl/sources/registry.py)")
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
     schema = dict(source.schema)
@@ -81,14 +110,20 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         raise SpecError(f"{loaded.key('steps')}: the steps leave no columns to write")
     out_dir = spec.sink.path.rstrip("/") if is_remote(spec.sink.path) else \
         Path(os.path.normpath(_resolve(loaded.base_dir, local_path(spec.sink.path))))   # as the run writes it
-    default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)
+    default_key = tuple(k for k in source.default_key if k in schema)     # what places rows without shard.key
     if any(f.url for f in files):
         metadata = {**metadata, "input_tiers": remote.summary()}
-    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, notes, metadata, default_key, remote)
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, _layout(spec.shard, default_key),
+                notes, metadata, remote)
     _check_shard(plan)
     if backend is not None:
-        _check_regexes(plan, getattr(source, "parser", None), backend)
+        _check_regexes(plan, source.parser if isinstance(source, SourceStage) else None, backend)
     return plan
+
+
+def _layout(shard, default_key: tuple[str, ...]) -> Layout:
+    return Layout(splits=tuple((shard.splits or {}).items()), key=tuple(shard.key or default_key),
+                  shuffle=shard.shuffle, seed=shard.seed, count=shard.count, target_bytes=shard.target_bytes)
 
 
 def _check_regexes(plan: Plan, parser, backend) -> None:

@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_DEDUPLICATED, \
     STATUS_FILTERED, STATUS_LIVE, STATUS_QUARANTINED
-from ..plan.graph import resolve_in_place
-from ..plan.stages import Segment, frame_schema, read_partition, run_steps
+from .graph import resolve_in_place
+from .partition import Segment, frame_schema, read_partition, run_steps
 from ..sources.ranges import ByteRange, CompressedRange, decode_range
 from ..sources.stage import SourceStage
 from ..steps.base import GlobalStep
@@ -130,7 +130,7 @@ def _byte_ranges(source) -> bool:
 
 
 def _decoded(partition, files) -> list:
-    """The bytes of the partition's compressed ranges, decoded in order (as plan/graph.py's tasks)."""
+    """The bytes of the partition's compressed ranges, decoded in order (as runtime/graph.py's tasks)."""
     decoded, streams = [], {}
     for rng in partition.ranges:
         if isinstance(rng, CompressedRange):

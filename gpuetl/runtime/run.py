@@ -17,7 +17,7 @@ from .. import __version__
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
 from ..errors import DataError, OutputError, OutputWriteFailed
 from ..plan.compile import Plan
-from ..plan.graph import build_partitions
+from .graph import build_partitions
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import Layout, cut_points
 from ..sinks.objectstore import check_remote_apart_from_inputs
@@ -53,18 +53,6 @@ class RunResult:
     @property
     def rows_out(self) -> int:
         return self.counts["rows_out"]
-
-
-def layout_of(plan: Plan) -> Layout:
-    shard = plan.spec.shard
-    return Layout(
-        splits=tuple((shard.splits or {}).items()),
-        key=tuple(shard.key or plan.default_key),
-        shuffle=shard.shuffle,
-        seed=shard.seed,
-        count=shard.count,
-        target_bytes=shard.target_bytes,
-    )
 
 
 def run_plan(plan: Plan, backend, executor, *, progress: bool = False, log=print, listeners=None,
@@ -292,8 +280,7 @@ def _already_complete(plan: Plan, out, manifest: dict | None, complete: bool) ->
 
 def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) -> RunResult:
     spec = plan.spec
-    layout = layout_of(plan)
-    ranged = layout.ranged
+    layout = plan.layout
     schema = plan.output_schema
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
     file_names = [f.display for f in plan.files]
@@ -302,63 +289,33 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) 
     backend.start_reports(executor.client)
 
     finished = {i: r for i in range(len(plan.partitions)) if (r := load_result(str(run_tmp), i)) is not None}
-    # Rows still in input order (no shuffle; global steps drop rows in place) and one shard per
-    # split: stream each piece into its shard as soon as it exists, while the other
-    # partitions are still running.
-    presorted = layout.in_input_order
-    stream = presorted and executor.shares_files
-    # Streamed and in this process, global steps are settled partition by partition, so writing
-    # overlaps parsing (docs/design.md, "Global steps without moving rows").
-    parts = build_partitions(plan, backend, in_order=stream and executor.in_process)
+    # The layout picks how the shards are written. Rows still in input order with one shard per
+    # split stream into their shard as each partition finishes, while later ones still run;
+    # otherwise each partition spills its rows and the shards are written from the pieces.
+    stream = layout.in_input_order and executor.shares_files
+    # In this process global steps are settled partition by partition in input order: their
+    # state stays bounded, and a streamed run writes while it parses (docs/design.md, "Global
+    # steps without moving rows").
+    parts = build_partitions(plan, backend, in_order=executor.in_process, scratch=str(run_tmp / "spill" / "keys"))
     for result in finished.values():
         watch.partition_done(result)
     if finished:
         log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)
-    maps = {i: spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp), ranged=ranged,
+    maps = {i: spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp),
                      file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}",
                      in_memory=stream and spec.sink.mode != "resume" and executor.in_process)
             for i, part in enumerate(parts) if i not in finished}
-    streamed = None
-    if stream:
-        results, streamed = _map_and_stream(plan, layout, maps, finished, executor, run_tmp, options, watch,
-                                            backend=backend)
-    else:
-        computed = executor.compute(list(maps.values()), on_result=watch.partition_done)
-        results = sorted([*finished.values(), *computed], key=lambda r: r.partition)
+    results, shards = _map_partitions(plan, maps, finished, executor, run_tmp, options, watch, backend=backend,
+                                      stream=stream)
 
     counts, stages = _account(plan, results)
     reasons = _merge(r.reasons for r in results)
     bad = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:50])
     kinds = group_reasons(reasons)        # from every reason, not the top 50 alone
     _check_errors(plan, counts, bad)
-
-    shard_state = run_tmp / "shards"
-    shard_state.mkdir(exist_ok=True)
-    if streamed is None:
-        tasks = _shard_tasks(layout, results, ranged, schema, options, sink)
-        shards, todo = [], []
-        for task in tasks:
-            saved = _load_json(shard_state / f"{task.split}-{task.index}.json")
-            if saved and (run_tmp / "data" / saved["path"]).exists():
-                shards.append(ShardResult(**saved))
-            else:
-                todo.append(task)
-        if len(todo) < len(tasks):
-            log(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} shards already written, skipped")
-        write = dask.delayed(_write_and_record, pure=False)
-        writes = [write(sink, task, [r.pieces[task.split] for r in results if task.split in r.pieces], str(shard_state),
-                        schema=schema, tmp_dir=str(run_tmp), options=options, shuffle=layout.shuffle,
-                        ranged=ranged, presorted=presorted, backend=backend,
-                        dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
-        watch.writing(counts["rows_out"])
-        for done in shards:
-            watch.written(done.rows, done.bytes)
-        shards += executor.compute(writes, on_result=lambda shard: watch.written(shard.rows, shard.bytes))
-        order = {t.relpath: k for k, t in enumerate(tasks)}
-        shards.sort(key=lambda r: order[r.path])
-    else:
-        shards = streamed
+    if shards is None:
+        shards = _write_shards(plan, results, sink, options, run_tmp, executor, watch, log, backend=backend)
     quarantine_pieces = [r.quarantine for r in results if r.quarantine]
     quarantine = executor.compute([dask.delayed(sink.write_quarantine, pure=False)(
         quarantine_pieces, str(run_tmp), options, dask_key_name="write-quarantine")])[0] if quarantine_pieces else []
@@ -421,35 +378,69 @@ def _write_and_record(sink, task: ShardTask, pieces: list[str], state_dir: str, 
     return result
 
 
-def _map_and_stream(plan, layout, maps: dict, finished: dict, executor, run_tmp: Path, options, watch,
-                    *, backend):
-    """Run the map tasks; feed each one's pieces, in partition order, to its split's writer."""
+def _map_partitions(plan, maps: dict, finished: dict, executor, run_tmp: Path, options, watch: RunProgress, *,
+                    backend, stream: bool):
+    """Run the map tasks, taking their results in partition order (at most a few ahead of the
+    one taken). With `stream`, each one's pieces go to its split's writer as it arrives:
+    (results, the shards written); else (results, None)."""
     from ..sinks.spill import read_ipc
 
     sink = get_sink(plan.spec.sink.type)
-    tasks = _shard_tasks(layout, [], False, plan.output_schema, options, sink)
+    tasks = _shard_tasks(plan.layout, [], plan.output_schema, options, sink) if stream else []
     writers = {t.split: sink.shard_writer(backend, str(run_tmp / "data" / t.relpath), plan.output_schema, options, t)
                for t in tasks}
     computed = executor.ordered(list(maps.values()), independent=len(plan.segments) == 1,
                                 on_result=watch.partition_done)
-    watch.writing(None)
+    if stream:
+        watch.writing(None)
     results = []
     try:
         for i in range(len(plan.partitions)):
             result = finished[i] if i in finished else next(computed)
             results.append(result)
-            for split, path in sorted(result.pieces.items()):
-                writers[split].write(read_ipc(path))
-            for split, table in sorted(result.tables.items()):
-                writers[split].write(table)
-            result.tables = {}           # written: let the memory go
+            if stream:
+                for split, path in sorted(result.pieces.items()):
+                    writers[split].write(read_ipc(path))
+                for split, table in sorted(result.tables.items()):
+                    writers[split].write(table)
+                result.tables = {}           # written: let the memory go
             watch.partition_done(result)
-            watch.written(sum(result.rows.values()), partition=i)
-        return results, [writers[t.split].close() for t in tasks]
+            if stream:
+                watch.written(sum(result.rows.values()), partition=i)
+        return results, ([writers[t.split].close() for t in tasks] if stream else None)
     finally:
         for w in writers.values():
             w.abort()
         computed.close()
+
+
+def _write_shards(plan, results: list[MapResult], sink, options, run_tmp: Path, executor, watch: RunProgress, log, *,
+                  backend) -> list[ShardResult]:
+    """Write each shard from the spilled pieces, one task a shard; a shard a resumed run
+    already wrote is kept."""
+    layout, schema = plan.layout, plan.output_schema
+    shard_state = run_tmp / "shards"
+    shard_state.mkdir(exist_ok=True)
+    tasks = _shard_tasks(layout, results, schema, options, sink)
+    shards, todo = [], []
+    for task in tasks:
+        saved = _load_json(shard_state / f"{task.split}-{task.index}.json")
+        if saved and (run_tmp / "data" / saved["path"]).exists():
+            shards.append(ShardResult(**saved))
+        else:
+            todo.append(task)
+    if len(todo) < len(tasks):
+        log(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} shards already written, skipped")
+    write = dask.delayed(_write_and_record, pure=False)
+    writes = [write(sink, task, [r.pieces[task.split] for r in results if task.split in r.pieces], str(shard_state),
+                    schema=schema, tmp_dir=str(run_tmp), options=options, layout=layout, backend=backend,
+                    dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
+    watch.writing(sum(sum(r.rows.values()) for r in results))
+    for done in shards:
+        watch.written(done.rows, done.bytes)
+    shards += executor.compute(writes, on_result=lambda shard: watch.written(shard.rows, shard.bytes))
+    order = {t.relpath: k for k, t in enumerate(tasks)}
+    return sorted(shards, key=lambda r: order[r.path])
 
 
 def _merge(dicts) -> dict:
@@ -500,7 +491,7 @@ def _check_errors(plan: Plan, counts: dict, bad: dict) -> None:
         )
 
 
-def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool, schema, options, sink) -> list[ShardTask]:
+def _shard_tasks(layout: Layout, results: list[MapResult], schema, options, sink) -> list[ShardTask]:
     import numpy as np
 
     from ..sinks.layout import BUCKETS, cut_points_by_size
@@ -513,13 +504,13 @@ def _shard_tasks(layout: Layout, results: list[MapResult], ranged: bool, schema,
         cuts_by_split = {i: cut_points_by_size(hist[i], layout.target_bytes / ratio) for i in hist}
     else:
         counts = layout.shard_counts()
-        cuts_by_split = {i: cut_points(hist[i], counts[i]) if ranged else [0, BUCKETS] for i in hist}
+        cuts_by_split = {i: cut_points(hist[i], counts[i]) if layout.ranged else [0, BUCKETS] for i in hist}
     tasks = []
     for i, name in enumerate(names):
         cuts = cuts_by_split[i]
         for k in range(len(cuts) - 1):
             rel = sink.shard_path(name, k)
-            tasks.append(ShardTask(i, name, k, cuts[k], cuts[k + 1], rel))
+            tasks.append(ShardTask(i, name, k, cuts[k], cuts[k + 1], rel, float(hist[i][cuts[k]:cuts[k + 1]].sum())))
     return tasks
 
 

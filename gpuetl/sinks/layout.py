@@ -71,10 +71,10 @@ class Layout:
         """Rows reach their one shard per split in input order: the writer can stream them."""
         return not self.ranged and not self.shuffle
 
-    def placement(self, df, backend, ranged: bool = True):
+    def placement(self, df, backend):
         """(split index int8, placement hash P uint64, order uint64 or None) for live rows."""
         xp = backend.xp
-        if not (self.splits and len(self.splits) > 1) and not self.shuffle and not ranged:
+        if not (self.splits and len(self.splits) > 1) and not self.shuffle and not self.ranged:
             return xp.zeros(len(df), dtype=xp.int8), xp.zeros(len(df), dtype=xp.uint64), None
         ident = [df[FILE_INDEX], df[OFFSET]]
         key_cols = [df[k] for k in self.key] if self.key else ident

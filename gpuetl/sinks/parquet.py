@@ -5,6 +5,7 @@ the bytes depend only on the rows, never on how the input was partitioned."""
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ import pyarrow.parquet as pq
 from ..columns import FILE_INDEX, OFFSET
 from ..types import Schema, arrow_schema
 from .base import CommittedFolder
-from .layout import BUCKETS, hash_range
+from .layout import BUCKETS, Layout, hash_range
 from .spill import ORDER, PLACE, QUARANTINE_SCHEMA, read_ipc
 
 DEFAULT_ROW_GROUP_ROWS = 131_072
@@ -38,6 +39,7 @@ class ShardTask:
     lo_bucket: int
     hi_bucket: int
     relpath: str                # e.g. train/part-00003.parquet
+    row_bytes: float = 0.0      # about how many bytes its rows take in memory (from the map's histograms)
 
 
 @dataclass
@@ -49,33 +51,62 @@ class ShardResult:
     sha256: str
 
 
+SHARD_BATCH_BYTES = 32 << 20      # row bytes (the map's estimate) a shuffled shard is ordered and written in at a time
+
+
 def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: str, options: WriteOptions,
-                shuffle: bool, ranged: bool, presorted: bool = False, backend=None) -> ShardResult:
-    """Gather the shard's slice of each piece, order it, write it. With `presorted` the pieces,
-    taken in partition order, are already in input order and are streamed, never sorted.
-    `backend`: whose Parquet writer encodes the shard (Backend.shard_writer; default pyarrow's)."""
+                layout: Layout, backend=None) -> ShardResult:
+    """Gather the shard's slice of each piece, put the rows in their final order, write them, in
+    pieces of bounded size, so a shard's memory does not grow with the input. The pieces come in
+    partition order, which is input order: unshuffled rows are written piece by piece (each
+    piece's slice put back in input order); shuffled rows are ordered by their order hash, in
+    turns over disjoint ranges of it (rows with equal hashes share a turn), each turn holding
+    about SHARD_BATCH_BYTES. `backend`: whose Parquet writer encodes the shard
+    (Backend.shard_writer; default pyarrow's)."""
     make = backend.shard_writer if backend is not None else ShardWriter
     writer = make(os.path.join(tmp_dir, "data", task.relpath), schema, options, task)
-    if presorted:
+    if layout.in_input_order:               # one shard per split: each piece is in input order
         for path in pieces:
             writer.write(read_ipc(path))
         return writer.close()
-    tables = []
-    for path in pieces:
-        table = read_ipc(path)
-        if ranged and table.num_rows:
-            start, stop, mine = hash_range(table.column(PLACE).to_numpy(), task.lo_bucket, task.hi_bucket)
-            table = table.slice(start, stop - start)
-            if mine is not None:
+    input_order = [(FILE_INDEX, "ascending"), (OFFSET, "ascending")]
+    if not layout.shuffle:
+        for path in pieces:
+            table = _slice_of(read_ipc(path), task, layout.ranged)
+            if table.num_rows:
+                writer.write(table.take(pc.sort_indices(table, sort_keys=input_order)))
+        return writer.close()
+    turns = max(1, math.ceil(task.row_bytes / SHARD_BATCH_BYTES))
+    edges = [(1 << 64) * k // turns for k in range(turns)] + [None]
+    for lo, hi in zip(edges, edges[1:]):
+        tables = []
+        for path in pieces:
+            table = _slice_of(read_ipc(path), task, layout.ranged)
+            if table.num_rows and turns > 1:
+                order = table.column(ORDER).to_numpy()
+                mine = order >= np.uint64(lo)
+                if hi is not None:
+                    mine &= order < np.uint64(hi)
                 table = table.filter(pa.array(mine))
-        if table.num_rows:
-            tables.append(table)
-    if tables:
-        table = pa.concat_tables(tables)
-        keys = [(ORDER, "ascending")] if shuffle else []
-        keys += [(FILE_INDEX, "ascending"), (OFFSET, "ascending")]
-        writer.write(table.take(pc.sort_indices(table, sort_keys=keys)))
+            if table.num_rows:
+                tables.append(table)
+        if tables:
+            table = pa.concat_tables(tables)
+            del tables
+            ordered = table.take(pc.sort_indices(table, sort_keys=[(ORDER, "ascending"), *input_order]))
+            del table                # a turn holds its rows about twice: the gathered ones, then in order
+            writer.write(ordered)
+            del ordered
     return writer.close()
+
+
+def _slice_of(table: pa.Table, task: ShardTask, ranged: bool) -> pa.Table:
+    """The rows of a spilled piece that belong to the shard (its placement-hash range)."""
+    if not ranged or not table.num_rows:
+        return table
+    start, stop, mine = hash_range(table.column(PLACE).to_numpy(), task.lo_bucket, task.hi_bucket)
+    table = table.slice(start, stop - start)
+    return table if mine is None else table.filter(pa.array(mine))
 
 
 class ShardWriter:

@@ -33,21 +33,22 @@ class MapResult:
     tables: dict[int, pa.Table] = field(default_factory=dict, repr=False)  # split -> rows kept in memory
 
 
-def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str, ranged: bool,
+def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str,
                     file_names: list[str], stage_names: list[str], backend, in_memory: bool = False) -> MapResult:
     """in_memory: hand the rows to the caller in the result instead of an IPC file (the streaming
     writer in the same process; a run that cannot be resumed anyway), saving a write and a read
     of every byte. Such a result is not recorded for resume."""
-    result = _spill(df, partition, layout=layout, schema=schema, tmp_dir=tmp_dir, ranged=ranged,
+    result = _spill(df, partition, layout=layout, schema=schema, tmp_dir=tmp_dir,
                     file_names=file_names, stage_names=stage_names, backend=backend, in_memory=in_memory)
     if not in_memory:
         save_result(result, tmp_dir)
     return result
 
 
-def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, stage_names, backend,
+def _spill(df, partition: int, *, layout: Layout, schema, tmp_dir, file_names, stage_names, backend,
            in_memory=False) -> MapResult:
     result = MapResult(partition)
+    ranged = layout.ranged
     status = df[STATUS]
     if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown
         raise RuntimeError(f"internal error: {int(status.isna().sum())} rows of partition {partition} lost "
@@ -67,7 +68,7 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
             result.quarantine = _write_quarantine(kept, partition, tmp_dir, file_names, stage_names, backend)
     if not len(live):
         return result
-    split, place, order = layout.placement(live, backend, ranged)
+    split, place, order = layout.placement(live, backend)
     table_cols = dict(schema)
     live = backend.conform(live, {**schema, FILE_INDEX: "int32", OFFSET: "int64"})
     live[PLACE] = backend.series(place, "uint64", index=live.index)
@@ -105,7 +106,7 @@ def _spill(df, partition: int, *, layout, schema, tmp_dir, ranged, file_names, s
             path = os.path.join(tmp_dir, "spill", f"s{int(s)}", f"p{partition:06d}.arrow")
             _write_ipc(table, path)
             result.pieces[int(s)] = path
-        if ranged:                 # shards are cut by placement hash: where the bytes lie
+        if ranged or layout.shuffle:   # where the bytes lie: shards are cut, and shuffled ones written in turns
             buckets = bucket_of(table.column(PLACE).to_numpy())
             result.histograms[int(s)] = np.bincount(buckets.astype(np.int64), weights=_row_bytes(table, schema),
                                                     minlength=BUCKETS)

@@ -3,7 +3,7 @@ one after another) and cut into pieces of about `blocksize` uncompressed bytes.
 
 A compressed stream cannot be entered in the middle, so the plan scans each file once (no bytes
 kept) to learn where its pieces start, and the run decodes it once more, in order, handing the
-open decoder from one piece's task to the next (plan/graph.py). Each task holds one piece, so
+open decoder from one piece's task to the next (runtime/graph.py). Each task holds one piece, so
 memory is bounded by `blocksize` whatever the file's size. A decoder that has to move to another
 process, or a piece read out of order, starts again from the file's beginning: slower, never
 different. The scan is also where decompression bombs are stopped: it gives up as soon as a file

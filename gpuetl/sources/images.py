@@ -60,7 +60,7 @@ class ImageRecord:
 
 @dataclass
 class ImagesStage:
-    """What a partition's task needs (plan/stages.py calls read)."""
+    """What a partition's task needs (runtime/partition.py calls read)."""
 
     files: list[InputFile]
     schema: dict
@@ -120,7 +120,7 @@ def _pread(path: str, offset: int, size: int) -> bytes:
 
 
 def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
-    from ..plan.stages import _fail, frame_schema
+    from ..runtime.partition import _fail, frame_schema
 
     good = [r["reason"] is None for r in rows]
     cols = {}

@@ -2,7 +2,7 @@
 
 Every parser has `schema`, `parse(text, backend, file_index)` (file_index: each record's input
 file) and `whole_partition` (whether a partition's batches are handed to it at once:
-plan/stages.py, read_partition)."""
+runtime/partition.py, read_partition)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class RegexParser:
         """With a kernel (the log presets'), a partition's batches are parsed at once: the kernel
         reads them one by one but hands back each column in one piece, so the partition's frame,
         its live rows and the Parquet row groups cut from them are not pieced together by copying
-        (plan/stages.py: read_partition)."""
+        (runtime/partition.py: read_partition)."""
         return self.kernel is not None
 
     def parse(self, text, backend, file_index=None):

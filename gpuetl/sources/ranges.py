@@ -36,7 +36,7 @@ class CompressedRange(ByteRange):
 
 @dataclass(frozen=True, eq=False)
 class DecodedRange(CompressedRange):
-    """A CompressedRange with its bytes, decoded by the task before (plan/graph.py)."""
+    """A CompressedRange with its bytes, decoded by the task before (runtime/graph.py)."""
 
     got: "RangeData | None" = None
 
@@ -203,7 +203,7 @@ def read_range(f: InputFile, rng: ByteRange) -> RangeData:
 
 def decode_range(stream, f: InputFile, rng: CompressedRange):
     """(the range's RangeData, the open stream for the file's next range): one task of the
-    chain that decodes a compressed file once, front to back (plan/graph.py)."""
+    chain that decodes a compressed file once, front to back (runtime/graph.py)."""
     if rng.refused:
         return RangeData(b"", rng.stop, refused=rng.refused), None
     try:

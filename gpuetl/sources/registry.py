@@ -1,8 +1,8 @@
 """Source formats by name. A format is one object with a `name`, the `options` it reads from the
 pipeline file's `source:` block beyond the common ones, and `plan(loaded, files, notes, backend)`
 returning (partitions, the source stage, manifest metadata). The stage is how a partition becomes
-a frame: either a `SourceStage` (byte ranges parsed by a parser, sources/stage.py) or any object
-with `schema` and `read(partition, segment, backend) -> frame` (sources/images.py).
+a frame: either a `SourceStage` (byte ranges parsed by its parser, sources/stage.py) or a
+`RecordStage`, which builds its partitions' frames itself (sources/images.py).
 
 The built-in formats are imported only when looked up; formats from other packages come from
 `gpuetl.register_source` or the `gpuetl.plugins` entry-point group (gpuetl/plugins.py)."""
@@ -21,6 +21,18 @@ class SourceFormat(Protocol):
 
     def plan(self, loaded: Any, files: list, notes: list[str], backend: Any = None) -> tuple[list, Any, dict]:
         """(partitions, the source stage, metadata for the manifest); errors in the file are SpecErrors."""
+        ...
+
+
+@runtime_checkable
+class RecordStage(Protocol):
+    """A source stage that makes its partitions' frames itself, bookkeeping columns included."""
+
+    schema: dict                      # data columns of the frames it makes
+    default_key: tuple[str, ...]      # what splits and placement hash without shard.key; () = every column
+
+    def read(self, partition: Any, segment: Any, backend: Any) -> Any:
+        """The partition's frame, before the segment's steps run on it."""
         ...
 
 

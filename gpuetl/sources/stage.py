@@ -1,6 +1,6 @@
 """The source stage of the byte formats (text, jsonl, csv, parquet): the parser that turns a
 partition's records into columns, the declared casts, and the schema after them. The runtime
-(plan/stages.py) reads partitions with it; the format modules (sources/formats/) build it."""
+(runtime/partition.py) reads partitions with it; the format modules (sources/formats/) build it."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ class SourceStage:
     index: int = 0
     parquet: bool = False          # ranges are row groups, records are rows
     framing: object = None         # records that span lines (csv, multiline: sources/framing.py); None: lines
+    default_key: tuple[str, ...] = ()   # what splits and placement hash without shard.key; () = every column
 
 
 def declared_columns(loaded) -> dict[str, ColumnSpec]:

@@ -4,11 +4,11 @@ A step declares its parameters as a pydantic model and is one of two kinds:
 - a `RowStep` works on one partition at a time (transform, quarantine, keep);
 - a `GlobalStep` decides across partitions (prepare, row_keys, repeated_keys, candidates,
   decide, mark; an `InOrderGlobalStep` may also be settled partition by partition with start
-  and advance). plan/compile.py starts a new segment at each global step; plan/graph.py and
-  plan/stages.py dispatch on these classes.
+  and advance). plan/compile.py starts a new segment at each global step; runtime/graph.py and
+  runtime/partition.py dispatch on these classes.
 Binding a step to its input schema (`step.bind(schema)`) checks its parameters against that
 schema and returns a bound copy whose `binding` (a frozen dataclass) holds the output schema
-and whatever the step derived from its input. The stage runner (plan/stages.py) owns the loop
+and whatever the step derived from its input. The stage runner (runtime/partition.py) owns the loop
 and the counters: a step never counts.
 
 Step modules register themselves with `@register`; the registry imports every module of this
@@ -64,10 +64,6 @@ class Step(ABC):
     example: ClassVar[str]                    # YAML for docs/steps.md
     Params: ClassVar[type[BaseModel]]
     drops_as: ClassVar[int] = STATUS_FILTERED  # what a row keep() drops counts as
-    # May run on a frame that still holds rows that already left (dropped by an earlier step,
-    # quarantined at the source), so the stage runner need not copy the live rows out first:
-    # transform and keep must leave such rows be (run_steps ignores keep's verdict on them).
-    sees_dropped: ClassVar[bool] = False
 
     binding: Binding | None = None            # set on the copy bind() returns
 
@@ -131,8 +127,7 @@ class Step(ABC):
 
 class RowStep(Step):
     """A step on one partition at a time: rows it cannot process are set aside (quarantine),
-    the rest are transformed, then kept or dropped (keep). A row step that `sees_dropped` must
-    not quarantine (filters and the column-only steps select, drop, rename qualify)."""
+    the rest are transformed, then kept or dropped (keep)."""
 
     def quarantine(self, df, backend):
         """(df, bad mask or None, reason Series or None): rows this step cannot process."""
@@ -144,7 +139,7 @@ class RowStep(Step):
 
 
 class GlobalStep(Step):
-    """A step decided across partitions without moving rows. plan/graph.py's resolve_in_place
+    """A step decided across partitions without moving rows. runtime/graph.py's resolve_in_place
     runs, per partition i: prepare -> row_keys; once: repeated_keys(all keys); per partition:
     candidates(df, keys, repeated, i); once: decide(all candidates) -> {partition: positions};
     per partition: mark, then the segment's steps, this one first, whose keep() drops what mark
@@ -152,7 +147,6 @@ class GlobalStep(Step):
     that already left."""
 
     drops_as: ClassVar[int] = STATUS_DEDUPLICATED
-    sees_dropped: ClassVar[bool] = True
 
     def prepare(self, df, backend):
         """Map side, in the partition (the default: nothing to prepare, and no task for it)."""
@@ -175,14 +169,15 @@ class GlobalStep(Step):
 
 
 class InOrderGlobalStep(GlobalStep):
-    """A global step that may also be decided in input order (plan/graph.py: resolve_in_order),
-    when its state can stay in the process: start() once, then advance(state, df, keys, i) for
+    """A global step that may also be decided in input order (runtime/graph.py: resolve_in_order),
+    when its state can stay in the process: start(backend, scratch) once (scratch: a folder of
+    the run's where the state may set data aside, or None), then advance(state, df, keys, i) for
     partition 0, 1, ... in turn, which returns (the next state, {i: positions} for mark).
     Partition i is then settled as soon as it and the partitions before it are parsed, so it is
     written while later ones are still being read."""
 
     @abstractmethod
-    def start(self, backend): ...
+    def start(self, backend, scratch: str | None = None): ...
 
     @abstractmethod
     def advance(self, state, df, keys, partition: int, backend): ...

@@ -17,8 +17,6 @@ class Drop(RowStep):
     summary = "Remove these columns."
     example = "- drop: [ident, user]"
     Params = DropParams
-    sees_dropped = True         # columns only: no row is read
-
     def derive(self, schema: Schema) -> Binding:
         missing(schema, self.params.root)
         return Binding({k: v for k, v in schema.items() if k not in self.params.root})

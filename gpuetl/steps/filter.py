@@ -24,8 +24,6 @@ class Filter(RowStep):
     summary = "Keep the rows for which a boolean expression is true (null counts as false)."
     example = "- filter: \"status >= 200 and method in ['GET', 'POST']\""
     Params = FilterParams
-    sees_dropped = True
-
     @classmethod
     def from_raw(cls, raw):
         step = super().from_raw(raw)

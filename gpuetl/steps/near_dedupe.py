@@ -130,7 +130,7 @@ class NearDedupe(GlobalStep):
             out[SIG] = packed
         return out
 
-    # -- resolved in place (plan/graph.py: resolve_in_place) -------------------------------
+    # -- resolved in place (runtime/graph.py: resolve_in_place) -------------------------------
     def row_keys(self, df, backend):
         """(positions of the rows that take part, their band buckets: rows x bands, uint64)."""
         if not len(df):

@@ -17,8 +17,6 @@ class Rename(RowStep):
     summary = "Rename columns: old name -> new name."
     example = "- rename: {size: bytes}"
     Params = RenameParams
-    sees_dropped = True         # columns only: no row is read
-
     def new_names(self):
         return [((old,), new) for old, new in self.params.root.items()]
 

@@ -16,8 +16,6 @@ class Select(RowStep):
     summary = "Keep only these columns, in this order."
     example = "- select: [ip, time, status]"
     Params = SelectParams
-    sees_dropped = True         # columns only: no row is read
-
     def derive(self, schema: Schema) -> Binding:
         missing(schema, self.params.root)
         return Binding({name: schema[name] for name in self.params.root})

@@ -21,17 +21,9 @@ SNIFFING = {
     "a frame's library checked": re.compile(r"isinstance\([^)]*\b(pd|pandas|cudf|cp|cupy)\.(Series|DataFrame|Index|ndarray)\b"),
 }
 
-# (file, the line's text) -> why it stays. Each asks a step or a source, not a backend or a frame,
-# for something its protocol does not declare yet; they go when the source registry declares
-# them (issue 13, item 2), and this list must then shrink with them.
-_SOURCE_PROTOCOL = "a source format's optional part: declared by the source registry (item 2)"
-ALLOWED: dict[tuple[str, str], str] = {
-    ("plan/stages.py", 'if hasattr(source, "read"):          # a source with its own records (sources/images.py)'):
-        _SOURCE_PROTOCOL,
-    ("plan/compile.py", 'default_key = tuple(k for k in getattr(source, "default_key", ()) if k in schema)'):
-        _SOURCE_PROTOCOL,
-    ("plan/compile.py", '_check_regexes(plan, getattr(source, "parser", None), backend)'): _SOURCE_PROTOCOL,
-}
+# (file, the line's text) -> why it stays. Empty now: the source stage's optional parts are
+# declared on its contract (sources/registry.py: RecordStage, sources/stage.py: SourceStage).
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _hits():

@@ -18,7 +18,7 @@ import zstandard
 
 import gpuetl
 from gpuetl.errors import SpecError
-from gpuetl.plan import graph as graph_module
+from gpuetl.runtime import graph as graph_module
 from gpuetl.samples import write_access_logs
 from gpuetl.sources import compressed
 

@@ -156,7 +156,7 @@ def test_a_key_too_coarse_to_balance_is_reported(tmp_path, access_logs):
 
 def test_a_run_with_a_global_step_never_imports_dask_dataframe(tmp_path, access_logs):
     """The graph is built from dask.delayed alone: importing dask.dataframe cost ~0.3 s before the
-    first task of every run with a dedupe (plan/graph.py)."""
+    first task of every run with a dedupe (runtime/graph.py)."""
     import subprocess
     import sys
 

@@ -107,3 +107,35 @@ def test_seen_runs_stay_sorted_and_keep_older_rows_first(runs):
     for h, r in merged:
         assert list(zip(h.tolist(), r.tolist())) == sorted(zip(h.tolist(), r.tolist()))
     assert len(merged) <= max(1, len(runs)).bit_length() + 1
+
+
+@pytest.mark.parametrize("shard", [{}, {"count": 2, "shuffle": True}], ids=["streamed", "shuffled"])
+def test_key_frames_set_aside_on_disk_give_the_same_rows(tmp_path, colliding_hashes, monkeypatch, shard):
+    """Past KEY_FRAMES_IN_MEMORY a settled partition's key columns wait in a file of the run's
+    (steps/dedupe.py: KeyFrames); a later candidate is compared with the rows read back from it.
+    With no memory at all for them, every earlier partition is read back, and the rows are the
+    same as with all of them in memory."""
+    from gpuetl.steps import dedupe as dedupe_module
+
+    rows = [{"k": k, "n": n, "v": v} for k in ("a", "b", "ab") for n in range(4) for v in ("x", "y")]
+    for i in range(3):          # each file repeats the rows, so partitions repeat earlier ones
+        write_jsonl(tmp_path / "in" / f"f{i}.jsonl", rows[i:] + rows[:i])
+    steps = [{"dedupe": {}}]
+    columns = {"k": "string", "n": "int64", "v": "string"}
+    in_memory, out_memory = run_jsonl(tmp_path, steps, columns, blocksize="256B", shard=shard)
+
+    read_back = []
+    real_get = dedupe_module.KeyFrames.get
+
+    def get(self, partition, positions, backend):
+        read_back.append(partition in self.files)
+        return real_get(self, partition, positions, backend)
+
+    monkeypatch.setattr(dedupe_module, "KEY_FRAMES_IN_MEMORY", 0)
+    monkeypatch.setattr(dedupe_module.KeyFrames, "get", get)
+    on_disk, out_disk = run_jsonl(tmp_path, steps, columns, blocksize="256B", shard=shard)
+    assert read_back and all(read_back)
+    assert on_disk.counts == in_memory.counts and on_disk.counts["deduplicated"] == 2 * len(rows)
+    assert out_disk == out_memory and len(out_disk) == len(rows)
+    assert [s["sha256"] for s in on_disk.shards] == [s["sha256"] for s in in_memory.shards]
+    assert not (tmp_path / "out" / "_tmp").exists() or not any((tmp_path / "out" / "_tmp").rglob("*.arrow"))

@@ -94,12 +94,13 @@ def test_on_error_fail_names_the_first_bad_record_across_batches(tmp_path, monke
         gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
 
 
-def test_a_filter_marks_the_rows_it_drops_where_they_lie(tmp_path, monkeypatch):
-    """A partition of many batches holds every record once: live, quarantined at the source, or
-    dropped by the filter and marked in place (status, stage), not copied out."""
-    from gpuetl.backends.base import COUNT, STAGE, STATUS, STATUS_FILTERED, STATUS_LIVE, STATUS_QUARANTINED
+def test_a_segment_ends_with_its_live_rows_and_tallies_for_the_rest(tmp_path, monkeypatch):
+    """A partition of many batches accounts for every record once: its live rows come first,
+    then the quarantined ones (raw record kept), then one tally row for what the filter dropped;
+    the dropped rows themselves are not held past the segment."""
+    from gpuetl.backends.base import COUNT, RAW, STAGE, STATUS, STATUS_FILTERED, STATUS_LIVE, STATUS_QUARANTINED
     from gpuetl.plan.compile import compile_plan
-    from gpuetl.plan.stages import read_partition
+    from gpuetl.runtime.partition import read_partition
 
     (tmp_path / "in").mkdir()
     write_access_logs(tmp_path / "in" / "a.log", lines=400, seed=3, bad_every=25)
@@ -111,12 +112,14 @@ def test_a_filter_marks_the_rows_it_drops_where_they_lie(tmp_path, monkeypatch):
     plan = compile_plan(gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).loaded, backend)
     df = read_partition(plan.partitions[0], plan.segments[0], backend)
     status = df[STATUS].to_numpy(dtype=int)
-    assert len(df) == 400 and (df[COUNT].to_numpy() == 1).all()
-    dropped = status == STATUS_FILTERED
-    assert dropped.any() and (status == STATUS_LIVE).any() and (status == STATUS_QUARANTINED).sum() >= 10
-    assert (df["status"].to_numpy()[dropped] >= 400).all()
-    assert (df[STAGE].to_numpy()[dropped] == plan.segments[0].steps[0].index).all()
-    assert (df["status"][status == STATUS_LIVE] < 400).all()
+    live = int((status == STATUS_LIVE).sum())
+    assert live and (status[:live] == STATUS_LIVE).all()
+    assert (df["status"][:live] < 400).all()
+    quarantined = status == STATUS_QUARANTINED
+    assert quarantined.sum() >= 10 and df[RAW][quarantined].notna().all()
+    tallies = df[status == STATUS_FILTERED]
+    assert len(tallies) == 1 and int(tallies[STAGE].iloc[0]) == plan.segments[0].steps[0].index
+    assert live + int(quarantined.sum()) + int(tallies[COUNT].iloc[0]) == 400
 
 
 def test_a_step_after_a_filter_never_sees_the_rows_it_dropped(tmp_path):
@@ -139,7 +142,7 @@ def test_a_log_preset_parses_a_partitions_batches_at_once_into_one_piece_per_col
     live rows and the row groups cut from them need no piecing together."""
     from gpuetl.backends.cpu import _chunked
     from gpuetl.plan.compile import compile_plan
-    from gpuetl.plan.stages import read_partition
+    from gpuetl.runtime.partition import read_partition
     from gpuetl.sources.parsers import RegexParser
 
     (tmp_path / "in").mkdir()

@@ -11,41 +11,17 @@ import json
 
 import numpy as np
 import pandas as pd
-from dataclasses import dataclass, field
 
 from ..columns import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, STAGE, STATUS,
                              STATUS_LIVE, STATUS_QUARANTINED)
 from ..errors import DataError
 from ..sources.files import InputFile
 from ..sources.ranges import Partition, with_decoded
-from ..sources.stage import SourceStage  # noqa: F401  (re-exported: the stage of the byte formats)
-from ..steps.base import RowStep, Step
+from ..sources.stage import SourceStage
+from ..plan.compile import Segment
+from ..steps.base import RowStep
 from ..steps.cast import cast_columns
 from ..types import Schema
-
-
-@dataclass
-class StepStage:
-    index: int
-    label: str
-    step: Step
-    schema: Schema                 # after the step
-
-
-@dataclass
-class Segment:
-    """Stages that run back to back in one task per partition (dask fuses them anyway)."""
-
-    source: SourceStage | None
-    steps: list[StepStage] = field(default_factory=list)
-    schema: Schema = field(default_factory=dict)   # data columns at the end
-    on_error: str = "quarantine"
-    files: list = field(default_factory=list)      # the inputs, to name them in errors
-
-    @property
-    def label(self) -> str:
-        names = (["read-parse"] if self.source else []) + [s.label for s in self.steps]
-        return "-".join(names) or "pass"
 
 
 def frame_schema(schema: Schema) -> Schema:
@@ -59,9 +35,9 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     by batch (the backend's batch size: cache-sized on the CPU, the whole block on a GPU); a
     parser that takes a partition's batches at once (`whole_partition`: the log presets' kernel)
     then parses them together, the others batch by batch. `decoded`: the bytes of the partition's
-    compressed ranges, in order, decoded by the tasks before (plan/graph.py)."""
+    compressed ranges, in order, decoded by the tasks before (runtime/graph.py)."""
     source = segment.source
-    if hasattr(source, "read"):          # a source with its own records (sources/images.py)
+    if not isinstance(source, SourceStage):     # a RecordStage: it makes its frames (sources/registry.py)
         return run_steps(source.read(partition, segment, backend), segment, backend)
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
@@ -233,17 +209,16 @@ def _fail(df, files: list[InputFile], backend):
 def run_steps(df, segment: Segment, backend):
     """Run the segment's steps on the live rows. Rows a step quarantines leave the frame at once
     (their raw record is kept); rows a step drops are marked where they lie (status, stage) and
-    cut out only when a later step needs the live rows alone. A step that `sees_dropped` (filter,
-    dedupe) does not, so a filter, a dedupe and the spill copy the partition once between them,
-    in the spill, not once each (docs/design.md, "Dropped rows stay until the next cut")."""
+    cut out before the next step and at the segment's end (`_cut`: the live rows copied out, the
+    others counted in tally rows), so every step sees live rows only and no dropped row is held
+    beyond its segment."""
     if not segment.steps:
         return _finish(df, segment, backend)
     frame, side = df.reset_index(drop=True), []
     for stage in segment.steps:
         step = stage.step
-        if not step.sees_dropped:
-            frame, rest = _cut(frame, backend)
-            side += rest
+        frame, rest = _cut(frame, backend)
+        side += rest
         checked, bad, reasons = step.quarantine(frame, backend) if isinstance(step, RowStep) else (frame, None, None)
         if bad is not None and bool(bad.any()):
             rows = checked[bad].copy()
@@ -267,6 +242,8 @@ def run_steps(df, segment: Segment, backend):
         keep = step.keep(frame, backend)
         if keep is not None:
             frame = _mark_dropped(frame, keep, step.drops_as, stage.index, backend)
+    frame, rest = _cut(frame, backend)
+    side += rest
     out = [backend.conform(part, frame_schema(segment.schema)) for part in [frame, *side] if len(part)]
     if not out:
         return backend.empty(frame_schema(segment.schema))
@@ -274,7 +251,8 @@ def run_steps(df, segment: Segment, backend):
 
 
 def _cut(frame, backend):
-    """(the frame's live rows, the rest as quarantined rows and one tally row per stage and status)."""
+    """(the frame's live rows, the rest as quarantined rows and one tally row per stage and status).
+    A frame of live rows alone is returned as it is, uncopied."""
     live, quarantined, tallies = backend.separate(frame)
     rest = [quarantined] if len(quarantined) else []
     rest += [tally_row(n, status, stage, backend) for (stage, status), n in sorted(tallies.items())]

@@ -8,25 +8,30 @@ graph")."""
 from __future__ import annotations
 
 import functools
+import os
 
 import dask
 
 from ..steps.base import GlobalStep, InOrderGlobalStep
 from ..sources.ranges import CompressedRange, decode_range
-from .stages import read_partition, run_steps
+from .partition import read_partition, run_steps
 
 
-def build_partitions(plan, backend, in_order: bool = False) -> list:
+def build_partitions(plan, backend, in_order: bool = False, scratch: str | None = None) -> list:
     """One delayed object per partition of the plan's final stage (live rows, rows that left and
     tallies, in input order). in_order: settle global steps that can be, partition by partition
     in input order (the run holds their state in its process: the in-process cluster); else all
-    at once."""
+    at once. scratch: a folder of the run's where that state may set data aside."""
     parts = partition_tasks(plan, backend)
     for segment in plan.segments[1:]:
         step = segment.steps[0].step
-        resolve = resolve_in_order if in_order and isinstance(step, InOrderGlobalStep) else resolve_in_place
         steps = named(run_steps, segment.label)
-        parts = [_task(steps)(part, segment, backend) for part in resolve(parts, segment, backend)]
+        if in_order and isinstance(step, InOrderGlobalStep):
+            where = os.path.join(scratch, f"{step.name}-{segment.steps[0].index}") if scratch else None
+            parts = resolve_in_order(parts, segment, backend, where)
+        else:
+            parts = resolve_in_place(parts, segment, backend)
+        parts = [_task(steps)(part, segment, backend) for part in parts]
     return parts
 
 
@@ -76,14 +81,14 @@ def resolve_in_place(parts: list, segment, backend) -> list:
     return [task(named(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
 
 
-def resolve_in_order(parts: list, segment, backend) -> list:
+def resolve_in_order(parts: list, segment, backend, scratch: str | None = None) -> list:
     """A global step settled partition by partition in input order: each partition's decision
     needs only the partitions before it (steps/base.py: start, advance), so the first ones are
     marked, and written, while later ones are still being parsed. The state runs through a chain
     of tasks and refers to earlier partitions' frames: for a cluster in this process only."""
     step, parts = _prepared(parts, segment, backend)
     name, task = step.name, _task
-    state = task(named(step.start, f"start-{name}"))(backend)
+    state = task(named(step.start, f"start-{name}"))(backend, scratch)
     marked = []
     for i, part in enumerate(parts):
         keys = task(named(step.row_keys, f"keys-{name}"))(part, backend)
