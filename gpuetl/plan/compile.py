@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import SpecError
 from ..sources.files import InputFile, resolve_inputs
 from ..sources.parsers import RegexParser
-from ..sources.ranges import Partition
+from ..sources.ranges import Partition, Whole
 from ..sources.registry import get_source
 from ..spec.loader import LoadedSpec
 from ..spec.yamlio import dotted
@@ -55,7 +55,8 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes)
     partitions, source, metadata = get_source(spec.source.type).plan(loaded, files, notes, backend)
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
-    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
+    named = Whole(files)                # each task's segment names the inputs: passed whole (see Whole)
+    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=named)]
     schema = dict(source.schema)
     for i, step in enumerate(loaded.steps, start=1):
         try:
@@ -67,7 +68,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         stage = StepStage(i, f"{step.name}", step, dict(schema))
         if isinstance(step, GlobalStep):          # decided across partitions: a segment of its own
             segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error,
-                                    files=files))
+                                    files=named))
         else:
             segments[-1].steps.append(stage)
             segments[-1].schema = dict(schema)

@@ -24,6 +24,7 @@ from ..sinks.layout import Layout, cut_points
 from ..sinks.base import get_sink
 from ..sinks.parquet import ShardResult, ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
+from ..sources.ranges import Whole
 from .reasons import group_reasons
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
@@ -228,7 +229,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, progress: bool, log) -> R
     ranged = layout.ranged
     schema = plan.output_schema
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
-    file_names = [f.display for f in plan.files]
+    file_names = Whole(f.display for f in plan.files)      # in every spill task: passed whole
     sink = get_sink(spec.sink.type)
     options = sink.write_options(spec.sink)
     backend.start_reports(executor.client)
