@@ -117,9 +117,14 @@ def _to_mode(img: Image.Image, mode: str) -> Image.Image:
     return img.convert(mode)
 
 
-def as_image(pixels: bytes, w: int, h: int, c: int) -> Image.Image:
+def check_raw(pixels: bytes, w: int, h: int, c: int) -> None:
     if c not in MODES or len(pixels) != w * h * c:
         raise BadImage(f"not raw pixels of {w}x{h}x{c} (decode before this step)")
+
+
+def as_image(pixels: bytes, w: int, h: int, c: int) -> Image.Image:
+    """A Pillow image of raw pixels (a copy: Pillow keeps RGB as 4 bytes a pixel)."""
+    check_raw(pixels, w, h, c)
     return Image.frombuffer(MODES[c], (w, h), pixels, "raw", MODES[c], 0, 1)
 
 
@@ -136,7 +141,7 @@ def resize(pixels: bytes, w: int, h: int, c: int, how: str, tw: int, th: int, fi
     else:
         same = _fit_size(w, h, tw, th) == (w, h) if how == "fit" else (w, h) == (tw, th)
     if same:
-        as_image(pixels, w, h, c)                    # the same check that they are raw pixels
+        check_raw(pixels, w, h, c)
         return pixels, w, h, c
     return _out(_resized(as_image(pixels, w, h, c), how, tw, th, filter))
 
