@@ -17,7 +17,9 @@ On each, one after the other, each in a fresh subprocess on the same cores:
 Reports wall seconds (process start to the last byte written) and images/s, and the steady rate
 without each system's fixed cost (interpreter start, imports, the local cluster), measured by a run
 on the first 20 images: (n - 20) / (t_n - t_20). The page cache is warmed by reading every file
-first. Not a test; nothing here is imported by the package.
+first. Also the CPU seconds each system's processes used (user + system): on a machine others
+share, the wall time follows their load, the CPU time much less. Not a test; nothing here is
+imported by the package.
 """
 
 from __future__ import annotations
