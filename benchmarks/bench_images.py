@@ -126,7 +126,8 @@ def _run(script: str, root: Path, out: Path, cores: int) -> tuple[float, float]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", script, str(root), str(out), str(cores)], check=True, env=env,
+    # -P: this checkout's gpuetl (PYTHONPATH), not one in the current folder
+    subprocess.run([sys.executable, "-P", "-c", script, str(root), str(out), str(cores)], check=True, env=env,
                    preexec_fn=lambda: os.sched_setaffinity(0, range(cores)))     # both on the same cores
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
