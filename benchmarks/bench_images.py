@@ -17,7 +17,9 @@ On each, one after the other, each in a fresh subprocess on the same cores:
 Reports wall seconds (process start to the last byte written) and images/s, and the steady rate
 without each system's fixed cost (interpreter start, imports, the local cluster), measured by a run
 on the first 20 images: (n - 20) / (t_n - t_20). The page cache is warmed by reading every file
-first. Not a test; nothing here is imported by the package.
+first. Also the CPU seconds each system's processes used (user + system): on a machine others
+share, the wall time follows their load, the CPU time much less. Not a test; nothing here is
+imported by the package.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -117,12 +120,18 @@ def _first(folder: Path, files: list[Path], n: int) -> Path:
     return few
 
 
-def _run(script: str, root: Path, out: Path, cores: int) -> float:
+def _run(script: str, root: Path, out: Path, cores: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the process and its children). On a machine
+    others share, the wall time varies with their load; the CPU time much less."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", script, str(root), str(out), str(cores)], check=True, env=env,
+    # -P: this checkout's gpuetl (PYTHONPATH), not one in the current folder
+    subprocess.run([sys.executable, "-P", "-c", script, str(root), str(out), str(cores)], check=True, env=env,
                    preexec_fn=lambda: os.sched_setaffinity(0, range(cores)))     # both on the same cores
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> int:
@@ -146,18 +155,26 @@ def main() -> int:
         few = _first(folder, files, FEW)
         for system, script in (("pillow-mp", PILLOW_SCRIPT), ("gpuetl-cpu", GPUETL_SCRIPT)):
             target = out / (system + (".parquet" if system == "pillow-mp" else ""))
-            fixed = _run(script, few, target, args.cores)
-            seconds = _run(script, folder, target, args.cores)
+            fixed, fixed_cpu = _run(script, few, target, args.cores)
+            seconds, cpu = _run(script, folder, target, args.cores)
             row[system] = {"seconds": round(seconds, 2), "images_per_s": round(len(files) / seconds, 1),
                            f"seconds_{FEW}": round(fixed, 2),
-                           "steady_images_per_s": round((len(files) - FEW) / max(seconds - fixed, 1e-9), 1)}
+                           "steady_images_per_s": round((len(files) - FEW) / max(seconds - fixed, 1e-9), 1),
+                           "cpu_seconds": round(cpu, 2), f"cpu_seconds_{FEW}": round(fixed_cpu, 2),
+                           "cpu_ms_per_image": round(1000 * cpu / len(files), 2),
+                           "steady_cpu_ms_per_image": round(1000 * (cpu - fixed_cpu) / (len(files) - FEW), 2)}
+        row["ratio_cpu"] = round(row["pillow-mp"]["cpu_seconds"] / row["gpuetl-cpu"]["cpu_seconds"], 2)
         for kind in ("images_per_s", "steady_images_per_s"):
             row[f"ratio_{kind}"] = round(row["gpuetl-cpu"][kind] / row["pillow-mp"][kind], 2)
         results.append(row)
         print(f"{name:9s} {len(files):6d} images ({row['mean_kb']} KB)  images/s (steady, without the run on {FEW}):"
               f"  pillow-mp {row['pillow-mp']['images_per_s']:7.1f} ({row['pillow-mp']['steady_images_per_s']:.1f})"
               f"  gpuetl-cpu {row['gpuetl-cpu']['images_per_s']:7.1f} ({row['gpuetl-cpu']['steady_images_per_s']:.1f})"
-              f"  ratio {row['ratio_images_per_s']:.2f}x ({row['ratio_steady_images_per_s']:.2f}x)", flush=True)
+              f"  ratio {row['ratio_images_per_s']:.2f}x ({row['ratio_steady_images_per_s']:.2f}x)\n"
+              f"{'':9s} CPU seconds: pillow-mp {row['pillow-mp']['cpu_seconds']:.1f}"
+              f"  gpuetl-cpu {row['gpuetl-cpu']['cpu_seconds']:.1f}  ratio {row['ratio_cpu']:.2f}x"
+              f"  (ms per image without the fixed cost: {row['pillow-mp']['steady_cpu_ms_per_image']:.2f}"
+              f" and {row['gpuetl-cpu']['steady_cpu_ms_per_image']:.2f})", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -117,9 +117,14 @@ def _to_mode(img: Image.Image, mode: str) -> Image.Image:
     return img.convert(mode)
 
 
-def as_image(pixels: bytes, w: int, h: int, c: int) -> Image.Image:
+def check_raw(pixels: bytes, w: int, h: int, c: int) -> None:
     if c not in MODES or len(pixels) != w * h * c:
         raise BadImage(f"not raw pixels of {w}x{h}x{c} (decode before this step)")
+
+
+def as_image(pixels: bytes, w: int, h: int, c: int) -> Image.Image:
+    """A Pillow image of raw pixels (a copy: Pillow keeps RGB as 4 bytes a pixel)."""
+    check_raw(pixels, w, h, c)
     return Image.frombuffer(MODES[c], (w, h), pixels, "raw", MODES[c], 0, 1)
 
 
@@ -131,32 +136,29 @@ def resize(pixels: bytes, w: int, h: int, c: int, how: str, tw: int, th: int, fi
     """fit: within tw x th, aspect kept; fill: cover tw x th, then the centre cut out (one
     resampling of just that region); stretch: exactly tw x th. Pixels already at the size
     (decode did this resize) are returned as they are: Pillow would copy them unchanged."""
-    if how == "stretch":
-        same = (w, h) == (tw, th)
-    else:
-        same = _fit_size(w, h, tw, th) == (w, h) if how == "fit" else (w, h) == (tw, th)
-    if same:
-        as_image(pixels, w, h, c)                    # the same check that they are raw pixels
+    if resize_geometry(w, h, how, tw, th)[0] == (w, h):
+        check_raw(pixels, w, h, c)
         return pixels, w, h, c
     return _out(_resized(as_image(pixels, w, h, c), how, tw, th, filter))
 
 
-def _fit_size(w: int, h: int, tw: int, th: int) -> tuple[int, int]:
-    s = min(tw / w, th / h)
-    return max(1, round(w * s)), max(1, round(h * s))
+def resize_geometry(w: int, h: int, how: str, tw: int, th: int):
+    """((width, height) of the result, the source region (left, top, right, bottom) that becomes
+    it, in pixel edges, fractions kept; None: the whole image). Both backends resample exactly
+    this region (backends/gpu_images.py passes it to CV-CUDA as the ROI), so their crops agree."""
+    if how == "stretch":
+        return (tw, th), None
+    if how == "fit":
+        s = min(tw / w, th / h)
+        return (max(1, round(w * s)), max(1, round(h * s))), None
+    s = max(tw / w, th / h)
+    cw, ch = tw / s, th / s                      # the source region that becomes tw x th
+    return (tw, th), ((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2)
 
 
 def _resized(img: Image.Image, how: str, tw: int, th: int, filter: str) -> Image.Image:
-    resample = FILTERS[filter]
-    w, h = img.size
-    if how == "stretch":
-        return img.resize((tw, th), resample)
-    if how == "fit":
-        return img.resize(_fit_size(w, h, tw, th), resample)
-    s = max(tw / w, th / h)
-    cw, ch = tw / s, th / s                      # the source region that becomes tw x th
-    box = ((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2)
-    return img.resize((tw, th), resample, box=box)
+    size, box = resize_geometry(*img.size, how, tw, th)
+    return img.resize(size, FILTERS[filter], box=box)
 
 
 def center_crop(pixels: bytes, w: int, h: int, c: int, tw: int, th: int):

@@ -14,7 +14,27 @@ from __future__ import annotations
 
 import functools
 
-from .cpu_images import BadImage, MODES
+from .cpu_images import BadImage, check_raw, resize_geometry
+
+# Every nvImageCodec and CV-CUDA call made here, with the positional-argument count and the
+# keywords passed (as gpu.RAPIDS_CALLS): tests/backends/test_gpu_images_api.py binds each against
+# the installed release's signature (nvImageCodec's docstrings; CV-CUDA's .pyi stub, as CV-CUDA
+# does not import without a GPU), and checks the enum members named.
+IMAGE_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
+    ("nvidia.nvimgcodec.Decoder", 0, ()),
+    ("nvidia.nvimgcodec.Encoder", 0, ()),
+    ("nvidia.nvimgcodec.CodeStream", 1, ()),
+    ("nvidia.nvimgcodec.DecodeParams", 0, ("color_spec", "apply_exif_orientation")),
+    ("nvidia.nvimgcodec.Decoder.decode", 1, ("params",)),
+    ("nvidia.nvimgcodec.as_image", 1, ()),
+    ("nvidia.nvimgcodec.EncodeParams", 0, ("quality_type", "quality_value", "chroma_subsampling")),
+    ("nvidia.nvimgcodec.Encoder.encode", 2, ("params",)),
+    ("cvcuda.as_tensor", 2, ()),
+    ("cvcuda.hq_resize", 2, ("antialias", "interpolation", "roi")),
+]
+IMAGE_ENUMS = ["nvidia.nvimgcodec.ColorSpec.GRAY", "nvidia.nvimgcodec.ColorSpec.SRGB",
+               "nvidia.nvimgcodec.QualityType.QUALITY", "nvidia.nvimgcodec.ChromaSubsampling.CSS_420",
+               "cvcuda.Interp.NEAREST", "cvcuda.Interp.AREA", "cvcuda.Interp.LINEAR", "cvcuda.Interp.CUBIC"]
 
 INTERP = {"nearest": "NEAREST", "box": "AREA", "bilinear": "LINEAR", "hamming": "LINEAR", "bicubic": "CUBIC",
           "lanczos": "CUBIC"}      # CV-CUDA has no Lanczos or Hamming: the nearest kernel it has
@@ -38,7 +58,7 @@ def decode_many(items):
     for i, (_, mode, orientation, _) in enumerate(items):
         groups.setdefault((mode, orientation != 1), []).append(i)
     for (mode, exif), idx in groups.items():
-        spec = {"L": nvimgcodec.ColorSpec.GRAY, "RGB": nvimgcodec.ColorSpec.RGB}.get(mode)
+        spec = {"L": nvimgcodec.ColorSpec.GRAY, "RGB": nvimgcodec.ColorSpec.SRGB}.get(mode)
         if spec is None:                      # RGBA: nvImageCodec keeps alpha only unchanged; use the CPU
             from . import cpu_images
 
@@ -49,7 +69,14 @@ def decode_many(items):
                     out[i] = err
             continue
         params = nvimgcodec.DecodeParams(color_spec=spec, apply_exif_orientation=exif)
-        images = decoder.decode([items[i][0] for i in idx], params=params)
+        streams = {}
+        for i in idx:
+            try:                              # parses the header: garbage fails here, on the host
+                streams[i] = nvimgcodec.CodeStream(bytes(items[i][0]))
+            except RuntimeError as err:
+                out[i] = BadImage(f"cannot decode the image (nvImageCodec: {err})")
+        idx = list(streams)
+        images = decoder.decode([streams[i] for i in idx], params=params) if idx else []
         for i, img in zip(idx, images):
             if img is None:
                 out[i] = BadImage("cannot decode the image (nvImageCodec)")
@@ -61,31 +88,30 @@ def decode_many(items):
 
 
 def resize_many(items, how: str, tw: int, th: int, filter: str):
-    """fit | fill | stretch as backends/cpu_images.resize, with CV-CUDA's antialiased resize."""
+    """fit | fill | stretch as backends/cpu_images.resize: the same size and source region
+    (cpu_images.resize_geometry; CV-CUDA takes the region as a fractional ROI), resampled by
+    CV-CUDA's antialiased resize."""
     import cupy as cp
     import cvcuda
 
     interp = getattr(cvcuda.Interp, INTERP[filter])
     out: list = []
     for pixels, w, h, c in items:
-        if c not in MODES or len(pixels) != w * h * c:
-            out.append(BadImage(f"not raw pixels of {w}x{h}x{c} (decode before this step)"))
+        try:
+            check_raw(pixels, w, h, c)
+        except BadImage as err:
+            out.append(err)
+            continue
+        (ow, oh), box = resize_geometry(w, h, how, tw, th)
+        if (ow, oh) == (w, h):                # at the size already: as the CPU, unchanged
+            out.append((pixels, w, h, c))
             continue
         arr = cp.asarray(memoryview(pixels)).reshape(h, w, c)
-        if how == "fill":
-            s = max(tw / w, th / h)
-            cw, ch = round(tw / s), round(th / s)
-            left, top = (w - cw) // 2, (h - ch) // 2
-            arr, size = cp.ascontiguousarray(arr[top:top + ch, left:left + cw]), (th, tw)
-        elif how == "fit":
-            s = min(tw / w, th / h)
-            size = (max(1, round(h * s)), max(1, round(w * s)))
-        else:
-            size = (th, tw)
+        roi = None if box is None else (box[1], box[0], box[3], box[2])   # (lowH, lowW, highH, highW)
         tensor = cvcuda.as_tensor(arr[None], "NHWC")
-        resized = cvcuda.hq_resize(tensor, size, antialias=True, interpolation=interp)
+        resized = cvcuda.hq_resize(tensor, (oh, ow), antialias=True, interpolation=interp, roi=roi)
         host = cp.asnumpy(cp.asarray(resized.cuda())[0])
-        out.append((host.tobytes(), size[1], size[0], c))
+        out.append((host.tobytes(), ow, oh, c))
     return out
 
 

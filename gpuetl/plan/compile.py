@@ -12,7 +12,7 @@ from ..cache import RemoteInputs
 from ..sources.files import InputFile, resolve_inputs
 from ..storage import is_remote, local_path
 from ..sources.parsers import RegexParser
-from ..sources.ranges import Partition
+from ..sources.ranges import Partition, Whole
 from ..sources.registry import RecordStage, get_source
 from ..sources.stage import SourceStage
 from ..spec.loader import LoadedSpec
@@ -89,7 +89,8 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         raise TypeError(f"source type {spec.source.type!r}: plan() returned {type(source).__name__}, neither a "
                         "SourceStage nor a RecordStage (gpuetl/sources/registry.py)")
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
-    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=files)]
+    named = Whole(files)                # each task's segment names the inputs: passed whole (see Whole)
+    segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=named)]
     schema = dict(source.schema)
     for i, step in enumerate(loaded.steps, start=1):
         try:
@@ -101,7 +102,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         stage = StepStage(i, f"{step.name}", step, dict(schema))
         if isinstance(step, GlobalStep):          # decided across partitions: a segment of its own
             segments.append(Segment(source=None, steps=[stage], schema=dict(schema), on_error=spec.on_error,
-                                    files=files))
+                                    files=named))
         else:
             segments[-1].steps.append(stage)
             segments[-1].schema = dict(schema)

@@ -27,6 +27,7 @@ from ..sinks.base import get_sink
 from ..sinks.parquet import ShardResult, ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
 from ..sources.formats.jsonl import empty_declared_columns
+from ..sources.ranges import Whole
 from .progress import RunProgress, display_for
 from .reasons import group_reasons
 from .report import REPORT_HTML, build_report, write_report
@@ -283,7 +284,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) 
     layout = plan.layout
     schema = plan.output_schema
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
-    file_names = [f.display for f in plan.files]
+    file_names = Whole(f.display for f in plan.files)      # in every spill task: passed whole
     sink = get_sink(spec.sink.type)
     options = sink.write_options(spec.sink)
     backend.start_reports(executor.client)

@@ -15,6 +15,7 @@ shuffle hash it, never pixels.
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
@@ -29,7 +30,7 @@ from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STA
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
 from .files import InputFile
-from .ranges import Partition, pack
+from .ranges import Partition, Whole, pack
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
@@ -182,6 +183,7 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
     regex = _label_regex(loaded) if src.label == "regex" else None
     records: list[tuple[ImageRecord, int]] = []
     extra_fields: dict[str, None] = {}
+    real_folder = functools.lru_cache(maxsize=None)(os.path.realpath)    # a folder holds many images
     for f in kept:
         root = _root_of(f.path, roots)
         if _suffix(f.path) == "tar":
@@ -190,8 +192,9 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
         else:
             key = os.path.relpath(f.path, root).replace(os.sep, "/")
             problem = None
-            real = os.path.realpath(f.path)
-            if not (real + os.sep).startswith(os.path.realpath(root) + os.sep):
+            real = (os.path.realpath(f.path) if os.path.islink(f.path)
+                    else os.path.join(real_folder(os.path.dirname(f.path)), os.path.basename(f.path)))
+            if not (real + os.sep).startswith(real_folder(root) + os.sep):
                 problem = f"a link that leads outside {root} (to {real}); not read"
             records.append((ImageRecord(f.index, 0, key, None, (0, f.size), problem=problem,
                                         name=f.display), max(f.size, 1)))
@@ -206,14 +209,14 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
         fields.update({"_file": "string", "_offset": "int64"})
     labelled = [(_label(rec, src.label or "parent", regex, side, files), size) for rec, size in records]
     labels = sorted({rec.label for rec, _ in labelled if rec.label is not None and not rec.problem})
-    stage = ImagesStage(files, fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
+    stage = ImagesStage(Whole(files), fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
                         src.exif_transpose, tuple([*extra_fields, *side_fields]))
-    partitions = pack(labelled, src.blocksize)
+    partitions = [Partition(p.index, Whole(p.ranges)) for p in pack(labelled, src.blocksize)]
     return partitions, stage, {"labels": labels}
 
 
 def _suffix(path: str) -> str:
-    return Path(path).suffix.lower().lstrip(".")
+    return os.path.splitext(path)[1].lower().lstrip(".")
 
 
 def _glob_root(pattern: str, base: Path) -> str:

@@ -126,6 +126,19 @@ def test_a_symlink_leading_outside_the_folder_is_not_read(tmp_path, surroundings
     assert "outside" in bad["_reason"] and b"PRIVATE" not in bad["_raw"]
 
 
+def test_a_folder_link_leading_outside_is_not_read(tmp_path, surroundings):
+    """The planner resolves each folder once: a linked folder's images are outside all the same."""
+    write(tmp_path / "secret" / "key.jpg", jpeg_bytes(seed=3))
+    write(tmp_path / "photos" / "x" / "a.jpg", jpeg_bytes())
+    os.symlink(tmp_path / "secret", tmp_path / "photos" / "y")
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = run_images(tmp_path)
+    assert balanced(result) and result.counts["rows_out"] == 1 and result.counts["quarantined"] == 1
+    (bad,) = quarantine_of(out)
+    assert "outside" in bad["_reason"] and bad["_raw"].endswith(b"photos/y/key.jpg")   # the name, not the bytes
+
+
 def test_on_error_fail_names_the_file(tmp_path):
     write(tmp_path / "photos" / "x" / "a.jpg", b"nope")
     with pytest.raises(DataError, match="a.jpg"):

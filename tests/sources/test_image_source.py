@@ -183,3 +183,26 @@ def test_the_gpu_backend_is_refused_with_a_clear_message(tmp_path):
 
     with pytest.raises(SpecError, match="--backend cpu|CPU backend"):
         Pipeline.from_dict(image_spec(), base_dir=tmp_path).plan(NotCpu())
+
+
+def test_graph_building_does_not_walk_every_file_per_task(tmp_path, monkeypatch):
+    """Every task's arguments name all inputs (each image is a file): dask.delayed must be handed
+    them whole, or building the graph costs files x tasks steps (sources.ranges.Whole)."""
+    import importlib
+
+    delayed = importlib.import_module("dask.delayed")
+    walk = delayed.unpack_collections
+    calls = {}
+
+    def counted(expr, *args, **kwargs):
+        calls[folder] = calls.get(folder, 0) + 1
+        return walk(expr, *args, **kwargs)
+
+    monkeypatch.setattr(delayed, "unpack_collections", counted)
+    for folder, n in (("few", 3), ("many", 30)):
+        photo_folder(tmp_path / folder, n=n, w=8, h=8)
+        spec = image_spec(path=f"{folder}/**/*.jpg", steps=[], sink=f"out-{folder}",
+                          source={"blocksize": "64MiB"})            # one partition each
+        result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+        assert balanced(result) and result.counts["rows_out"] == n
+    assert calls["few"] == calls["many"]

@@ -90,6 +90,24 @@ def test_fill_is_scale_then_centre_crop(tmp_path):
     assert pixels(row).min() == 255
 
 
+@pytest.mark.parametrize("w,h,how,target,size,box", [
+    (500, 375, "fill", (224, 224), (224, 224), (62.5, 0.0, 437.5, 375.0)),     # half pixels kept
+    (375, 500, "fill", (224, 224), (224, 224), (0.0, 62.5, 375.0, 437.5)),
+    (64, 48, "fill", (20, 10), (20, 10), (0.0, 8.0, 64.0, 40.0)),
+    (64, 48, "fit", (20, 20), (20, 15), None),
+    (64, 48, "stretch", (20, 10), (20, 10), None),
+])
+def test_resize_geometry_is_the_region_both_backends_resample(w, h, how, target, size, box):
+    """One function gives the size and the exact source region: the CPU hands it to Pillow as
+    the box, the GPU to CV-CUDA as the ROI (fractions kept, not rounded to whole pixels)."""
+    got_size, got_box = cpu_images.resize_geometry(w, h, how, *target)
+    assert got_size == size and (got_box == box if box is None else got_box == pytest.approx(box, abs=1e-9))
+    box = got_box
+    px = np.random.default_rng(0).integers(0, 256, (h, w, 3), np.uint8)
+    want = Image.fromarray(px).resize(size, Image.Resampling.BICUBIC, box=box)
+    assert cpu_images.resize(px.tobytes(), w, h, 3, how, *target, "bicubic") == (want.tobytes(), *size, 3)
+
+
 def test_center_crop_convert_and_raw_encode(tmp_path):
     steps = [{"decode": {}}, {"center_crop": 16}, {"convert": "L"}, {"encode": "raw"}]
     row = _one(tmp_path, "a.jpg", jpeg_bytes(64, 48), steps)
