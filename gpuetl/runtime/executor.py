@@ -122,8 +122,10 @@ class Executor:
                 pending.append(self.client.compute(task, fifo_timeout=0))
 
         if not independent:
+            held = self._shared_work(tasks)
             while batch := list(itertools.islice(queue, threads)):
                 pending.extend(self.client.compute(batch, fifo_timeout=0))
+            del held                   # every user of the shared work is known now: it is kept as long as needed
         try:
             submit(ahead + 1)
             while pending:
@@ -141,6 +143,23 @@ class Executor:
                 yield result
         finally:
             self.client.cancel(list(pending))
+
+    def _shared_work(self, tasks: list) -> list:
+        """Futures on the keys more than one task needs, held while the tasks are handed over:
+        between two submissions the first ones may finish, and the scheduler would release the
+        shared work they used and run it again for the next."""
+        from collections import Counter
+
+        from dask.delayed import Delayed
+
+        users, graph_of = Counter(), {}
+        for task in tasks:
+            graph = task.__dask_graph__()
+            for key in set(graph.keys()):
+                users[key] += 1
+                graph_of.setdefault(key, graph)
+        shared = [Delayed(key, graph_of[key]) for key, n in users.items() if n > 1]
+        return self.client.compute(shared, fifo_timeout=0) if shared else []
 
     @property
     def in_process(self) -> bool:

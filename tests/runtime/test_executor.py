@@ -82,11 +82,24 @@ def use(base, i):
     return base + i
 
 
-def test_tasks_sharing_work_run_it_once(client):
+class SlowToSubmit(CountingClient):
+    """The real client, each submission returning only once its tasks are done: the moment
+    between two submissions in which the scheduler may release work the first ones shared."""
+
+    def compute(self, tasks, **kwargs):
+        from distributed import wait
+
+        futures = super().compute(tasks, **kwargs)
+        wait(futures)
+        return futures
+
+
+@pytest.mark.parametrize("submit", [CountingClient, SlowToSubmit])
+def test_tasks_sharing_work_run_it_once(client, submit):
     calls.clear()
     base = dask.delayed(shared, pure=False)()
     tasks = [dask.delayed(use, pure=False)(base, i) for i in range(8)]
-    assert list(Executor(client).ordered(tasks, independent=False, ahead=1)) == [10 + i for i in range(8)]
+    assert list(Executor(submit(client)).ordered(tasks, independent=False, ahead=1)) == [10 + i for i in range(8)]
     assert calls == ["shared"]
 
 
