@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-images test test-fast venv sample-data bench bench-images clean gpu-api gpu-api-venv
+.PHONY: demo demo-images test test-fast browser venv sample-data bench bench-images clean gpu-api gpu-api-venv
 
 $(BIN)/gpuetl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,18 @@ demo: sample-data
 demo-images: sample-data
 	$(BIN)/gpuetl run pipelines/images.yaml --set sink.mode=overwrite
 
-test: venv
+# The browser tests (tests/runtime/test_browser.py) draw the run report and the /gpuetl page in
+# headless Chromium, installed from Debian's packages where this user may (root with apt-get);
+# elsewhere they are skipped with a line saying why.
+browser:
+	@if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1)) || \
+		echo "browser tests will be skipped: apt-get could not install chromium"; \
+	else echo "browser tests will be skipped: install Debian's chromium package (apt-get install chromium) to run them"; fi
+
+test: venv browser
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
