@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -399,6 +400,7 @@ def test_streamed_runs_give_arrow_the_system_allocator_unless_told(workdir, tmp_
         assert pa.default_memory_pool().backend_name == expected      # two shards: hash ranges, not streamed
     finally:
         pa.set_memory_pool(before)
+        gc.unfreeze()                    # the command's tunings froze the test process's heap
 
 
 # --------------------------------------------------------------------------- the summary's reasons

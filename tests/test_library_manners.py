@@ -157,3 +157,24 @@ def test_cli_main_applies_the_tunings_first_thing():
     out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stderr.split()[-2:] == ["1", "False"]
+
+
+@pytest.mark.slow
+def test_the_command_freezes_the_heap_it_built_unless_told_not_to(tmp_path):
+    """`gpuetl run` moves what it built into the collector's frozen generation (no full
+    collection walks it, nor the exit's); GPUETL_NO_TUNING=1 leaves the GC alone."""
+    (tmp_path / "a.log").write_text("1 x\n2 y\n")
+    (tmp_path / "p.yaml").write_text("version: 1\nname: f\nsource: {type: text, path: a.log}\n"
+                                     "parse: {regex: '^(?P<n>\\\\d+) (?P<w>\\\\w+)$'}\nsink: {path: out}\n")
+    code = textwrap.dedent(f"""
+        import gc, sys
+        from gpuetl.cli import main
+        assert gc.get_freeze_count() == 0
+        code = main(["run", {str(tmp_path / "p.yaml")!r}, "--scheduler", "sync", "-q",
+                     "--set", "sink.mode=overwrite"])
+        print(code, gc.get_freeze_count())
+    """)
+    code_on, frozen_on = map(int, _python(["-c", code], _clean_env()).split())
+    assert code_on == 0 and frozen_on > 10_000           # the libraries' modules at least
+    code_off, frozen_off = map(int, _python(["-c", code], {**_clean_env(), "GPUETL_NO_TUNING": "1"}).split())
+    assert code_off == 0 and frozen_off == 0

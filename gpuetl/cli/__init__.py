@@ -238,6 +238,7 @@ def cmd_run(args) -> int:
     watched = sys.stderr.isatty() and not args.quiet    # a dashboard only where someone can open its link
     with open_executor(args.scheduler, backend, quiet=True,
                        dashboard_address=DASHBOARD_ADDRESS if watched else None) as executor:
+        tuning.freeze_heap()
         if executor.dashboard_link:
             link = executor.dashboard_link
             log(f"dashboard: {link}")
@@ -258,6 +259,7 @@ def cmd_run(args) -> int:
                           "seconds": round(seconds, 3)}, indent=2))
     elif not args.quiet:
         print_summary(result, seconds)
+    tuning.freeze_heap()               # the process ends next: no last walk over the heap at exit
     return 0
 
 
