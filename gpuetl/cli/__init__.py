@@ -157,6 +157,9 @@ def cmd_plan(args) -> int:
     spec = plan.spec
     print(f"pipeline {spec.name}: {len(plan.files)} input files, {format_size(plan.input_bytes)}")
     print(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
+    if (multiline := spec.source.multiline) is not None:
+        print(f"records: multi-line, each starting at a line matching {multiline.start!r} (at most "
+              f"{multiline.max_lines:,} lines and {format_size(multiline.max_bytes)} a record)")
     previous: dict = {}
     for info in plan.stages:
         print(f"\nstage {info.index}: {info.name}" + (f"  [{info.detail}]" if info.detail else ""))

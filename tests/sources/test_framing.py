@@ -279,7 +279,7 @@ def test_multiline_is_a_text_option_only(tmp_path):
         gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).plan()
 
 
-def test_java_sample_pipeline_runs(tmp_path):
+def test_java_sample_pipeline_runs(tmp_path, capsys):
     """pipelines/java_app.yaml as shipped, on the sample generator's Java log (fewer records)."""
     import shutil
 
@@ -296,6 +296,10 @@ def test_java_sample_pipeline_runs(tmp_path):
     errors = [r for r in table.to_pylist() if r["level"] == "ERROR"]
     assert len(errors) == 40 and all(r["has_trace"] and "\n\tat " in r["message"] for r in errors)
     assert not any(r["has_trace"] for r in table.to_pylist() if r["level"] != "ERROR")
+    from gpuetl.cli import main
+
+    assert main(["plan", str(tmp_path / "java_app.yaml")]) == 0          # plan names the record rule
+    assert "records: multi-line, each starting at a line matching" in capsys.readouterr().out
 
 
 @pytest.mark.gpu

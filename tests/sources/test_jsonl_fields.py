@@ -249,3 +249,15 @@ def test_columns_that_read_one_value_two_ways_are_refused(tmp_path):
         plan(tmp_path, {"items[0]": "string", "items[1].sku": "string"})
     assert plan(tmp_path, {"items[0].sku": "string", "items[1].sku": "string", "user.id": "int64"}).output_schema \
         == {"items[0].sku": "string", "items[1].sku": "string", "user.id": "int64"}
+
+
+def test_the_json_preset_of_a_text_source_is_planned_like_jsonl(tmp_path):
+    """`parse: {preset: json}` reads lines as jsonl does: the same sampled schema, notes and
+    manifest entries, not a bare stage without them."""
+    write(tmp_path, "a.log", [{"a": 1, "u": {"id": 2}}, {"a": 2.5, "extra": True}])
+    as_text = gpuetl.Pipeline.from_dict({"version": 1, "name": "t", "sink": {"path": "o"}, "parse": {"preset": "json"},
+                                         "source": {"type": "text", "path": "a.log"}}, base_dir=tmp_path).plan()
+    as_jsonl = plan(tmp_path, path="a.log")
+    assert as_text.metadata == as_jsonl.metadata
+    assert as_text.metadata["inferred_schema"] == {"a": "float64", "u": "struct<id: int64>", "extra": "bool"}
+    assert any("schema inferred from" in n for n in as_text.notes)

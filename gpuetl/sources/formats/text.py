@@ -18,7 +18,7 @@ from ...types import ColumnSpec, column_spec
 from ..framing import MultilineFraming, first_start_lines
 from ..parsers import LineParser, RegexParser
 from ..stage import declared_columns, plan_byte_ranges, source_stage
-from .jsonl import FIELD_HINT, json_stage
+from .jsonl import FIELD_HINT, json_stage, json_stage_and_metadata
 
 PRESET_KERNELS = {"apache_common": "clf", "apache_combined": "combined", "nginx_combined": "combined"}
 TEMPLATE_HINT = ("in a template, '[' starts a regular-expression character class; write \\[ and \\] for "
@@ -31,20 +31,30 @@ class TextFormat:
 
     def plan(self, loaded, files, notes, backend=None):
         partitions = plan_byte_ranges(loaded, files, whole_compressed=loaded.spec.source.multiline is not None)
+        if _json_preset(loaded):           # read as jsonl: its notes and manifest entries too
+            stage, metadata = json_stage_and_metadata(loaded, files, notes)
+            return partitions, stage, metadata
         return partitions, self.stage(loaded, files, notes), {}
 
     def stage(self, loaded, files, notes):
-        return text_stage(loaded, files)
+        return text_stage(loaded, files, notes)
 
 
-def text_stage(loaded, files):
+def _json_preset(loaded) -> bool:
+    parse = loaded.spec.parse
+    if parse is None or parse.preset != "json":
+        return False
+    if loaded.spec.source.multiline is not None:
+        raise SpecError(f"{loaded.key('source', 'multiline')}: not read with the json preset (one JSON "
+                        "object per line)", hint="remove source.multiline, or parse the records with a regex")
+    return True
+
+
+def text_stage(loaded, files, notes=None):
     parse = loaded.spec.parse
     multiline = loaded.spec.source.multiline
-    if parse is not None and parse.preset == "json":
-        if multiline is not None:
-            raise SpecError(f"{loaded.key('source', 'multiline')}: not read with the json preset (one JSON "
-                            "object per line)", hint="remove source.multiline, or parse the records with a regex")
-        return json_stage(loaded, files)
+    if _json_preset(loaded):
+        return json_stage(loaded, files, notes)
     casts: dict[str, ColumnSpec] = {}
     if parse is None:
         parser = LineParser()
