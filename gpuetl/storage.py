@@ -78,7 +78,7 @@ def filesystem(url: str, storage_options: dict | None = None):
     package = PACKAGES.get(s)
     if package is None:
         raise SpecError(f"{url!r} is not an object-store URL (s3://, gs://, az://)")
-    key = (s, repr(sorted((storage_options or {}).items())),
+    key = (os.getpid(), s, repr(sorted((storage_options or {}).items())),      # a client is not fork-safe
            tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))))
     if key in _CLIENTS:
         return _CLIENTS[key]
