@@ -1,8 +1,10 @@
 """Remote inputs on local disk: the cache tier (`cache: {path, max_bytes}`), or a temporary
 folder that lives as long as the plan.
 
-Every remote input is fetched whole, many objects per request batch, into a local file that
-all readers (CPU and GPU) read as they read any file. With a cache, an object is fetched once
+A remote input is fetched whole, many objects per request batch, into a local file that all
+readers (CPU and GPU) read as they read any file, except where no cache is configured and the
+source reads lines from an uncompressed object: that object is read in byte ranges from the
+store by the partitions themselves (`in_place`; sources/ranges.py), never copied. With a cache, an object is fetched once
 and reused by later runs while its ETag (and version id) and size are unchanged. Eviction is
 least-recently-used within max_bytes and removes only files under `<cache.path>/gpuetl/objects/`
 that the cache's own index lists; an entry the running plan reads is never evicted. Two
@@ -144,6 +146,20 @@ class RemoteInputs:
         self.bytes_cache = 0
         self.objects_remote = 0
         self.objects_cache = 0
+        self.objects_ranged = 0
+
+    def in_place(self, objects: list[RemoteObject]) -> set[str]:
+        """The URLs of those (uncompressed, line-format) objects that partitions will read in
+        byte ranges from the store: all that can be, when there is no cache to fill. Their bytes
+        are counted as read from the store now (each range reads its own bytes, and a little
+        context past its end to find where its last record ends)."""
+        if self._cache_at[0]:
+            return set()
+        chosen = [o for o in objects if storage.reads_ranges(o)]
+        self.bytes_remote += sum(o.size for o in chosen)
+        self.objects_remote += len(chosen)
+        self.objects_ranged += len(chosen)
+        return {o.url for o in chosen}
 
     @property
     def cache(self) -> InputCache | None:
@@ -190,4 +206,5 @@ class RemoteInputs:
 
     def summary(self) -> dict:
         return {"remote_bytes": self.bytes_remote, "cache_bytes": self.bytes_cache,
-                "remote_objects": self.objects_remote, "cache_objects": self.objects_cache}
+                "remote_objects": self.objects_remote, "cache_objects": self.objects_cache,
+                "ranged_objects": self.objects_ranged}

@@ -62,7 +62,7 @@ def join(url: str, rel: str) -> str:
     return url.rstrip("/") + "/" + rel
 
 
-# Test hooks: {'fetched': callable(url)}, called after each object is read. Tests use them to
+# Test hooks: {'fetched': callable(url)}, called after each object (or byte range of one) is read. Tests use them to
 # change an object at an exact moment; nothing in gpuetl sets them.
 HOOKS: dict = {}
 
@@ -78,7 +78,7 @@ def filesystem(url: str, storage_options: dict | None = None):
     package = PACKAGES.get(s)
     if package is None:
         raise SpecError(f"{url!r} is not an object-store URL (s3://, gs://, az://)")
-    key = (s, repr(sorted((storage_options or {}).items())),
+    key = (os.getpid(), s, repr(sorted((storage_options or {}).items())),      # a client is not fork-safe
            tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))))
     if key in _CLIENTS:
         return _CLIENTS[key]
@@ -204,6 +204,49 @@ def fetch_into(objects: list[RemoteObject], destination, storage_options: dict |
             yield obj
 
 
+# -- byte ranges ----------------------------------------------------------------------------------
+
+RANGE_SCHEMES = ("s3", "s3a")     # stores whose GETs gpuetl pins to an ETag (If-Match)
+
+
+def reads_ranges(obj: RemoteObject) -> bool:
+    """Whether the object can be read in byte ranges pinned to the ETag it was listed with."""
+    return scheme(obj.url) in RANGE_SCHEMES and bool(obj.etag) and obj.size > 0
+
+
+def read_span(url: str, etag: str, version_id: str | None, start: int, end: int,
+              storage_options: dict | None = None) -> bytes:
+    """Bytes [start, end) of the object, in one GET the store answers only while the object still
+    has `etag` (If-Match): a replaced object is an error naming it, never a mix of two versions.
+    No block cache: exactly these bytes are asked for."""
+    from fsspec.asyn import sync
+
+    fs = filesystem(url, storage_options)
+    bucket, key, _ = fs.split_path(url)
+    pins = {"IfMatch": f'"{etag}"', **({"VersionId": version_id} if version_id else {})}
+
+    async def get():
+        resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **pins)
+        try:
+            return await resp["Body"].read()
+        finally:
+            resp["Body"].close()
+
+    try:
+        data = sync(fs.loop, get)
+    except Exception as err:          # botocore, aiohttp and fsspec raise many kinds
+        if error_code(err) not in ("PreconditionFailed", "412"):
+            with translated(url, storage_options, "read"):
+                raise
+        data = None
+    if data is None or len(data) != end - start:
+        raise SourceError(f"source.path: {url} changed during the run (read in byte ranges pinned to ETag {etag}; "
+                          f"the store no longer serves those bytes); nothing was committed",
+                          hint="run again once the data stops changing, or read from a versioned bucket")
+    _fetched_url(url)
+    return data
+
+
 SMALL_OBJECT = 8 << 20          # bytes: larger objects are streamed to disk one at a time
 BATCH_BYTES = 256 << 20         # bytes of small objects held in memory at once
 
@@ -240,8 +283,12 @@ def _fetch_batch(fs, batch: list[RemoteObject], storage_options) -> Iterator[tup
 
 
 def _fetched(obj: RemoteObject) -> None:
+    _fetched_url(obj.url)
+
+
+def _fetched_url(url: str) -> None:
     if "fetched" in HOOKS:
-        HOOKS["fetched"](obj.url)
+        HOOKS["fetched"](url)
 
 
 _MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")

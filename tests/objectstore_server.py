@@ -76,7 +76,8 @@ def s3(s3_endpoint, monkeypatch, tmp_path):
 class FaultProxy:
     """A loopback HTTP proxy in front of the S3 server that answers chosen requests itself: a 503
     SlowDown, a 403 AccessDenied, or a connection reset, `times` times each (None: always).
-    `faults` is a list of [method, key substring, kind, times]; `hits` counts what it did."""
+    `faults` is a list of [method, key substring, kind, times]; `hits` counts what it did;
+    `requests` logs what it passed on: (method, path, Range header or None, body bytes sent back)."""
 
     def __init__(self, upstream: str):
         import http.client
@@ -89,6 +90,7 @@ class FaultProxy:
         target = urlsplit(upstream)
         self.faults: list[list] = []
         self.hits: dict[str, int] = {}
+        self.requests: list[tuple[str, str, str | None, int]] = []
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -135,11 +137,14 @@ class FaultProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                proxy.requests.append((self.command, self.path, self.headers.get("Range"),
+                                       0 if self.command == "HEAD" else len(data)))
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                length = resp.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data))
+                self.send_header("Content-Length", length)           # a HEAD tells the object's size
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -359,8 +359,9 @@ class GpuBackend(GpuTextMixin, Backend):
     def read_block(self, files, ranges):
         """Plain ranges go from the file straight into device memory (KvikIO: GDS or its POSIX
         compat mode); compressed files are decompressed on the host (sources.ranges) and copied
-        over. Record boundaries are found with small host peeks around each range's ends, so
-        the semantics are exactly those of sources.ranges.read_range."""
+        over, as are ranges of objects read from a store. Record boundaries are found with small
+        host peeks around each range's ends, so the semantics are exactly those of
+        sources.ranges.read_range."""
         from ..sources.ranges import Block, read_range, record_span, truncated_piece
 
         pieces = []            # (kind, file, a, b, host bytes or None, needs newline)
@@ -368,7 +369,7 @@ class GpuBackend(GpuTextMixin, Backend):
         position = 0
         for rng in ranges:
             f = files[rng.file_index]
-            if rng.length < 0:
+            if rng.length < 0 or f.in_store:           # decompressed, or ranged GETs from an object store
                 got = read_range(f, rng)
                 data = truncated_piece(f, got, extra_bad)
                 pieces.append(("host", f, 0, len(data), data, False))
@@ -387,7 +388,7 @@ class GpuBackend(GpuTextMixin, Backend):
             if kind == "host":
                 if data:
                     buf[at:at + len(data)].set(np.frombuffer(data, dtype=np.uint8))
-                    count_read("host (decompressed)", len(data))
+                    count_read("host (object store)" if f.in_store else "host (decompressed)", len(data))
                 at += len(data)
                 continue
             if b > a:

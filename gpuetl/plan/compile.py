@@ -83,8 +83,11 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     notes: list[str] = []
     remote = RemoteInputs(spec.source.storage_options, spec.cache and _resolve(loaded.base_dir, spec.cache.path),
                           spec.cache and spec.cache.max_bytes)
-    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes, remote)
-    partitions, source, metadata = get_source(spec.source.type).plan(loaded, files, notes, backend)
+    fmt = get_source(spec.source.type)
+    ranged = getattr(fmt, "reads_ranges_in_store", None)      # a format that reads lines says so
+    files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes, remote,
+                           ranged=bool(ranged and ranged(spec)))
+    partitions, source, metadata = fmt.plan(loaded, files, notes, backend)
     if not isinstance(source, (SourceStage, RecordStage)):
         raise TypeError(f"source type {spec.source.type!r}: plan() returned {type(source).__name__}, neither a "
                         "SourceStage nor a RecordStage (gpuetl/sources/registry.py)")

@@ -150,16 +150,14 @@ class Executor:
         shared work they used and run it again for the next."""
         from collections import Counter
 
-        from dask.delayed import Delayed
+        from dask.highlevelgraph import HighLevelGraph
 
-        users, graph_of = Counter(), {}
-        for task in tasks:
-            graph = task.__dask_graph__()
-            for key in set(graph.keys()):
-                users[key] += 1
-                graph_of.setdefault(key, graph)
-        shared = [Delayed(key, graph_of[key]) for key, n in users.items() if n > 1]
-        return self.client.compute(shared, fifo_timeout=0) if shared else []
+        graphs = [task.__dask_graph__() for task in tasks]
+        users = Counter(key for graph in graphs for key in set(graph.keys()))
+        shared = [key for key, n in users.items() if n > 1]
+        if not shared:
+            return []
+        return self.client.get(HighLevelGraph.merge(*graphs), shared, sync=False, fifo_timeout=0)
 
     @property
     def in_process(self) -> bool:

@@ -8,7 +8,10 @@ said in the plan's notes.
 
 Object-store patterns (s3://, gs://, az://) are listed through fsspec (gpuetl/storage.py) and
 their objects read into local files (the cache tier, or a temporary folder: gpuetl/cache.py);
-an input then names its local copy in `path` and its object in `display` and `url`."""
+an input then names its local copy in `path` and its object in `display` and `url`. Without a
+cache, an uncompressed object of a line format (text, jsonl) is not copied: `in_store` is set,
+`path` is its URL, and each partition reads its own byte range from the store
+(sources/ranges.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import glob
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import storage
@@ -38,6 +41,8 @@ class InputFile:
     url: str | None = None          # an object store's object (path is then its local copy)
     etag: str | None = None
     version_id: str | None = None
+    in_store: bool = False          # read in byte ranges from the store (no local copy; path is the URL)
+    storage_options: dict | None = field(default=None, repr=False, compare=False)   # to read it there
 
     def pin(self, located: bool = False) -> dict:
         """What tells whether an input is still the same bytes: an object's ETag and version id, a
@@ -51,7 +56,7 @@ class InputFile:
 
 
 def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
-                   notes: list[str] | None = None, remote=None) -> list[InputFile]:
+                   notes: list[str] | None = None, remote=None, ranged: bool = False) -> list[InputFile]:
     """Expand globs ('**' allowed) relative to base_dir: sorted, each real file once, regular
     files only. What is left out (other kinds of files, the same file by another name) is
     added to `notes`. Object-store patterns need `remote` (a cache.RemoteInputs), which fetches
@@ -94,9 +99,12 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
             found[os.path.abspath(m)] = None
     result: list[InputFile] = []
     if objects:
-        copies = remote.local_copies(objects)
-        result = [InputFile(i, copies[o.url], o.url, o.size, o.mtime_ns, _compression(o.url, compression),
-                            o.url, o.etag, o.version_id) for i, o in enumerate(objects)]
+        kinds = {o.url: _compression(o.url, compression) for o in objects}
+        in_place = remote.in_place([o for o in objects if ranged and kinds[o.url] is None])
+        copies = remote.local_copies([o for o in objects if o.url not in in_place])
+        result = [InputFile(i, copies.get(o.url, o.url), o.url, o.size, o.mtime_ns, kinds[o.url], o.url, o.etag,
+                            o.version_id, o.url in in_place, remote.storage_options if o.url in in_place else None)
+                  for i, o in enumerate(objects)]
     seen: dict[tuple[int, int], str] = {}
     duplicates: list[str] = []
     mislabelled: list[str] = []

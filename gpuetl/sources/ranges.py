@@ -9,6 +9,7 @@ import mmap
 import os
 from dataclasses import dataclass, fields
 
+from .. import storage
 from ..errors import SourceError
 from . import compressed
 from .compressed import Limits
@@ -203,6 +204,8 @@ def read_range(f: InputFile, rng: ByteRange) -> RangeData:
     try:
         if isinstance(rng, CompressedRange):
             return decode_range(None, f, rng)[0]
+        if f.in_store:
+            return _read_in_store(f, max(rng.offset, 0), f.size if rng.length < 0 else rng.length)
         if rng.length < 0:
             with open(f.path, "rb") as fh:
                 return RangeData(fh.read(), 0)
@@ -299,6 +302,37 @@ def record_span(path: str, offset: int, length: int) -> tuple[int, int, int]:
         return start, end, int(q is None and end > start)
     finally:
         os.close(fd)
+
+
+def _read_in_store(f: InputFile, offset: int, length: int) -> RangeData:
+    """record_span's rule on an object in the store, in ranged GETs pinned to its ETag: bytes
+    from offset - 1 (does a record start at offset?) to a little past the range's end, then
+    more, doubling, until the newline that ends its last record. The context read past the end
+    grows with the range (a tiny blocksize does not read each object many times over)."""
+    size = f.size
+
+    def get(a: int, b: int) -> bytes:
+        return storage.read_span(f.url, f.etag, f.version_id, a, b, f.storage_options)
+
+    first = max(offset - 1, 0)
+    context = min(_PEEK, max(1024, length // 16))
+    stop = min(size, offset + length + context)
+    buf = get(first, stop) if stop > first else b""
+    start = 0
+    if offset > 0:
+        k = buf.find(b"\n")
+        if k < 0 or first + k + 1 >= offset + length:
+            return RangeData(b"", offset)          # no record starts in the range
+        start = first + k + 1
+    search = max(start, offset + length - 1) - first
+    while (k := buf.find(b"\n", search)) < 0 and stop < size:
+        search = len(buf)
+        context *= 2
+        more = min(size, stop + context)
+        buf += get(stop, more)
+        stop = more
+    end = first + k + 1 if k >= 0 else size       # the last record without a newline: read_block adds one
+    return RangeData(buf[start - first:end - first], start)
 
 
 def _find_newline(fd, pos: int, size: int):

@@ -73,7 +73,7 @@ def test_second_run_with_the_cache_reads_nothing_from_the_store(s3, tmp_path):
     total = sum(p["bytes"] for p in first.manifest["inputs"])
     assert first.manifest["input_tiers"]["remote_bytes"] == total
     assert second.manifest["input_tiers"] == {"remote_bytes": 0, "cache_bytes": total, "remote_objects": 0,
-                                              "cache_objects": 2}
+                                              "cache_objects": 2, "ranged_objects": 0}
     assert shard_hashes(first.manifest) == shard_hashes(second.manifest)
     # an object replaced under the same name is fetched again (its ETag differs)
     from gpuetl.cache import RemoteInputs

@@ -39,6 +39,10 @@ class JsonlFormat:
     name = "jsonl"
     options = ()
 
+    def reads_ranges_in_store(self, spec) -> bool:
+        """One object per line: objects in the store are read in byte ranges (sources/ranges.py)."""
+        return True
+
     def plan(self, loaded, files, notes, backend=None):
         partitions = plan_byte_ranges(loaded, files)
         stage, metadata = json_stage_and_metadata(loaded, files, notes)

@@ -29,6 +29,12 @@ class TextFormat:
     name = "text"
     options = ("multiline",)
 
+    def reads_ranges_in_store(self, spec) -> bool:
+        """Lines: each range finds its records from its own bytes and a little past its end, so an
+        object in the store is read in ranges. Multi-line records need the plan's scan of each
+        whole file: those objects are fetched."""
+        return spec.source.multiline is None
+
     def plan(self, loaded, files, notes, backend=None):
         partitions = plan_byte_ranges(loaded, files, whole_compressed=loaded.spec.source.multiline is not None)
         if _json_preset(loaded):           # read as jsonl: its notes and manifest entries too
