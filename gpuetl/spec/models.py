@@ -11,6 +11,14 @@ from ..types import ColumnTypeValue
 from .sizes import parse_size
 
 
+
+# An object store's client options (source and sink alike): kept out of dumps, reprs and so out of
+# manifests, reports and logs.
+STORAGE_OPTIONS = Field(
+    None, repr=False, exclude=True,
+    description="object stores only: passed to the store's client (fsspec), e.g. {endpoint_url: ..., key: ...}; "
+                "never written to a manifest, report or log")
+
 class Model(BaseModel):
     # strict: `count: true` or `version: true` is a mistake, not the number 1
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -68,10 +76,7 @@ class Source(Model):
     exif_transpose: bool = Field(True, description="images: apply the EXIF orientation when decoding")
     max_pixels: int = Field(89_478_485, ge=1, description="images: larger images are quarantined, read from the header")
     extensions: list[str] | None = Field(None, description="images: file suffixes read (default jpg jpeg png webp tar)")
-    storage_options: dict[str, Any] | None = Field(
-        None, repr=False, exclude=True,
-        description="object stores only: passed to the store's client (fsspec), e.g. {endpoint_url: ..., key: ...}; "
-                    "never written to a manifest, report or log")
+    storage_options: dict[str, Any] | None = STORAGE_OPTIONS
 
     @field_validator("type")
     @classmethod
@@ -209,10 +214,7 @@ class Sink(Model):
     row_group_rows: int | None = Field(None, ge=1)
     row_group_bytes: Size | None = None
     mode: Literal["error", "overwrite", "resume"] = "error"
-    storage_options: dict[str, Any] | None = Field(
-        None, repr=False, exclude=True,
-        description="object stores only: passed to the store's client (fsspec), e.g. {endpoint_url: ..., key: ...}; "
-                    "never written to a manifest, report or log")
+    storage_options: dict[str, Any] | None = STORAGE_OPTIONS
 
     @field_validator("type")
     @classmethod
