@@ -10,14 +10,13 @@ from ..sources.registry import get_source, is_source, registered_names, source_n
 from ..types import ColumnTypeValue
 from .sizes import parse_size
 
-
-
 # An object store's client options (source and sink alike): kept out of dumps, reprs and so out of
 # manifests, reports and logs.
 STORAGE_OPTIONS = Field(
     None, repr=False, exclude=True,
     description="object stores only: passed to the store's client (fsspec), e.g. {endpoint_url: ..., key: ...}; "
                 "never written to a manifest, report or log")
+
 
 class Model(BaseModel):
     # strict: `count: true` or `version: true` is a mistake, not the number 1
