@@ -33,6 +33,7 @@ from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micr
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
                           host_transfer_report, integer_cast_loses, leading_dotall, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
+from .gpu_records import GpuRecordsMixin
 from .gpu_text import GpuTextMixin
 
 # Every RAPIDS call this backend makes, with the positional-argument count and the keywords it
@@ -87,6 +88,48 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.core.accessors.lists.ListMethods.len", 0, ()),
     ("cudf.Series.to_pylibcudf", 0, ()),
     ("cudf.DataFrame.groupby", 1, ("sort",)),
+    # gpu_records.py: JSON lines and CSV on the device
+    ("cudf.core.accessors.string.StringMethods.startswith", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.endswith", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.strip", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.slice", 2, ()),
+    ("cudf.core.accessors.string.StringMethods.count", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.len", 0, ()),
+    ("cudf.Series.where", 2, ()),
+    ("pylibcudf.Scalar.from_py", 1, ()),
+    ("pylibcudf.unary.is_valid", 1, ()),
+    ("pylibcudf.Column.child", 1, ()),
+    ("pylibcudf.lists.count_elements", 1, ()),
+    ("pylibcudf.lists.extract_list_element", 2, ()),
+    ("pylibcudf.strings.combine.join_strings", 3, ()),
+    ("pylibcudf.io.SourceInfo", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptions.builder", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.lines", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.recovery_mode", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.keep_quotes", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.prune_columns", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.strict_validation", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.numeric_leading_zeros", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.nonnumeric_numbers", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.unquoted_control_chars", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.dtypes", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.build", 0, ()),
+    ("pylibcudf.io.json.read_json", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.builder", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.delimiter", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.quotechar", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.quoting", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.doublequote", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.skipinitialspace", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.skip_blank_lines", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.keep_default_na", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.na_filter", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.build", 0, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.set_header", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.set_names", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.set_dtypes", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.set_na_values", 1, ()),
+    ("pylibcudf.io.csv.read_csv", 1, ()),
     ("dask_cuda.LocalCUDACluster", 0, ("n_workers", "threads_per_worker", "rmm_pool_size",
                                        "rmm_allocator_external_lib_list", "device_memory_limit",
                                        "enable_cudf_spill", "protocol", "dashboard_address",
@@ -113,8 +156,14 @@ def device_patterns() -> list[str]:
     from .gpu_text import NON_ASCII, WHITESPACE_RUN
 
     clf = [to_cudf_regex(outer_regex(preset(name).regex)) for name in ("apache_common", "apache_combined")]
+    from . import gpu_support as rules
+
+    records = [rules.JSON_INT_TOKEN, rules.JSON_DECIMAL_TOKEN, rules.JSON_TEXT_LITERAL, rules.JSON_DOUBTFUL_RECORD,
+               rules.JSON_OPENINGS, rules.CSV_QUOTED_FIELD]
+    for d in (",", "\t", ";", "|", "]", "^", "-", "\\"):
+        records += [rules.csv_record_pattern(d), rules.csv_quoted_empty_pattern(d), rules.csv_delimiter_pattern(d)]
     return [FLOAT_PATTERN, BOOL_PATTERN, integer_pattern(False), integer_pattern(True),
-            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN]
+            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN, *records]
 
 
 # -- the host-transfer ledger ---------------------------------------------------------------------
@@ -142,7 +191,7 @@ def _flag(values, reason: str = "control: any()") -> bool:
     return bool(hit.get() if isinstance(hit, cp.ndarray) else hit)
 
 
-class GpuBackend(GpuTextMixin, Backend):
+class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
     name = "gpu"
 
     xp = cp
@@ -495,24 +544,6 @@ class GpuBackend(GpuTextMixin, Backend):
         cols, matched = self.cpu.extract(host, regex, names, kernel=kernel)
         return ({n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()},
                 _with_index(cudf.Series(cp.asarray(matched.to_numpy(dtype=bool))), text.index))
-
-    def parse_json(self, text, read):
-        """On the host, with the CPU kernel: pyarrow's reader and Python's json for bad records
-        define which records are bad and why; cudf.read_json coerces types differently (see
-        docs/gpu.md), so using it would break parity. Counted."""
-        count_fallback("parse_json: host (pyarrow JSON reader)", len(text))
-        cols, ok, reasons = self.cpu.parse_json(self.cpu.series(_to_arrow(text, "JSON parsed on the host"), "string"),
-                                                read)
-        return self._back(cols, ok, reasons, read.schema, text.index)
-
-    def parse_csv(self, text, names, delimiter, null_values=("",)):
-        count_fallback("parse_csv: host (pyarrow CSV reader)", len(text))
-        cols, ok, reason = self.cpu.parse_csv(self.cpu.series(_to_arrow(text, "CSV parsed on the host"), "string"),
-                                              names, delimiter, null_values)
-        out = {n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()}
-        if not isinstance(reason, str):   # one reason per record: a pandas Series from the CPU kernel
-            reason = self.series(pa.array(reason), "string", index=text.index)
-        return out, _with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), text.index), reason
 
     def _back(self, cols, ok, reasons, schema, index):
         out = {}
