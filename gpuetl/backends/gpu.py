@@ -93,6 +93,7 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.core.accessors.string.StringMethods.endswith", 1, ()),
     ("cudf.core.accessors.string.StringMethods.strip", 1, ()),
     ("cudf.core.accessors.string.StringMethods.slice", 2, ()),
+    ("cudf.core.accessors.string.StringMethods.insert", 2, ()),
     ("cudf.core.accessors.string.StringMethods.count", 1, ()),
     ("cudf.core.accessors.string.StringMethods.len", 0, ()),
     ("cudf.Series.where", 2, ()),

@@ -299,7 +299,7 @@ def _joined(records):
 def _read_json_records(body, tree):
     """(the wrapper column, its children's names): libcudf's JSON reader over the records, each
     wrapped as {"r": record}; recovery mode makes a record it cannot read a null wrapper."""
-    wrapped = ('{"' + JSON_WRAPPER + '":') + body + "}"
+    wrapped = body.str.insert(0, '{"' + JSON_WRAPPER + '":').str.insert(-1, "}")
     joined = _joined(wrapped)
     source = plc.io.SourceInfo([joined.data()])
     options = (plc.io.json.JsonReaderOptions.builder(source)

@@ -555,6 +555,7 @@ JSON_DOUBTFUL_RECORD = "|".join([
     r"\\u[dD][89a-fA-F]",                   # a UTF-16 surrogate escape: Python keeps a lone one
     r'\\.(?:[^"\\]|\\.)*"[\t\r ]*:',       # an escape in a key (the duplicate-key check reads keys as written)
     r"[\x00-\x08\x0b\x0c\x0e-\x1f]",        # control characters (never valid JSON outside strings)
+    r"[,{\[][\t\r ]*,|,[\t\r ]*[}\]]",       # an empty member: Python's json refuses it (not left to the PDA)
 ])
 JSON_OPENINGS = r"[\[{]"
 JSON_MAX_OPENINGS = 256                     # deeper records are Python's RecursionError case: the CPU's

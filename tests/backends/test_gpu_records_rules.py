@@ -92,7 +92,7 @@ def test_tokens_the_device_decides_read_as_the_cpu_kernel_reads_them(type_name, 
 def test_json_records_libcudf_and_python_read_differently_are_doubtful():
     # (a raw tab or newline inside a string is refused by libcudf's strict validation: a null record)
     doubtful = ['{"x": 1.e5}', '{"x": "\\ud800"}', '{"\\u0078": 1, "x": 2}', '{"x":\x0c1}', '{"k\\"": 1}',
-                '{"x": "a\x01b"}']
+                '{"x": "a\x01b"}', '{"x": 1,}', '{"x": [1, ]}', '{, "x": 1}', '{"x": [1,,2]}']
     plain = ['{"x": 1.5e5}', '{"x": "\\u00e9 \\"q\\""}', '{"x": "v1.x"}', '{"a": {"b": [1, {"c": "d"}]}}',
              '{"a": "x\\n", "b": 1}', '{"m": "say \\"hi\\": x"}', '{"x": "\\ud83d\\ude00"}']
     assert all(re.search(JSON_DOUBTFUL_RECORD, r) for r in doubtful)
