@@ -31,7 +31,8 @@ from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
-                          host_transfer_report, integer_cast_loses, leading_dotall, reset_tallies,
+                          host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
+                          remote_record_span, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_records import GpuRecordsMixin
 from .gpu_text import GpuTextMixin
@@ -82,6 +83,11 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.strings.extract.extract", 2, ()),
     ("kvikio.CuFile", 2, ()),
     ("kvikio.CuFile.pread", 3, ()),
+    ("kvikio.RemoteFile.open_s3_url", 2, ("aws_region_name", "aws_access_key_id", "aws_secret_access_key",
+                                          "aws_endpoint_url", "aws_session_token")),
+    ("kvikio.RemoteFile.pread", 3, ()),
+    ("kvikio.RemoteFile.close", 0, ()),
+    ("kvikio.remote_file.is_remote_file_available", 0, ()),
     ("kvikio.SummaryMonitor", 0, ()),
     ("kvikio.SummaryMonitor.since", 1, ()),
     ("kvikio.defaults.is_compat_mode_preferred", 0, ()),
@@ -412,14 +418,20 @@ class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
         over, as are ranges of objects read from a store. Record boundaries are found with small
         host peeks around each range's ends, so the semantics are exactly those of
         sources.ranges.read_range."""
-        from ..sources.ranges import Block, read_range, record_span, truncated_piece
+        from ..sources.ranges import Block, ByteRange, read_range, record_span, truncated_piece
 
-        pieces = []            # (kind, file, a, b, host bytes or None, needs newline)
+        pieces = []            # (kind, file, a, b, host bytes or KvikIO arguments or None, needs newline)
         seg_pos, seg_start, seg_file, extra_bad = [], [], [], []
         position = 0
         for rng in ranges:
             f = files[rng.file_index]
-            if rng.length < 0 or f.in_store:           # decompressed, or ranged GETs from an object store
+            remote = (self._kvikio_remote(f) if f.in_store and type(rng) is ByteRange and rng.length >= 0
+                      and not f.compression else None)
+            if remote is not None:                     # an object in the store, read by KvikIO
+                start, end, newline = remote_record_span(f, rng.offset, rng.length)
+                pieces.append(("remote", f, start, end, remote, newline))
+                size = end - start + newline
+            elif rng.length < 0 or f.in_store:         # decompressed, or ranged GETs by the CPU client
                 got = read_range(f, rng)
                 data = truncated_piece(f, got, extra_bad)
                 pieces.append(("host", f, 0, len(data), data, False))
@@ -442,7 +454,10 @@ class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
                 at += len(data)
                 continue
             if b > a:
-                self._pread(f.path, buf[at:at + (b - a)], a)
+                if kind == "remote":
+                    self._remote_pread(f, data, buf[at:at + (b - a)], a)
+                else:
+                    self._pread(f.path, buf[at:at + (b - a)], a)
             at += b - a
             if newline:
                 buf[at] = 10
@@ -463,6 +478,51 @@ class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
             count_read(f"kvikio {name.lower()}", nbytes)
         if got != len(dest):
             raise OSError(f"{path}: short read ({got} of {len(dest)} bytes at {file_offset})")
+
+    def _kvikio_remote(self, f):
+        """KvikIO's arguments for an s3:// object (the CPU client's endpoint and credentials), or
+        None where it cannot read it (no remote support in this KvikIO build, or settings only the
+        CPU client reads: gpu_support.kvikio_s3_arguments); that object is then read by the CPU
+        client, counted."""
+        from kvikio.remote_file import is_remote_file_available
+
+        if not is_remote_file_available():
+            count_fallback("s3 reads: KvikIO built without remote support (CPU client)", 1)
+            return None
+        arguments, why = kvikio_s3_arguments(f.url, f.storage_options, os.environ)
+        if arguments is None:
+            count_fallback(f"s3 reads: {why} (CPU client)", 1)
+        return arguments
+
+    def _remote_pread(self, f, arguments: dict, dest, file_offset: int) -> None:
+        """Bytes of an object in the store straight into device memory (kvikio.RemoteFile). KvikIO
+        cannot pin a read to an ETag (no If-Match), so the object is checked before and after the
+        read (ETag, version id, size as listed): a replaced object is an error naming it, never a
+        mix of two versions."""
+        from .. import storage
+        from ..errors import SourceError
+
+        def unchanged() -> None:
+            now = storage.head(f.url, f.storage_options)
+            if now is None or (now.etag, now.size) != (f.etag, f.size) or \
+                    (f.version_id and now.version_id and now.version_id != f.version_id):
+                raise SourceError(f"source.path: {f.url} changed during the run (listed with ETag {f.etag}, "
+                                  f"{f.size} bytes; now {'gone' if now is None else f'ETag {now.etag}, {now.size} bytes'}); "
+                                  "nothing was committed",
+                                  hint="run again once the data stops changing, or read from a versioned bucket")
+
+        unchanged()
+        with storage.translated(f.url, f.storage_options, "read"):
+            args = dict(arguments)
+            remote = kvikio.RemoteFile.open_s3_url(args.pop("url"), f.size, **args)
+            try:
+                got = remote.pread(dest, len(dest), file_offset).get()
+            finally:
+                remote.close()
+        unchanged()
+        count_read("kvikio remote (s3)", got)
+        if got != len(dest):
+            raise SourceError(f"source.path: {f.url}: short read ({got} of {len(dest)} bytes at {file_offset})")
 
     def split_lines(self, data, base_offset: int) -> Lines:
         """Newlines found with CuPy; the strings column is built over the same device bytes
