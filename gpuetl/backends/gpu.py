@@ -143,6 +143,15 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
                                        "silence_logs", "CUDA_VISIBLE_DEVICES")),
 ]
 
+# Enum members and constants the backend names (tests/backends/test_gpu_api.py resolves each).
+RAPIDS_CONSTANTS: list[str] = [
+    "pylibcudf.TypeId.STRING", "pylibcudf.TypeId.STRUCT", "pylibcudf.TypeId.LIST", "pylibcudf.TypeId.INT32",
+    "pylibcudf.TypeId.INT64", "pylibcudf.TypeId.BOOL8", "pylibcudf.TypeId.TIMESTAMP_MICROSECONDS",
+    "pylibcudf.io.types.JSONRecoveryMode.RECOVER_WITH_NULL", "pylibcudf.io.types.QuoteStyle.MINIMAL",
+    "pylibcudf.io.types.StatisticsFreq.STATISTICS_ROWGROUP", "pylibcudf.io.types.DictionaryPolicy.ADAPTIVE",
+    "pylibcudf.io.types.CompressionType.NONE", "pylibcudf.io.types.CompressionType.ZSTD",
+    "pylibcudf.strings.regex_flags.RegexFlags.DOTALL", "pylibcudf.strings.regex_flags.RegexFlags.DEFAULT",
+]
 
 # The backend's own regexes (libcudf dialect; tests/backends/test_gpu_api.py compiles each).
 _WS = r"[\t\n\x0b\f\r ]*"

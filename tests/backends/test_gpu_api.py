@@ -142,6 +142,12 @@ def test_every_rapids_call_exists_and_accepts_the_arguments_used(dotted, positio
         assert passed_on <= _class_keywords(obj), f"{dotted}: no base takes {sorted(passed_on - _class_keywords(obj))}"
 
 
+@pytest.mark.parametrize("dotted", gpu.RAPIDS_CONSTANTS)
+def test_every_enum_member_the_backend_names_exists(dotted):
+    module, _, member = dotted.rpartition(".")
+    assert hasattr(_resolve(module), member), dotted
+
+
 def test_the_signature_check_can_fail():
     with pytest.raises(TypeError):
         _signature(_resolve("pylibcudf.strings.extract.extract")).bind(None, None, nonexistent=1)
