@@ -106,6 +106,8 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.Scalar.from_py", 1, ()),
     ("pylibcudf.unary.is_valid", 1, ()),
     ("pylibcudf.Column.child", 1, ()),
+    ("pylibcudf.Column.type", 0, ()),
+    ("pylibcudf.DataType.id", 0, ()),
     ("pylibcudf.lists.count_elements", 1, ()),
     ("pylibcudf.lists.extract_list_element", 2, ()),
     ("pylibcudf.strings.combine.join_strings", 3, ()),

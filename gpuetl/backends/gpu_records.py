@@ -55,15 +55,16 @@ class GpuRecordsMixin:
         doubt |= _repeated_keys(lines, json_tree_keys(tree))
         try:
             root, names = _read_json_records(body, tree)
+            if root.size() != n:
+                return self._host_json(text, read, "parse_json: libcudf's reader gave another number of records")
+            record_read = _valid(root, n)
+            doubt |= ~record_read
+            tokens = {col.name: _json_token(root, names, col, lines, record_read) for col in read.columns}
         except Exception as err:       # noqa: BLE001 (libcudf refused the batch: the CPU kernel reads it)
             return self._host_json(text, read, f"parse_json: libcudf's reader refused a batch ({type(err).__name__})")
-        if root.size() != n:
-            return self._host_json(text, read, "parse_json: libcudf's reader gave another number of records")
-        record_read = _valid(root, n)
-        doubt |= ~record_read
         cols = {}
         for col in read.columns:
-            token, unsure = _json_token(root, names, col, lines, record_read)
+            token, unsure = tokens[col.name]
             values, odd = self._json_values(token, col.type, read.strict)
             cols[col.name] = values
             doubt |= unsure | odd
@@ -220,8 +221,8 @@ def _strings(col, valid):
 
 def _field(col, names: dict, key: str):
     """A struct column's field by its name (`names`: the reader's names of its children), or
-    None where the reader made no such field."""
-    if col is None or key not in names:
+    None where the reader made no such field (or the column is not a struct)."""
+    if col is None or key not in names or col.type().id() != plc.TypeId.STRUCT:
         return None, {}
     return col.child(list(names).index(key)), names[key]
 
@@ -251,6 +252,8 @@ def _json_token(root, names, col, lines, record_read):
     top-level key wins over the path, as on the CPU (json_fields.lookup)."""
     n = len(lines)
     flat_col, _ = _field(root, names, col.name)
+    if flat_col is not None and flat_col.type().id() != plc.TypeId.STRING:
+        raise TypeError("libcudf's reader gave a value that is not a string column")
     flat = _strings(flat_col, record_read)
     doubt = cp.zeros(n, dtype=bool)
     if not col.path:
@@ -262,6 +265,8 @@ def _json_token(root, names, col, lines, record_read):
     for k, step in enumerate(col.path[1:], start=1):
         if isinstance(step, int):
             length = cp.zeros(n, dtype=cp.int64)
+            if node is not None and node.type().id() != plc.TypeId.LIST:
+                node, node_names = None, {}
             if node is not None:
                 length = cudf.Series.from_pylibcudf(plc.lists.count_elements(node)).fillna(0).values
                 node = plc.lists.extract_list_element(node, step)
@@ -275,6 +280,8 @@ def _json_token(root, names, col, lines, record_read):
             if k < last:
                 doubt |= valid & ~inner & _has_key(lines, step)
         valid = inner
+    if node is not None and node.type().id() != plc.TypeId.STRING:
+        raise TypeError("libcudf's reader gave a leaf that is not a string column")
     leaf = _strings(node, valid)
     has_flat = flat.notna().values
     return flat.where(cudf.Series(has_flat), leaf), doubt & ~has_flat
