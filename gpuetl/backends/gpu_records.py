@@ -313,20 +313,23 @@ def _read_json_records(body, tree):
     wrapped as {"r": record}; recovery mode makes a record it cannot read a null wrapper."""
     wrapped = body.str.insert(0, '{"' + JSON_WRAPPER + '":').str.insert(-1, "}")
     joined = _joined(wrapped)
-    source = plc.io.SourceInfo([joined.data()])
-    options = (plc.io.json.JsonReaderOptions.builder(source)
-               .lines(True)
-               .recovery_mode(plc.io.types.JSONRecoveryMode.RECOVER_WITH_NULL)
-               .keep_quotes(True)
-               .prune_columns(True)
-               .strict_validation(True)
-               .numeric_leading_zeros(False)
-               .nonnumeric_numbers(False)
-               .unquoted_control_chars(False)
-               .dtypes([(JSON_WRAPPER, plc.DataType(plc.TypeId.STRUCT), _plc_schema(tree))])
-               .build())
-    got = plc.io.json.read_json(options)
+    got = plc.io.json.read_json(json_reader_options(plc.io.SourceInfo([joined.data()]), tree))
     return got.columns[0], got.child_names[JSON_WRAPPER]
+
+
+def json_reader_options(source, tree: dict):
+    """The JSON reader's settings (built on the host: the gpu_api tier builds them too)."""
+    return (plc.io.json.JsonReaderOptions.builder(source)
+            .lines(True)
+            .recovery_mode(plc.io.types.JSONRecoveryMode.RECOVER_WITH_NULL)
+            .keep_quotes(True)
+            .prune_columns(True)
+            .strict_validation(True)
+            .numeric_leading_zeros(False)
+            .nonnumeric_numbers(False)
+            .unquoted_control_chars(False)
+            .dtypes([(JSON_WRAPPER, plc.DataType(plc.TypeId.STRUCT), _plc_schema(tree))])
+            .build())
 
 
 def _read_csv_records(records, names, delimiter: str, null_values) -> list:
@@ -334,7 +337,13 @@ def _read_csv_records(records, names, delimiter: str, null_values) -> list:
     unquoted field in null_values is null; a quoted one keeps its text (libcudf compares the raw
     field, quotes included; a quoted empty field is left to the host where "" is a null value)."""
     joined = _joined(records)
-    options = (plc.io.csv.CsvReaderOptions.builder(plc.io.SourceInfo([joined.data()]))
+    got = plc.io.csv.read_csv(csv_reader_options(plc.io.SourceInfo([joined.data()]), names, delimiter, null_values))
+    return [cudf.Series.from_pylibcudf(c) for c in got.columns]
+
+
+def csv_reader_options(source, names, delimiter: str, null_values):
+    """The CSV reader's settings (built on the host: the gpu_api tier builds them too)."""
+    options = (plc.io.csv.CsvReaderOptions.builder(source)
                .delimiter(delimiter)
                .quotechar('"')
                .quoting(plc.io.types.QuoteStyle.MINIMAL)
@@ -349,8 +358,7 @@ def _read_csv_records(records, names, delimiter: str, null_values) -> list:
     options.set_dtypes([plc.DataType(plc.TypeId.STRING) for _ in names])
     if null_values:
         options.set_na_values(list(null_values))
-    got = plc.io.csv.read_csv(options)
-    return [cudf.Series.from_pylibcudf(c) for c in got.columns]
+    return options
 
 
 def _interleave(a, a_rows, b, b_rows):
