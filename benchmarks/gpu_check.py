@@ -17,6 +17,8 @@ soon as it finishes, so a call cut short still reports what it got:
   05_cpu.json           the same job on the CPU backend on all cores, comparison size
   06_polars.json        polars' scan -> regex -> sink_parquet (bench_access_logs.py's worker)
   07_summary.json       the ratios against the goals (docs/gpu.md)
+  08_records.json       JSON lines and CSV through the record readers (gpu_records.py), next to
+                        the CPU backend: GB/s, fallbacks, host bytes, same counts
 
     PYTHONPATH=$PWD:/tmp/site python3 benchmarks/gpu_check.py --out $OUT
     python3 benchmarks/gpu_check.py --smoke        # the whole script on the CPU backend, tiny
@@ -213,6 +215,55 @@ def polars_job(src: Path, out: Path, timeout: int) -> dict:
             "note": "wall time of the process, start-up included"}
 
 
+RECORD_COLUMNS = {"ts": "timestamp", "user_id": "int64", "event": "string", "page": "string",
+                  "duration_ms": "float64", "ok": "bool"}
+
+
+def records_job(backend: str, data: Path, out_root: Path, size: int) -> dict:
+    """JSON lines and CSV through the backend's record readers (on a GPU: gpu_records.py, libcudf's
+    JSON and CSV readers), app events with a declared schema, `scheduler="sync"`, next to the CPU
+    backend on the same files: seconds, GB/s, the fallbacks (records the device could not decide)
+    and the host bytes, and whether both give the same counts."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pj
+
+    from gpuetl import Pipeline
+    from gpuetl.samples import write_app_events
+
+    data.mkdir(parents=True, exist_ok=True)
+    jsonl, clean, csv_path = (data / f"events_{label(size)}.jsonl", data / f"clean_{label(size)}.jsonl",
+                              data / f"events_{label(size)}.csv")
+    lines = max(1000, size // 110)
+    if not jsonl.exists():
+        write_app_events(jsonl, lines=lines, bad_every=997)
+    if not csv_path.exists():
+        write_app_events(clean, lines=lines)
+        table = pj.read_json(clean)
+        pcsv.write_csv(table.select([c for c in RECORD_COLUMNS if c in table.column_names]), csv_path)
+        clean.unlink()
+    jobs = {"jsonl": ({"type": "jsonl", "path": str(jsonl)}, RECORD_COLUMNS),
+            "csv": ({"type": "csv", "path": str(csv_path)}, RECORD_COLUMNS)}
+    out: dict = {}
+    for name, (source, columns) in jobs.items():
+        for which in dict.fromkeys([backend, "cpu"]):
+            spec = {"version": 1, "name": f"records-{name}", "source": source, "columns": columns,
+                    "sink": {"path": str(out_root / f"records_{name}_{which}"), "mode": "overwrite"}}
+            try:
+                started = time.perf_counter()
+                result = Pipeline.from_dict(spec).run(backend=which, scheduler="sync")
+                seconds = time.perf_counter() - started
+                nbytes = Path(source["path"]).stat().st_size
+                out[f"{name}_{which}"] = {"input_bytes": nbytes, "seconds": seconds, "gbps": nbytes / seconds / 1e9,
+                                          "counts": result.counts, "fallbacks": result.manifest.get("fallbacks", {}),
+                                          "host_transfer": result.manifest.get("host_transfer", {})}
+            except Exception as err:       # noqa: BLE001 (reported; the other jobs still run)
+                out[f"{name}_{which}"] = {"error": f"{type(err).__name__}: {err}"}
+        mine, cpu = out.get(f"{name}_{backend}", {}), out.get(f"{name}_cpu", {})
+        if "counts" in mine and "counts" in cpu:
+            out[f"{name}_same_counts_as_cpu"] = mine["counts"] == cpu["counts"]
+    return out
+
+
 def machine() -> dict:
     info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
@@ -262,6 +313,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=300,
                     help="seconds for the test section (the device tool allows 600 s a call: the rest is the benchmark's)")
     ap.add_argument("--smoke", action="store_true", help="CPU backend, tiny sizes: checks the script itself")
+    ap.add_argument("--records-size", default="256MB", help="JSON lines and CSV files for the record readers' section")
     args = ap.parse_args(argv)
 
     backend = "cpu" if args.smoke else "gpu"
@@ -300,6 +352,11 @@ def main(argv=None) -> int:
     report.write("06_polars", polars_job(files[compare], out_root / "polars", timeout=600))
     result = report.write("07_summary", summary(report, compare))
     print(json.dumps(result, indent=2, default=str))
+    try:
+        report.write("08_records", records_job(backend, Path(args.data), out_root,
+                                               100_000 if args.smoke else size_of(args.records_size)))
+    except Exception as err:               # noqa: BLE001
+        report.write("08_records", {"error": f"{type(err).__name__}: {err}"})
     tests_ok = report.sections.get("01_tests", {}).get("ok", True)
     return 0 if tests_ok and "gpu_gbps" in result else 1
 

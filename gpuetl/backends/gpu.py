@@ -31,8 +31,10 @@ from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
-                          host_transfer_report, integer_cast_loses, leading_dotall, reset_tallies,
+                          host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
+                          remote_record_span, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
+from .gpu_records import GpuRecordsMixin
 from .gpu_text import GpuTextMixin
 
 # Every RAPIDS call this backend makes, with the positional-argument count and the keywords it
@@ -81,18 +83,82 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.strings.extract.extract", 2, ()),
     ("kvikio.CuFile", 2, ()),
     ("kvikio.CuFile.pread", 3, ()),
+    ("kvikio.RemoteFile.open_s3_url", 2, ("aws_region_name", "aws_access_key_id", "aws_secret_access_key",
+                                          "aws_endpoint_url", "aws_session_token")),
+    ("kvikio.RemoteFile.pread", 3, ()),
+    ("kvikio.RemoteFile.close", 0, ()),
+    ("kvikio.remote_file.is_remote_file_available", 0, ()),
     ("kvikio.SummaryMonitor", 0, ()),
     ("kvikio.SummaryMonitor.since", 1, ()),
     ("kvikio.defaults.is_compat_mode_preferred", 0, ()),
     ("cudf.core.accessors.lists.ListMethods.len", 0, ()),
     ("cudf.Series.to_pylibcudf", 0, ()),
     ("cudf.DataFrame.groupby", 1, ("sort",)),
+    # gpu_records.py: JSON lines and CSV on the device
+    ("cudf.core.accessors.string.StringMethods.startswith", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.endswith", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.strip", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.slice", 2, ()),
+    ("cudf.core.accessors.string.StringMethods.insert", 2, ()),
+    ("cudf.core.accessors.string.StringMethods.count", 1, ()),
+    ("cudf.core.accessors.string.StringMethods.len", 0, ()),
+    ("cudf.Series.where", 2, ()),
+    ("pylibcudf.Scalar.from_py", 1, ()),
+    ("pylibcudf.unary.is_valid", 1, ()),
+    ("pylibcudf.Column.child", 1, ()),
+    ("pylibcudf.Column.type", 0, ()),
+    ("pylibcudf.Column.size", 0, ()),
+    ("pylibcudf.Column.data", 0, ()),
+    ("cudf.Series.fillna", 1, ()),
+    ("cudf.Series.notna", 0, ()),
+    ("cudf.Series.reset_index", 0, ("drop",)),
+    ("pylibcudf.DataType.id", 0, ()),
+    ("pylibcudf.lists.count_elements", 1, ()),
+    ("pylibcudf.lists.extract_list_element", 2, ()),
+    ("pylibcudf.strings.combine.join_strings", 3, ()),
+    ("pylibcudf.io.SourceInfo", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptions.builder", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.lines", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.recovery_mode", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.keep_quotes", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.prune_columns", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.strict_validation", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.numeric_leading_zeros", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.nonnumeric_numbers", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.unquoted_control_chars", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.dtypes", 1, ()),
+    ("pylibcudf.io.json.JsonReaderOptionsBuilder.build", 0, ()),
+    ("pylibcudf.io.json.read_json", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.builder", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.delimiter", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.quotechar", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.quoting", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.doublequote", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.skipinitialspace", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.skip_blank_lines", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.keep_default_na", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.na_filter", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptionsBuilder.build", 0, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.set_header", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.set_names", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.set_dtypes", 1, ()),
+    ("pylibcudf.io.csv.CsvReaderOptions.set_na_values", 1, ()),
+    ("pylibcudf.io.csv.read_csv", 1, ()),
     ("dask_cuda.LocalCUDACluster", 0, ("n_workers", "threads_per_worker", "rmm_pool_size",
                                        "rmm_allocator_external_lib_list", "device_memory_limit",
                                        "enable_cudf_spill", "protocol", "dashboard_address",
                                        "silence_logs", "CUDA_VISIBLE_DEVICES")),
 ]
 
+# Enum members and constants the backend names (tests/backends/test_gpu_api.py resolves each).
+RAPIDS_CONSTANTS: list[str] = [
+    "pylibcudf.TypeId.STRING", "pylibcudf.TypeId.STRUCT", "pylibcudf.TypeId.LIST", "pylibcudf.TypeId.INT32",
+    "pylibcudf.TypeId.INT64", "pylibcudf.TypeId.BOOL8", "pylibcudf.TypeId.TIMESTAMP_MICROSECONDS",
+    "pylibcudf.io.types.JSONRecoveryMode.RECOVER_WITH_NULL", "pylibcudf.io.types.QuoteStyle.MINIMAL",
+    "pylibcudf.io.types.StatisticsFreq.STATISTICS_ROWGROUP", "pylibcudf.io.types.DictionaryPolicy.ADAPTIVE",
+    "pylibcudf.io.types.CompressionType.NONE", "pylibcudf.io.types.CompressionType.ZSTD",
+    "pylibcudf.strings.regex_flags.RegexFlags.DOTALL", "pylibcudf.strings.regex_flags.RegexFlags.DEFAULT",
+]
 
 # The backend's own regexes (libcudf dialect; tests/backends/test_gpu_api.py compiles each).
 _WS = r"[\t\n\x0b\f\r ]*"
@@ -113,8 +179,14 @@ def device_patterns() -> list[str]:
     from .gpu_text import NON_ASCII, WHITESPACE_RUN
 
     clf = [to_cudf_regex(outer_regex(preset(name).regex)) for name in ("apache_common", "apache_combined")]
+    from . import gpu_support as rules
+
+    records = [rules.JSON_INT_TOKEN, rules.JSON_DECIMAL_TOKEN, rules.JSON_TEXT_LITERAL, rules.JSON_DOUBTFUL_RECORD,
+               rules.JSON_OPENINGS, rules.CSV_QUOTED_FIELD]
+    for d in (",", "\t", ";", "|", "]", "^", "-", "\\"):
+        records += [rules.csv_record_pattern(d), rules.csv_quoted_empty_pattern(d), rules.csv_delimiter_pattern(d)]
     return [FLOAT_PATTERN, BOOL_PATTERN, integer_pattern(False), integer_pattern(True),
-            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN]
+            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN, *records]
 
 
 # -- the host-transfer ledger ---------------------------------------------------------------------
@@ -142,7 +214,7 @@ def _flag(values, reason: str = "control: any()") -> bool:
     return bool(hit.get() if isinstance(hit, cp.ndarray) else hit)
 
 
-class GpuBackend(GpuTextMixin, Backend):
+class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
     name = "gpu"
 
     xp = cp
@@ -362,14 +434,20 @@ class GpuBackend(GpuTextMixin, Backend):
         over, as are ranges of objects read from a store. Record boundaries are found with small
         host peeks around each range's ends, so the semantics are exactly those of
         sources.ranges.read_range."""
-        from ..sources.ranges import Block, read_range, record_span, truncated_piece
+        from ..sources.ranges import Block, ByteRange, read_range, record_span, truncated_piece
 
-        pieces = []            # (kind, file, a, b, host bytes or None, needs newline)
+        pieces = []            # (kind, file, a, b, host bytes or KvikIO arguments or None, needs newline)
         seg_pos, seg_start, seg_file, extra_bad = [], [], [], []
         position = 0
         for rng in ranges:
             f = files[rng.file_index]
-            if rng.length < 0 or f.in_store:           # decompressed, or ranged GETs from an object store
+            remote = (self._kvikio_remote(f) if f.in_store and type(rng) is ByteRange and rng.length >= 0
+                      and not f.compression else None)
+            if remote is not None:                     # an object in the store, read by KvikIO
+                start, end, newline = remote_record_span(f, rng.offset, rng.length)
+                pieces.append(("remote", f, start, end, remote, newline))
+                size = end - start + newline
+            elif rng.length < 0 or f.in_store:         # decompressed, or ranged GETs by the CPU client
                 got = read_range(f, rng)
                 data = truncated_piece(f, got, extra_bad)
                 pieces.append(("host", f, 0, len(data), data, False))
@@ -392,7 +470,10 @@ class GpuBackend(GpuTextMixin, Backend):
                 at += len(data)
                 continue
             if b > a:
-                self._pread(f.path, buf[at:at + (b - a)], a)
+                if kind == "remote":
+                    self._remote_pread(f, data, buf[at:at + (b - a)], a)
+                else:
+                    self._pread(f.path, buf[at:at + (b - a)], a)
             at += b - a
             if newline:
                 buf[at] = 10
@@ -413,6 +494,51 @@ class GpuBackend(GpuTextMixin, Backend):
             count_read(f"kvikio {name.lower()}", nbytes)
         if got != len(dest):
             raise OSError(f"{path}: short read ({got} of {len(dest)} bytes at {file_offset})")
+
+    def _kvikio_remote(self, f):
+        """KvikIO's arguments for an s3:// object (the CPU client's endpoint and credentials), or
+        None where it cannot read it (no remote support in this KvikIO build, or settings only the
+        CPU client reads: gpu_support.kvikio_s3_arguments); that object is then read by the CPU
+        client, counted."""
+        from kvikio.remote_file import is_remote_file_available
+
+        if not is_remote_file_available():
+            count_fallback("s3 reads: KvikIO built without remote support (CPU client)", 1)
+            return None
+        arguments, why = kvikio_s3_arguments(f.url, f.storage_options, os.environ)
+        if arguments is None:
+            count_fallback(f"s3 reads: {why} (CPU client)", 1)
+        return arguments
+
+    def _remote_pread(self, f, arguments: dict, dest, file_offset: int) -> None:
+        """Bytes of an object in the store straight into device memory (kvikio.RemoteFile). KvikIO
+        cannot pin a read to an ETag (no If-Match), so the object is checked before and after the
+        read (ETag, version id, size as listed): a replaced object is an error naming it, never a
+        mix of two versions."""
+        from .. import storage
+        from ..errors import SourceError
+
+        def unchanged() -> None:
+            now = storage.head(f.url, f.storage_options)
+            if now is None or (now.etag, now.size) != (f.etag, f.size) or \
+                    (f.version_id and now.version_id and now.version_id != f.version_id):
+                raise SourceError(f"source.path: {f.url} changed during the run (listed with ETag {f.etag}, "
+                                  f"{f.size} bytes; now {'gone' if now is None else f'ETag {now.etag}, {now.size} bytes'}); "
+                                  "nothing was committed",
+                                  hint="run again once the data stops changing, or read from a versioned bucket")
+
+        unchanged()
+        with storage.translated(f.url, f.storage_options, "read"):
+            args = dict(arguments)
+            remote = kvikio.RemoteFile.open_s3_url(args.pop("url"), f.size, **args)
+            try:
+                got = remote.pread(dest, len(dest), file_offset).get()
+            finally:
+                remote.close()
+        unchanged()
+        count_read("kvikio remote (s3)", got)
+        if got != len(dest):
+            raise SourceError(f"source.path: {f.url}: short read ({got} of {len(dest)} bytes at {file_offset})")
 
     def split_lines(self, data, base_offset: int) -> Lines:
         """Newlines found with CuPy; the strings column is built over the same device bytes
@@ -495,24 +621,6 @@ class GpuBackend(GpuTextMixin, Backend):
         cols, matched = self.cpu.extract(host, regex, names, kernel=kernel)
         return ({n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()},
                 _with_index(cudf.Series(cp.asarray(matched.to_numpy(dtype=bool))), text.index))
-
-    def parse_json(self, text, read):
-        """On the host, with the CPU kernel: pyarrow's reader and Python's json for bad records
-        define which records are bad and why; cudf.read_json coerces types differently (see
-        docs/gpu.md), so using it would break parity. Counted."""
-        count_fallback("parse_json: host (pyarrow JSON reader)", len(text))
-        cols, ok, reasons = self.cpu.parse_json(self.cpu.series(_to_arrow(text, "JSON parsed on the host"), "string"),
-                                                read)
-        return self._back(cols, ok, reasons, read.schema, text.index)
-
-    def parse_csv(self, text, names, delimiter, null_values=("",)):
-        count_fallback("parse_csv: host (pyarrow CSV reader)", len(text))
-        cols, ok, reason = self.cpu.parse_csv(self.cpu.series(_to_arrow(text, "CSV parsed on the host"), "string"),
-                                              names, delimiter, null_values)
-        out = {n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()}
-        if not isinstance(reason, str):   # one reason per record: a pandas Series from the CPU kernel
-            reason = self.series(pa.array(reason), "string", index=text.index)
-        return out, _with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), text.index), reason
 
     def _back(self, cols, ok, reasons, schema, index):
         out = {}

@@ -527,3 +527,210 @@ def utf8_bad_bytes(xp, b):
     bad |= (((b == 0xE0) & (nxt < 0xA0)) | ((b == 0xED) & (nxt > 0x9F)) |
             ((b == 0xF0) & (nxt < 0x90)) | ((b == 0xF4) & (nxt > 0x8F)))
     return bad | (cont & ~covered) | (covered & ~cont)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON lines and CSV records on the device: which records the device decides, in libcudf's
+# regex dialect (tests/backends/test_gpu_api.py compiles each; test_gpu_support.py checks the
+# rules against the CPU kernel with Python's re, which reads these ASCII patterns alike).
+#
+# The device reads each JSON record with libcudf (recovery mode, strict validation, every value
+# kept as its token text: keep_quotes), wrapped as {"r": <record>} so that a record libcudf
+# cannot read (the wrapper is null) is told apart from a record whose fields are all null (the
+# wrapper is there, its fields null). It keeps a value only where the token says exactly what
+# the CPU kernel makes of it; every other record is read on the host by the CPU kernel, which
+# also gives each bad record its reason.
+
+JSON_WRAPPER = "r"
+
+# Tokens the device turns into a column's value (anything else present: the record goes to the CPU)
+JSON_INT_TOKEN = r"^-?(?:0|[1-9][0-9]{0,17})\Z"               # JSON integers within 18 digits
+JSON_DECIMAL_TOKEN = r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?\Z"  # no exponent (the float fast path)
+JSON_TEXT_LITERAL = r"^(?:-?[1-9][0-9]{0,17}|0|true|false)\Z"  # json.dumps gives the same text
+
+# Records libcudf's strict validator reads differently from Python's json, or whose keys the
+# device cannot check: the CPU kernel reads them.
+JSON_DOUBTFUL_RECORD = "|".join([
+    r"[0-9]\.[eE]",                         # 1.e5: libcudf's validator accepts it, Python's json does not
+    r"\\u[dD][89a-fA-F]",                   # a UTF-16 surrogate escape: Python keeps a lone one
+    r'\\.(?:[^"\\]|\\.)*"[\t\r ]*:',       # an escape in a key (the duplicate-key check reads keys as written)
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f]",        # control characters (never valid JSON outside strings)
+    r"[,{\[][\t\r ]*,|,[\t\r ]*[}\]]",       # an empty member: Python's json refuses it (not left to the PDA)
+])
+JSON_OPENINGS = r"[\[{]"
+JSON_MAX_OPENINGS = 256                     # deeper records are Python's RecursionError case: the CPU's
+
+JSON_DEVICE_TYPES = frozenset({"string", "bool", "float64", "int8", "int16", "int32", "int64",
+                               "uint8", "uint16", "uint32", "uint64"})
+
+
+def json_device_refusal(read) -> str | None:
+    """Why a JSON batch is read on the host as a whole (None: the device reads it)."""
+    if read.extra != "drop":
+        return f"parse_json: extra_fields: {read.extra} (host)"
+    for col in read.columns:
+        if col.type not in JSON_DEVICE_TYPES:
+            return f"parse_json: a {col.type.split('<')[0]} column (host)"
+    return None
+
+
+def json_read_tree(read) -> dict:
+    """The keys the device reads below the wrapper, as a tree: a key maps to None (a value,
+    read as its token text), {"struct": {...}} or {"list": node}. Columns' flat keys are values;
+    their paths are structs and lists down to a value (the plan has refused clashes)."""
+    tree: dict = {}
+    for col in read.columns:
+        tree.setdefault(col.name, None)
+        if col.path:
+            _insert(tree, col.path)
+    return tree
+
+
+def _insert(level: dict, path) -> None:
+    key, rest = path[0], path[1:]
+    level[key] = _node(level.get(key), rest) if rest else level.get(key)
+
+
+def _node(node, rest):
+    """`node` (None: a value) grown so that the steps in `rest` can be taken from it."""
+    if isinstance(rest[0], int):
+        node = node if node is not None and "list" in node else {"list": None}
+        if len(rest) > 1:
+            node["list"] = _node(node["list"], rest[1:])
+        return node
+    node = node if node is not None and "struct" in node else {"struct": {}}
+    _insert(node["struct"], rest)
+    return node
+
+
+def json_tree_keys(tree: dict) -> set[str]:
+    """Every key the device reads, at any depth (checked for duplicates within a record)."""
+    out: set[str] = set()
+    for key, node in tree.items():
+        out.add(key)
+        while node is not None and "list" in node:
+            node = node["list"]
+        if node is not None and "struct" in node:
+            out |= json_tree_keys(node["struct"])
+    return out
+
+
+def json_key_literal(key: str) -> str:
+    """The key as it is written in a record without escapes (a key that needs escapes is found
+    by JSON_DOUBTFUL_RECORD instead)."""
+    return '"' + key + '"'
+
+
+# CSV: records the device reads with libcudf's reader, all others with the CPU kernel
+def _one_char_class(ch: str) -> str:
+    """A libcudf character class holding one character, spelled with a hex escape."""
+    return f"[\\x{ord(ch):02x}]"
+
+
+CSV_QUOTED_FIELD = r'"(?:[^"]|"")*"'
+
+
+def csv_device_refusal(delimiter: str, null_values) -> str | None:
+    """Why a CSV batch is read on the host as a whole (None: the device reads it)."""
+    if len(delimiter) != 1 or ord(delimiter) > 0x7f or delimiter in '"\r\n':
+        return "parse_csv: a delimiter libcudf's reader takes differently (host)"
+    if any(('"' in v or "\n" in v or "\r" in v or delimiter in v) for v in null_values):
+        return "parse_csv: a null value with a quote, delimiter or newline (host)"
+    return None
+
+
+def csv_record_pattern(delimiter: str) -> str:
+    """A record the device reads: fields quoted whole (doubled quotes inside) or without quotes,
+    no quote anywhere else (pyarrow and libcudf read a stray quote differently)."""
+    d = _one_char_class(delimiter)
+    unquoted = f"[^\"\\x{ord(delimiter):02x}]*"
+    field = f"(?:{CSV_QUOTED_FIELD}|{unquoted})"
+    return f"^{field}(?:{d}{field})*\\Z"
+
+
+def csv_quoted_empty_pattern(delimiter: str) -> str:
+    """A quoted empty field: libcudf makes it null when "" is a null value; the CPU keeps ''."""
+    d = _one_char_class(delimiter)
+    return f'(?:^|{d})""(?:{d}|\\Z)'
+
+
+def csv_delimiter_pattern(delimiter: str) -> str:
+    return _one_char_class(delimiter)
+
+
+# ---------------------------------------------------------------------------------------------
+# s3:// objects read by KvikIO into device memory (issue 18): the same endpoint and credentials
+# as the CPU client (storage.py: source.storage_options, else the AWS environment), or the CPU
+# client where KvikIO cannot be given them.
+
+_KVIKIO_OPTIONS = {"key", "secret", "token", "endpoint_url", "client_kwargs", "config_kwargs", "skip_instance_cache"}
+_KVIKIO_CLIENT_KWARGS = {"endpoint_url", "region_name"}
+_KVIKIO_CONFIG_KWARGS = {"retries"}
+_URL_SAFE_KEY = re.compile(r"[A-Za-z0-9._~/!$&'()*+,;=:@-]+")     # nothing KvikIO would have to escape
+
+
+def kvikio_s3_arguments(url: str, storage_options: dict | None, env) -> tuple[dict | None, str]:
+    """(keyword arguments of kvikio.RemoteFile.open_s3_url, "") for an s3:// object, from the
+    storage_options and AWS environment the CPU client reads; or (None, why) where KvikIO cannot
+    be given what the CPU client would use (a profile, config files, an instance role, anonymous
+    access, other client settings, a key that needs escaping): that object is read by the CPU client."""
+    m = re.match(r"^(s3a?)://([^/]+)/(.+)$", url)
+    if not m:
+        return None, "not an s3:// object"
+    options = dict(storage_options or {})
+    client = dict(options.get("client_kwargs") or {})
+    config = dict(options.get("config_kwargs") or {})
+    if set(options) - _KVIKIO_OPTIONS or set(client) - _KVIKIO_CLIENT_KWARGS or set(config) - _KVIKIO_CONFIG_KWARGS:
+        return None, "storage_options KvikIO cannot be given"
+    explicit = bool(options.get("key") and options.get("secret"))
+    if not explicit and env.get("AWS_PROFILE"):
+        return None, "credentials from an AWS profile"
+    key = options.get("key") or env.get("AWS_ACCESS_KEY_ID")
+    secret = options.get("secret") or env.get("AWS_SECRET_ACCESS_KEY")
+    if not (key and secret):
+        return None, "credentials from config files or an instance role (KvikIO reads explicit keys only)"
+    token = options.get("token") if explicit else env.get("AWS_SESSION_TOKEN")
+    endpoint = (options.get("endpoint_url") or client.get("endpoint_url") or env.get("AWS_ENDPOINT_URL_S3")
+                or env.get("AWS_ENDPOINT_URL"))
+    region = client.get("region_name") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if not region and not endpoint:
+        return None, "no region in the environment (the CPU client may read it from config files)"
+    bucket, name = m.group(2), m.group(3)
+    if not _URL_SAFE_KEY.fullmatch(name):
+        return None, "an object key KvikIO would have to escape"
+    return {"url": f"s3://{bucket}/{name}", "aws_region_name": region or "us-east-1", "aws_access_key_id": key,
+            "aws_secret_access_key": secret, "aws_endpoint_url": endpoint, "aws_session_token": token or None}, ""
+
+
+def remote_record_span(f, offset: int, length: int, peek: int = 1 << 16) -> tuple[int, int, int]:
+    """(start, end, add_newline): the bytes of the records that start in [offset, offset+length)
+    of an object in the store, by the rule of sources/ranges.py (a record belongs to the range its
+    first byte is in), found with small ranged GETs pinned to the object's ETag (storage.read_span),
+    so the bulk of the range can then be read straight into device memory."""
+    from .. import storage
+
+    size = f.size
+
+    def newline_at_or_after(pos: int) -> int | None:
+        step = peek
+        while pos < size:
+            chunk = storage.read_span(f.url, f.etag, f.version_id, pos, min(size, pos + step), f.storage_options)
+            k = chunk.find(b"\n")
+            if k >= 0:
+                return pos + k
+            pos += len(chunk)
+            step *= 2
+        return None
+
+    if offset > 0:
+        p = newline_at_or_after(offset - 1)
+        if p is None or p + 1 >= offset + length:
+            return offset, offset, 0              # no record starts in the range
+        start = p + 1
+    else:
+        start = 0
+    if start >= size:
+        return start, start, 0
+    q = newline_at_or_after(max(start, offset + length - 1))
+    end = size if q is None else q + 1
+    return start, end, int(q is None and end > start)

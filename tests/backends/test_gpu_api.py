@@ -142,6 +142,12 @@ def test_every_rapids_call_exists_and_accepts_the_arguments_used(dotted, positio
         assert passed_on <= _class_keywords(obj), f"{dotted}: no base takes {sorted(passed_on - _class_keywords(obj))}"
 
 
+@pytest.mark.parametrize("dotted", gpu.RAPIDS_CONSTANTS)
+def test_every_enum_member_the_backend_names_exists(dotted):
+    module, _, member = dotted.rpartition(".")
+    assert hasattr(_resolve(module), member), dotted
+
+
 def test_the_signature_check_can_fail():
     with pytest.raises(TypeError):
         _signature(_resolve("pylibcudf.strings.extract.extract")).bind(None, None, nonexistent=1)
@@ -231,3 +237,35 @@ def test_every_sink_compression_has_a_libcudf_codec():
     assert "zstd" in choices
     for name in choices:
         assert name == "none" or hasattr(plc.io.types.CompressionType, name.upper()), name
+
+
+# -- the readers' settings, built with the real pylibcudf (no device needed to build them) ------
+
+JSON_COLUMN_SETS = [["a"], ["a", "user.id", "user.name"], ["items[0].sku", "items[1].qty", "m[0][1]"],
+                    ["service.name", "service.version", "x"]]
+
+
+@pytest.mark.parametrize("names", JSON_COLUMN_SETS, ids=["+".join(n) for n in JSON_COLUMN_SETS])
+def test_the_json_reader_takes_the_settings_and_dtypes_the_backend_builds(names):
+    from gpuetl.backends.gpu_records import json_reader_options
+    from gpuetl.backends.gpu_support import json_read_tree
+    from gpuetl.sources.json_fields import JsonColumn, JsonRead, parse_path
+
+    tree = json_read_tree(JsonRead(tuple(JsonColumn(n, "int64", parse_path(n)) for n in names)))
+    options = json_reader_options(plc.io.SourceInfo([b'{"r": {}}\n']), tree)
+    assert isinstance(options, plc.io.json.JsonReaderOptions)
+
+
+@pytest.mark.parametrize("delimiter, null_values", [(",", ("",)), ("\t", ("", "NA")), (";", ()), ("|", ("NA",))])
+def test_the_csv_reader_takes_the_settings_the_backend_builds(delimiter, null_values):
+    from gpuetl.backends.gpu_records import csv_reader_options
+
+    options = csv_reader_options(plc.io.SourceInfo([b"a,b\n"]), ("a", "b", "c"), delimiter, null_values)
+    assert isinstance(options, plc.io.csv.CsvReaderOptions)
+
+
+def test_a_malformed_dtype_tree_is_refused_by_the_reader_options():
+    """The options check above can fail: a child list that is not (name, type, children)."""
+    with pytest.raises((ValueError, TypeError)):
+        plc.io.json.JsonReaderOptions.builder(plc.io.SourceInfo([b"{}\n"])).dtypes(
+            [("r", plc.DataType(plc.TypeId.STRUCT), [("a", "string", [])])]).build()
