@@ -69,7 +69,7 @@ class StandInEncoder:
             img = Image.fromarray(a[..., 0] if a.shape[2] == 1 else a)
             save = {} if img.mode == "L" else {"subsampling": SAMPLING[params.chroma_subsampling.name]}
             img.save(buf, "JPEG", quality=int(params.quality_value), optimize=False, **save)
-            out.append(buf.getvalue())
+            out.append(nvimgcodec.CodeStream(buf.getvalue()))        # what encode returns: CodeStreams
         return out
 
 
