@@ -283,14 +283,13 @@ def images_job(data: Path, out_root: Path, n: int, copies: int, smoke: bool) -> 
 
     from gpuetl import Pipeline
     from gpuetl.backends import get_backend
-    from gpuetl.sources.images import GPU_IMAGES_SWITCH
 
     started = time.perf_counter()
     listing, warm, copy_bytes = make_photos(data, n, copies, (96, 72) if smoke else (500, 375))
     generate_seconds = time.perf_counter() - started
     backend = get_backend("cpu" if smoke else "gpu")
     if not smoke:
-        setattr(backend, GPU_IMAGES_SWITCH, True)        # the GPU image path, not yet checked on a GPU
+        backend.images_on_gpu = True                     # the GPU image path, not yet checked on a GPU
     t0 = time.perf_counter()
     cluster_cm = (LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
                   if smoke else backend.local_cluster())

@@ -35,9 +35,9 @@ from .ranges import Partition, Whole, pack
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
 READ_THREADS = 8
-# A backend object with this attribute set to True runs images on its own image path
-# (backends/gpu_images.py); without it, planning an images source for a backend other than the
-# CPU is refused: that path has not been checked on a GPU yet (docs/gpu.md, "Images").
+# The backend's switch (base.Backend.images_on_gpu) that lets an images source run on its image
+# path (backends/gpu_images.py); off, planning one for a backend other than the CPU is refused:
+# that path has not been checked on a GPU yet (docs/gpu.md, "Images"). Named in the message.
 GPU_IMAGES_SWITCH = "images_on_gpu"
 _FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 BASE_COLUMNS = {
@@ -164,7 +164,7 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
     """(partitions, the source stage, what the manifest records: the label list)."""
     src = loaded.spec.source
     where = f"{loaded.path}: source"
-    if backend is not None and backend.name != "cpu" and not getattr(backend, GPU_IMAGES_SWITCH, False):
+    if backend is not None and backend.name != "cpu" and not backend.images_on_gpu:
         # docs/gpu.md ("Images") says why: the GPU image path has not been checked on a GPU yet
         raise SpecError(f"{where}.type: images run on the CPU backend unless the {backend.name} backend's "
                         f"`{GPU_IMAGES_SWITCH}` switch is on (its image path, nvImageCodec and CV-CUDA, has not "

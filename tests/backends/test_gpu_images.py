@@ -26,7 +26,6 @@ for _module in ("cupy", "cvcuda", "nvidia.nvimgcodec"):
 from gpuetl.api import Pipeline  # noqa: E402
 from gpuetl.backends import cpu_images, get_backend, gpu_images  # noqa: E402
 from gpuetl.backends.gpu_support import fallback_counts, reset_tallies  # noqa: E402
-from gpuetl.sources.images import GPU_IMAGES_SWITCH  # noqa: E402
 from imagedata import image_bytes, image_spec, jpeg_bytes, pixels, quarantine_of, rows_of, write  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -35,7 +34,7 @@ BOUNDS = {"psnr_db": 35.0, "mad": 2.0}
 
 def _gpu():
     backend = get_backend("gpu")
-    setattr(backend, GPU_IMAGES_SWITCH, True)
+    backend.images_on_gpu = True
     return backend
 
 

@@ -15,6 +15,7 @@ class GpuPlanningStandIn:
     """What planning asks of a backend: its name, its regex checks (no RAPIDS needed)."""
 
     name = "gpu"
+    images_on_gpu = False
 
     def check_regex(self, pattern):
         return None
@@ -35,9 +36,17 @@ def test_the_refusal_names_the_switch_and_how_to_set_it(tmp_path):
 def test_with_the_switch_on_the_plan_is_made(tmp_path):
     photo_folder(tmp_path / "photos", n=4)
     backend = GpuPlanningStandIn()
-    setattr(backend, GPU_IMAGES_SWITCH, True)
+    backend.images_on_gpu = True
     plan = Pipeline.from_dict(image_spec(), base_dir=tmp_path).plan(backend)
     assert sum(len(p.ranges) for p in plan.partitions) == 4
+
+
+def test_every_backend_and_planning_view_declares_the_switch_off():
+    from gpuetl.backends import BACKENDS
+
+    for entry in BACKENDS.values():
+        assert entry.plan().images_on_gpu is False
+    assert GPU_IMAGES_SWITCH == "images_on_gpu"
 
 
 def test_the_cpu_backend_needs_no_switch(tmp_path):
