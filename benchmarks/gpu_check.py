@@ -27,6 +27,10 @@ soon as it finishes, so a call cut short still reports what it got:
     PYTHONPATH=$PWD:/tmp/site python3 benchmarks/gpu_check.py --out $OUT
     python3 benchmarks/gpu_check.py --smoke        # the whole script on the CPU backend, tiny
 
+The staged set needs, besides RAPIDS and the project's own dependencies (Pillow among them), the
+image wheels of the gpu extra: nvidia-nvimgcodec-cu13 with nvidia-nvjpeg, and cvcuda-cu13
+(benchmarks/README.md, staging); 08_images reports what it found (image_libraries).
+
 --smoke runs every section on the CPU backend at a tiny size with a plain host read for the
 bandwidth section, so the script itself is tested in `make test` (tests/test_gpu_check.py) and
 cannot fail on first contact with a GPU. Not imported by the package.
@@ -276,6 +280,23 @@ def images_spec(root: Path, out: Path) -> dict:
     return spec
 
 
+def image_libraries() -> dict:
+    """The versions of the GPU image libraries here, and whether nvJPEG's library is found (where
+    nvImageCodec's nvjpeg extension looks: the nvidia-nvjpeg wheel's nvidia/cu13/lib)."""
+    import importlib.util
+
+    out = {}
+    for name in ("nvidia.nvimgcodec", "cvcuda"):
+        try:
+            out[name] = importlib.import_module(name).__version__
+        except Exception as err:           # noqa: BLE001 (not staged, or no GPU for cvcuda)
+            out[name] = f"not usable ({type(err).__name__}: {err})"
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations) if spec and spec.submodule_search_locations else []
+    out["libnvjpeg"] = [str(p) for root in roots for p in Path(root).glob("cu13/lib/libnvjpeg.so*")]
+    return out
+
+
 def images_job(data: Path, out_root: Path, n: int, copies: int, smoke: bool) -> dict:
     """The images benchmark on one warm cluster: a warm-up run (worker imports, nvImageCodec's and
     CV-CUDA's first calls), then the timed run of n x copies images."""
@@ -305,12 +326,13 @@ def images_job(data: Path, out_root: Path, n: int, copies: int, smoke: bool) -> 
         result = pipeline.run(backend=backend, client=client, report=False)
         seconds = time.perf_counter() - t2
     images = result.counts["rows_in"]
-    return {"backend": backend.name, "images": images, "copies": copies, "generated": n,
+    fallbacks = result.manifest.get("fallbacks", {})
+    return {"backend": backend.name, "image_libraries": image_libraries(), "all_on_device": not fallbacks, "images": images, "copies": copies, "generated": n,
             "input_bytes": copy_bytes * copies, "seconds": seconds, "images_per_s": images / seconds,
             "goal_images_per_s": IMAGES_GOAL, "meets_goal": images / seconds >= IMAGES_GOAL,
             "generate_seconds": generate_seconds, "cluster_start_seconds": start_seconds,
             "warmup_seconds": warmup_seconds, "counts": result.counts,
-            "fallbacks": result.manifest.get("fallbacks", {}), "host_transfer": result.manifest.get("host_transfer", {}),
+            "fallbacks": fallbacks, "host_transfer": result.manifest.get("host_transfer", {}),
             "shards": len(result.shards), "versions": result.manifest.get("versions")}
 
 
