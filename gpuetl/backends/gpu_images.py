@@ -71,6 +71,8 @@ HOST_UNFINISHED = "images: JPEG without its end-of-image marker (truncated?) dec
 HOST_UNPARSED = "images: JPEG header nvImageCodec cannot read, decoded on the host"
 HOST_CHANNELS = "images: CMYK/YCCK or 12-bit JPEG decoded on the host"
 HOST_UNDECODED = "images: JPEG nvJPEG could not decode, decoded on the host"
+HOST_BATCH = "images: nvImageCodec failed a whole decode batch, decoded on the host"
+HOST_RESIZE = "images: CV-CUDA hq_resize failed, resized on the host"
 HOST_ENCODE = "images: PNG/WebP encoded on the host"
 HOST_UNENCODED = "images: JPEG nvJPEG could not encode, encoded on the host"
 
@@ -234,11 +236,14 @@ def decode_many(items, resize_to=None):
     sizes = [s.width * s.height * 3 for _, s in device]
     for start, stop in _batches(sizes):
         chunk = device[start:stop]
-        images = decoder.decode([s for _, s in chunk], params=params)
+        try:
+            images, missing = decoder.decode([s for _, s in chunk], params=params), HOST_UNDECODED
+        except RuntimeError:                       # not one image's fault that could be told apart
+            images, missing = [None] * len(chunk), HOST_BATCH
         arrays, where = [], []
         for (i, _), img in zip(chunk, images):
             if img is None:
-                out[i] = _host_decode(items[i], resize_to, HOST_UNDECODED)
+                out[i] = _host_decode(items[i], resize_to, missing)
                 continue
             _, mode, orientation, _ = items[i]
             rgb = cp.asarray(img.cuda())           # H x W x 3 (rows may be padded: asarray keeps the strides)
@@ -274,11 +279,30 @@ def _resize_on_device(arrays: list, how: str, tw: int, th: int, filter: str) -> 
         batch = cvcuda.TensorBatch(len(group))
         for i, _, _ in group:
             batch.pushback(cvcuda.as_tensor(arrays[i], "HWC"))
-        resized = cvcuda.hq_resize(batch, [size for _, size, _ in group], antialias=True, interpolation=interp,
-                                   roi=[roi for _, _, roi in group])
+        try:
+            resized = cvcuda.hq_resize(batch, [size for _, size, _ in group], antialias=True, interpolation=interp,
+                                       roi=[roi for _, _, roi in group])
+        except (RuntimeError, ValueError):         # CV-CUDA's errors: each image to Pillow, counted
+            _count(HOST_RESIZE, len(group))
+            for i, _, _ in group:
+                out[i] = _pillow_resize(arrays[i], how, tw, th, filter)
+            continue
         for (i, _, _), tensor in zip(group, resized):
             out[i] = cp.asarray(tensor.cuda())
     return out
+
+
+def _pillow_resize(array, how: str, tw: int, th: int, filter: str):
+    """One device image resized by cpu_images.resize, back on the device."""
+    import cupy as cp
+    import numpy as np
+
+    from .gpu import to_host_copy
+
+    h, w, c = array.shape
+    pixels, ow, oh, c = cpu_images.resize(to_host_copy(array, "images: pixels to host").tobytes(), w, h, c,
+                                          how, tw, th, filter)
+    return cp.asarray(np.frombuffer(pixels, np.uint8).reshape(oh, ow, c))
 
 
 def resize_many(items, how: str, tw: int, th: int, filter: str):
@@ -338,7 +362,10 @@ def encode_many(items, fmt: str, quality: int):
         for start, stop in _batches([len(items[i][0]) for i in rows]):
             chunk = rows[start:stop]
             arrays = _to_device([items[i] for i in chunk])
-            streams = encoder.encode([nv.as_image(a) for a in arrays], "jpeg", params=params)
+            try:
+                streams = encoder.encode([nv.as_image(a) for a in arrays], "jpeg", params=params)
+            except RuntimeError:                   # the whole batch: each image to Pillow, counted
+                streams = [None] * len(chunk)
             for i, stream in zip(chunk, streams):
                 if stream is None:
                     _count(HOST_UNENCODED)

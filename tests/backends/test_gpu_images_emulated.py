@@ -217,3 +217,29 @@ def test_png_webp_and_raw_encode_as_the_cpu_png_and_webp_counted(emulated):
     for fmt in ("png", "webp", "raw"):
         assert gpu_images.encode_many([rgb], fmt, 80) == [cpu_images.encode(*rgb, fmt, 80)]
     assert fallback_counts() == {gpu_images.HOST_ENCODE: 2}
+
+
+def test_a_library_failing_a_whole_batch_sends_it_to_pillow_counted(emulated, monkeypatch):
+    def fails(*args, **kwargs):
+        raise RuntimeError("the device library failed")
+
+    datas = [jpeg_bytes(40, 30, seed=i) for i in range(3)]
+    target = ("fill", 16, 16, "bicubic")
+    want = [cpu_images.decode(d, "RGB", 1, None, target) for d in datas]
+    monkeypatch.setattr(emulated.decoder, "decode", fails)
+    for got, w in zip(gpu_images.decode_many([(d, "RGB", 1, None) for d in datas], target), want):
+        _same(got, w)
+    assert fallback_counts() == {gpu_images.HOST_BATCH: 3}
+
+    reset_tallies()
+    monkeypatch.setattr(sys.modules["cvcuda"], "hq_resize", fails)
+    decoded = [cpu_images.decode(d, "RGB", 1) for d in datas]
+    for got, w in zip(gpu_images.resize_many(decoded, *target), want):
+        _same(got, w)
+    assert fallback_counts() == {gpu_images.HOST_RESIZE: 3}
+
+    reset_tallies()
+    nv, decoder, encoder = gpu_images._LOCAL.codecs
+    monkeypatch.setattr(encoder, "encode", fails)
+    assert gpu_images.encode_many(decoded, "jpeg", 90) == [cpu_images.encode(*d, "jpeg", 90) for d in decoded]
+    assert fallback_counts() == {gpu_images.HOST_UNENCODED: 3}
