@@ -227,6 +227,9 @@ def decode_many(items, resize_to=None):
     out: list = [None] * len(items)
     device: list[tuple[int, object]] = []
     for i, item in enumerate(items):
+        if not item[0]:                            # no bytes: the CPU kernel's reason, nothing to decode
+            out[i] = _cpu(cpu_images.decode, item)
+            continue
         stream, why = device_route(item[0], nv)
         if why:
             out[i] = _host_decode(item, resize_to, why)

@@ -174,7 +174,7 @@ def test_what_the_device_does_not_decode_goes_to_pillow_counted(emulated):
     refused = jpeg_bytes(40, 30, seed=5)
     emulated.decoder.refuse.add(refused)
     cases = [good, good[: len(good) // 2], image_bytes(Image.open(io.BytesIO(good)).convert("CMYK"), "JPEG"),
-             image_bytes(Image.open(io.BytesIO(good)).convert("RGBA"), "PNG"), refused, b"garbage"]
+             image_bytes(Image.open(io.BytesIO(good)).convert("RGBA"), "PNG"), refused, b"garbage", b""]
     got = gpu_images.decode_many([(d, "RGB", 1, None) for d in cases])
     for g, d in zip(got, cases):
         try:
