@@ -53,3 +53,15 @@ def test_every_filter_has_an_hq_resize_interpolation():
     filters = ResizeParams.model_fields["filter"].annotation.__args__
     assert set(filters) == set(gpu_images.INTERP)
     assert set(gpu_images.INTERP.values()) <= {"NEAREST", "LINEAR", "CUBIC", "LANCZOS", "GAUSSIAN"}
+
+
+def test_the_fill_region_stays_inside_the_image_for_every_size():
+    """tw / (tw / w) can be w plus an ulp: the region is clamped, or Pillow refuses the box (the
+    CPU kernel) and the ROI would reach outside the image (the GPU's)."""
+    for w in range(1, 700, 7):
+        for h in range(1, 700, 11):
+            for t in (32, 96, 224):
+                (ow, oh), (left, top, right, bottom) = cpu_images.resize_geometry(w, h, "fill", t, t)
+                assert (ow, oh) == (t, t) and 0 <= left <= right <= w and 0 <= top <= bottom <= h, (w, h, t)
+    rotated = bytes(375 * 500 * 3)                          # a 500x375 photo after EXIF orientation 6
+    assert cpu_images.resize(rotated, 375, 500, 3, "fill", 96, 96, "bicubic")[1:] == (96, 96, 3)
