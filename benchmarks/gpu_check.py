@@ -19,9 +19,19 @@ soon as it finishes, so a call cut short still reports what it got:
   07_summary.json       the ratios against the goals (docs/gpu.md)
   08_records.json       JSON lines and CSV through the record readers (gpu_records.py), next to
                         the CPU backend: GB/s, fallbacks, host bytes, same counts
+  09_images.json        images: --images photos (500x375 JPEGs, gpuetl.samples) listed --image-copies
+                        times (file copies: 100k by default, ~8 GB) through pipelines/images.yaml's work
+                        (decode, resize fill 224x224 bicubic, encode JPEG q90, shards; phash left
+                        out) on the GPU backend (its images_on_gpu switch on) on ONE warm
+                        LocalCUDACluster, after a warm-up run; images/s from Pipeline.run to its
+                        return (_SUCCESS written), goal >= 10,000; counts, fallbacks, host bytes
 
     PYTHONPATH=$PWD:/tmp/site python3 benchmarks/gpu_check.py --out $OUT
     python3 benchmarks/gpu_check.py --smoke        # the whole script on the CPU backend, tiny
+
+The staged set needs, besides RAPIDS and the project's own dependencies (Pillow among them), the
+image wheels of the gpu extra: nvidia-nvimgcodec-cu13 with nvidia-nvjpeg, and cvcuda-cu13
+(benchmarks/README.md, staging); 09_images reports what it found (image_libraries).
 
 --smoke runs every section on the CPU backend at a tiny size with a plain host read for the
 bandwidth section, so the script itself is tested in `make test` (tests/test_gpu_check.py) and
@@ -264,6 +274,119 @@ def records_job(backend: str, data: Path, out_root: Path, size: int) -> dict:
     return out
 
 
+IMAGES_GOAL = 10_000          # images/s on the GPU backend (issue: H200, warm cluster, >= 100k images)
+
+
+def _write_photos(args) -> None:
+    """One chunk of the generated set (a worker process of make_photos)."""
+    import numpy as np
+
+    from gpuetl.samples import IMAGE_CLASSES, photo_like
+
+    folder, start, stop, size = args
+    for i in range(start, stop):
+        label = IMAGE_CLASSES[i % len(IMAGE_CLASSES)]
+        path = Path(folder) / label / f"{label}-{i:06d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        photo_like(np.random.default_rng([0, i]), *size).save(path, "JPEG", quality=90)
+
+
+def make_photos(data: Path, n: int, copies: int, size: tuple[int, int]) -> tuple[Path, Path, int]:
+    """(the listing of n generated photos `copies` times, a warm-up listing, bytes of one copy).
+    Generated once on all cores; each copy is a folder of copies of the files (its own keys, the
+    same bytes; not links, which the source reads once). Page cache warmed."""
+    from multiprocessing import Pool
+
+    base = data / f"photos-{n}-{size[0]}x{size[1]}"
+    if not (base / ".done").exists():
+        shutil.rmtree(base, ignore_errors=True)
+        with Pool(os.cpu_count()) as pool:
+            pool.map(_write_photos, [(str(base), i, min(i + 200, n), size) for i in range(0, n, 200)])
+        (base / ".done").write_text("")
+    files = sorted(base.rglob("*.jpg"))
+    listing, warm = data / f"photos-{n}x{copies}", data / f"photos-{n}-warmup"
+    for root, count, subset in ((listing, copies, files), (warm, 1, files[:200])):
+        if not (root / ".done").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            for k in range(count):
+                for src in subset:
+                    dst = root / f"copy{k}" / src.parent.name / src.name
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, dst)
+            (root / ".done").write_text("")
+    for path in listing.rglob("*.jpg"):
+        path.read_bytes()
+    return listing, warm, sum(p.stat().st_size for p in files)
+
+
+def images_spec(root: Path, out: Path) -> dict:
+    """pipelines/images.yaml's work on `root`: its steps but phash (the issue's benchmark: read,
+    decode, resize fill 224x224, encode JPEG q90, Parquet), its shard layout and sink settings."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "pipelines" / "images.yaml").read_text())
+    spec["source"]["path"] = f"{root}/**/*.jpg"
+    spec["steps"] = [step for step in spec["steps"] if "phash" not in step]
+    spec["sink"].update(path=str(out), mode="overwrite")
+    return spec
+
+
+def image_libraries() -> dict:
+    """The versions of the GPU image libraries here, and whether nvJPEG's library is found (where
+    nvImageCodec's nvjpeg extension looks: the nvidia-nvjpeg wheel's nvidia/cu13/lib)."""
+    import importlib.util
+
+    out = {}
+    for name in ("nvidia.nvimgcodec", "cvcuda"):
+        try:
+            out[name] = importlib.import_module(name).__version__
+        except Exception as err:           # noqa: BLE001 (not staged, or no GPU for cvcuda)
+            out[name] = f"not usable ({type(err).__name__}: {err})"
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations) if spec and spec.submodule_search_locations else []
+    out["libnvjpeg"] = [str(p) for root in roots for p in Path(root).glob("cu13/lib/libnvjpeg.so*")]
+    return out
+
+
+def images_job(data: Path, out_root: Path, n: int, copies: int, smoke: bool) -> dict:
+    """The images benchmark on one warm cluster: a warm-up run (worker imports, nvImageCodec's and
+    CV-CUDA's first calls), then the timed run of n x copies images."""
+    from distributed import Client, LocalCluster
+
+    from gpuetl import Pipeline
+    from gpuetl.backends import get_backend
+
+    started = time.perf_counter()
+    listing, warm, copy_bytes = make_photos(data, n, copies, (96, 72) if smoke else (500, 375))
+    generate_seconds = time.perf_counter() - started
+    backend = get_backend("cpu" if smoke else "gpu")
+    if not smoke:
+        backend.images_on_gpu = True                     # the GPU image path, not yet checked on a GPU
+    t0 = time.perf_counter()
+    cluster_cm = (LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
+                  if smoke else backend.local_cluster())
+    with cluster_cm as cluster, Client(cluster) as client:
+        client.run(lambda: None)
+        start_seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        Pipeline.from_dict(images_spec(warm, out_root / "images-warmup")).run(backend=backend, client=client,
+                                                                              report=False)
+        warmup_seconds = time.perf_counter() - t1
+        pipeline = Pipeline.from_dict(images_spec(listing, out_root / "images"))
+        t2 = time.perf_counter()
+        result = pipeline.run(backend=backend, client=client, report=False)
+        seconds = time.perf_counter() - t2
+    images = result.counts["rows_in"]
+    fallbacks = result.manifest.get("fallbacks", {})
+    return {"backend": backend.name, "image_libraries": image_libraries(), "all_on_device": not fallbacks, "images": images, "copies": copies, "generated": n,
+            "input_bytes": copy_bytes * copies, "seconds": seconds, "images_per_s": images / seconds,
+            "goal_images_per_s": IMAGES_GOAL, "meets_goal": images / seconds >= IMAGES_GOAL,
+            "generate_seconds": generate_seconds, "cluster_start_seconds": start_seconds,
+            "warmup_seconds": warmup_seconds, "counts": result.counts,
+            "fallbacks": fallbacks, "host_transfer": result.manifest.get("host_transfer", {}),
+            "shards": len(result.shards), "versions": result.manifest.get("versions")}
+
+
 def machine() -> dict:
     info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
@@ -314,6 +437,8 @@ def main(argv=None) -> int:
                     help="seconds for the test section (the device tool allows 600 s a call: the rest is the benchmark's)")
     ap.add_argument("--smoke", action="store_true", help="CPU backend, tiny sizes: checks the script itself")
     ap.add_argument("--records-size", default="256MB", help="JSON lines and CSV files for the record readers' section")
+    ap.add_argument("--images", type=int, default=10_000, help="photos generated for 09_images (0: skip it)")
+    ap.add_argument("--image-copies", type=int, default=10, help="times the photos are listed (09_images)")
     args = ap.parse_args(argv)
 
     backend = "cpu" if args.smoke else "gpu"
@@ -358,7 +483,16 @@ def main(argv=None) -> int:
     except Exception as err:               # noqa: BLE001
         report.write("08_records", {"error": f"{type(err).__name__}: {err}"})
     tests_ok = report.sections.get("01_tests", {}).get("ok", True)
-    return 0 if tests_ok and "gpu_gbps" in result else 1
+    images_ok = True
+    if args.images:
+        n, copies = (12, 2) if args.smoke else (args.images, args.image_copies)
+        try:
+            images = report.write("09_images", images_job(Path(args.data), out_root, n, copies, args.smoke))
+            print(json.dumps({k: images[k] for k in ("images", "seconds", "images_per_s", "meets_goal")}, default=str))
+        except Exception as err:           # noqa: BLE001 (reported in its JSON)
+            report.write("09_images", {"error": f"{type(err).__name__}: {err}"})
+            images_ok = False
+    return 0 if tests_ok and images_ok and "gpu_gbps" in result else 1
 
 
 if __name__ == "__main__":

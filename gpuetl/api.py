@@ -41,18 +41,19 @@ class Pipeline:
             backend = get_backend(backend, for_planning=True)
         return compile_plan(self.loaded, backend)
 
-    def run(self, backend: str = "auto", client=None, scheduler: str | None = None, progress: bool = False,
+    def run(self, backend="auto", client=None, scheduler: str | None = None, progress: bool = False,
             log=None, report: bool = True):
         """Run and commit the dataset; returns a RunResult (counts, shards, out_dir, manifest).
 
         client: an existing distributed.Client; scheduler: a scheduler address, 'local' (default:
         a LocalCluster for this run), or 'sync'/'threads' (no cluster, for small jobs and tests).
         progress: show each stage's progress on stderr. report: write the run report
-        (_report.json, _report.html) next to the dataset (docs/observing.md)."""
+        (_report.json, _report.html) next to the dataset (docs/observing.md). backend: a name, or
+        a backend object from gpuetl.backends.get_backend (with its switches, docs/gpu.md)."""
         from .runtime.executor import open_executor
         from .runtime.run import run_plan
 
-        chosen = get_backend(backend)
+        chosen = get_backend(backend) if isinstance(backend, str) else backend
         plan = self.plan(chosen)
         with open_executor(scheduler, chosen, client=client, quiet=not progress) as executor:
             return run_plan(plan, chosen, executor, progress=progress, log=log or (lambda *_: None), report=report)

@@ -42,6 +42,7 @@ class PlanningBackend(Protocol):
     can be checked where RAPIDS is not installed (gpu_support.GpuPlanning). Every Backend is one."""
 
     name: str
+    images_on_gpu: bool      # the switch for `type: images` on a GPU backend (Backend.images_on_gpu)
 
     def check_regex(self, pattern: str) -> str | None: ...
 
@@ -52,6 +53,9 @@ class Backend(ABC):
     name: str
     xp: Any                  # numpy or cupy
     xd: Any                  # pandas or cudf
+    # `type: images` on a backend other than the CPU's is refused at plan time unless this is set
+    # on the backend object: the GPU image path has not been checked on a GPU yet (docs/gpu.md).
+    images_on_gpu: bool = False
 
     # -- frames --------------------------------------------------------------------------
     @abstractmethod

@@ -152,7 +152,9 @@ def resize_geometry(w: int, h: int, how: str, tw: int, th: int):
         s = min(tw / w, th / h)
         return (max(1, round(w * s)), max(1, round(h * s))), None
     s = max(tw / w, th / h)
-    cw, ch = tw / s, th / s                      # the source region that becomes tw x th
+    # the source region that becomes tw x th, within the image (tw / (tw / w) can be w plus an
+    # ulp, and Pillow refuses a box that starts before the image)
+    cw, ch = min(tw / s, w), min(th / s, h)
     return (tw, th), ((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2)
 
 

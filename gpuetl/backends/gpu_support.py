@@ -122,6 +122,7 @@ class GpuPlanning:
     Needs no RAPIDS."""
 
     name = "gpu"
+    images_on_gpu = False       # base.Backend.images_on_gpu
 
     def check_regex(self, pattern: str) -> str | None:
         return check_regex(pattern)

@@ -35,6 +35,10 @@ from .ranges import Partition, Whole, pack
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
 READ_THREADS = 8
+# The backend's switch (base.Backend.images_on_gpu) that lets an images source run on its image
+# path (backends/gpu_images.py); off, planning one for a backend other than the CPU is refused:
+# that path has not been checked on a GPU yet (docs/gpu.md, "Images"). Named in the message.
+GPU_IMAGES_SWITCH = "images_on_gpu"
 _FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 BASE_COLUMNS = {
     "key": "string", "label": "string", "label_id": "int32", "image": "binary", "orig_format": "string",
@@ -160,10 +164,13 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
     """(partitions, the source stage, what the manifest records: the label list)."""
     src = loaded.spec.source
     where = f"{loaded.path}: source"
-    if backend is not None and backend.name != "cpu":
-        # docs/gpu.md says what the GPU image path lacks (it has never run on a GPU)
-        raise SpecError(f"{where}.type: images run on the CPU backend for now (the {backend.name} image "
-                        "path has not been run and checked on a GPU yet)", hint="run with --backend cpu")
+    if backend is not None and backend.name != "cpu" and not backend.images_on_gpu:
+        # docs/gpu.md ("Images") says why: the GPU image path has not been checked on a GPU yet
+        raise SpecError(f"{where}.type: images run on the CPU backend unless the {backend.name} backend's "
+                        f"`{GPU_IMAGES_SWITCH}` switch is on (its image path, nvImageCodec and CV-CUDA, has not "
+                        "been checked on a GPU yet)",
+                        hint=f"run with --backend cpu; or, from Python, b = gpuetl.backends.get_backend("
+                             f"'{backend.name}'); b.{GPU_IMAGES_SWITCH} = True; pipeline.run(backend=b)")
     if remote := next((f.url for f in files if f.url), None):
         raise SpecError(f"{where}.path: {remote}: images sources read local files for now (labels come from "
                         "local folders)", hint="copy the images to a local folder first")

@@ -209,7 +209,7 @@ class Decode(_ImageRaw, RowStep):
         drafts = [cpu_images.draft_size(w, h, o, self.target) if self.target and w else None
                   for w, h, o in zip(cols["orig_width"], cols["orig_height"], cols["orientation"])]
         items = [(data, self.params.mode, o or 1, d) for data, o, d in zip(cols["image"], cols["orientation"], drafts)]
-        fused = (self.resize_to,) if self.resize_to and backend.name not in KERNELS else ()   # CPU kernels only
+        fused = (self.resize_to,) if self.resize_to else ()    # gpu_images.decode_many resizes on the device
         results = _kernel(backend, "decode")(items, *fused)
         out = df.assign(**{n: backend.nulls(len(df), t, index=df.index) for n, t in PIXELS.items()})
         return _apply(out, backend, results)

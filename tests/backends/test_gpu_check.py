@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ["00_machine", "01_tests", "02_inputs", "03_read", "04_gpu_100KB", "04_gpu_200KB", "05_cpu",
-            "06_polars", "07_summary", "08_records"]
+            "06_polars", "07_summary", "08_records", "09_images"]
 
 
 @pytest.mark.slow
@@ -31,3 +31,5 @@ def test_gpu_check_smoke_writes_every_section(tmp_path):
     assert set(summary["worker_peak_rss_by_size"]) == {"100KB", "200KB"}
     records = written["08_records"]
     assert records["jsonl_cpu"]["counts"]["quarantined"] > 0 and records["csv_cpu"]["counts"]["rows_out"] > 0
+    images = written["09_images"]
+    assert images["images"] == 24 and images["images_per_s"] > 0 and images["counts"]["rows_out"] == 24

@@ -70,17 +70,23 @@ def _pybind_signatures(obj) -> list[inspect.Signature]:
     return [_signature_from_text(params) for params in found if params not in ("*args, **kwargs",)]
 
 
-def _stub_signatures(name: str) -> list[inspect.Signature]:
-    """Every overload of a module-level function in CV-CUDA's stub."""
+def _stub_signatures(dotted: str) -> list[inspect.Signature]:
+    """Every overload in CV-CUDA's stub of a module-level function (`hq_resize`), a class's
+    constructor (`TensorBatch`) or a method (`TensorBatch.pushback`; self dropped)."""
+    body, name = STUB.body, dotted
+    if "." in dotted or any(isinstance(n, ast.ClassDef) and n.name == dotted for n in STUB.body):
+        cls, _, name = dotted.partition(".")
+        (node,) = [n for n in STUB.body if isinstance(n, ast.ClassDef) and n.name == cls]
+        body, name = node.body, name or "__init__"
     out = []
-    for node in STUB.body:
+    for node in body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             a = node.args
             positional = a.posonlyargs + a.args
             defaults = [False] * (len(positional) - len(a.defaults)) + [True] * len(a.defaults)
             params = [inspect.Parameter(p.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         default=None if d else inspect.Parameter.empty)
-                      for p, d in zip(positional, defaults)]
+                      for p, d in zip(positional, defaults) if p.arg != "self"]
             params += [inspect.Parameter(p.arg, inspect.Parameter.KEYWORD_ONLY,
                                          default=None if d is not None else inspect.Parameter.empty)
                        for p, d in zip(a.kwonlyargs, a.kw_defaults)]
@@ -130,3 +136,49 @@ def test_the_binding_can_fail():
     assert not _binds("nvidia.nvimgcodec.DecodeParams", 0, ("color_space",))
     assert not _binds("cvcuda.hq_resize", 2, ("region",))
     assert not _binds("nvidia.nvimgcodec.Decoder.decode", 2, ())
+    assert not _binds("cvcuda.TensorBatch.pushback", 2, ())
+
+
+# -- which images the device decodes: nvImageCodec's header parser runs on the host -------------
+
+def _encoded(mode: str, fmt: str, **save) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new(mode, (40, 30), 90 if mode in ("L", "I;16") else (90,) * len(mode)).save(buf, fmt, **save)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("mode, fmt, save, why", [
+    ("RGB", "JPEG", {}, None),
+    ("L", "JPEG", {}, None),
+    ("RGB", "JPEG", {"progressive": True}, None),
+    ("CMYK", "JPEG", {}, "HOST_CHANNELS"),
+    ("RGB", "PNG", {}, "HOST_FORMAT"),
+    ("RGBA", "PNG", {}, "HOST_FORMAT"),
+    ("RGB", "WEBP", {}, "HOST_FORMAT"),
+], ids=["rgb-jpeg", "grey-jpeg", "progressive-jpeg", "cmyk-jpeg", "png", "rgba-png", "webp"])
+def test_the_device_decodes_8_bit_grey_and_colour_jpegs_and_pillow_the_rest(mode, fmt, save, why):
+    import pyarrow as pa
+
+    from gpuetl.backends import gpu_images
+
+    data = _encoded(mode, fmt, **save)
+    for form in (data, memoryview(pa.py_buffer(data))):        # steps hand memoryviews into Arrow buffers
+        stream, reason = gpu_images.device_route(form, nvimgcodec)
+        assert reason == (why and getattr(gpu_images, why))
+        assert (stream is None) == (why is not None)
+        if stream is not None:
+            assert (stream.width, stream.height) == (40, 30)
+
+
+def test_a_jpeg_cut_short_or_with_a_broken_header_goes_to_pillow_which_gives_the_cpu_reason():
+    from gpuetl.backends import gpu_images
+
+    data = _encoded("RGB", "JPEG")
+    assert gpu_images.device_route(data[: len(data) // 2], nvimgcodec) == (None, gpu_images.HOST_UNFINISHED)
+    assert gpu_images.device_route(data + b"\x00\x00", nvimgcodec)[1] is None     # zero padding after EOI is fine
+    broken = data[:2] + b"\xff\xc0\x00\x02" + data[-2:]                           # SOI, a short SOF, EOI
+    assert gpu_images.device_route(broken, nvimgcodec) == (None, gpu_images.HOST_UNPARSED)
