@@ -35,6 +35,7 @@ from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
                      OutputFolder, listed_files, manifest_bytes, refuse, success_bytes, unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
+from .runstore import RunStore
 
 # Test hooks: a callable per point ('uploaded', 'copying', 'copied'), called with the shard's path. Tests
 # use them to stop a run at an exact step; nothing in gpuetl sets them.
@@ -277,12 +278,21 @@ class ObjectStoreFolder:
             return None
         return record
 
+    def through_store(self, run_tmp: Path) -> RunStore:
+        """The run's `_tmp/<run-id>/` in the store, for tasks on workers that share no disk with
+        this process (sinks/runstore.py), claimed by its owner record before any task writes
+        there: the run-id is new (or this process's to resume), so every key under it is the run's."""
+        run = run_tmp.name
+        self._write(f"{TMP}/{run}/{OWNER}", json.dumps({**this_process(RUN_FORMAT), "run": run, "uploads": []}).encode())
+        return RunStore(self._url(f"{TMP}/{run}"), self.options)
+
     def _abandon_remote(self, run: str) -> None:
-        """Remove a run's uploads: the keys its owner record lists, then the record."""
-        record = self._remote_owner(run)
-        if record is None:
+        """Remove a run's keys under `_tmp/<run-id>/` (its uploads, and the pieces and records its
+        tasks put there), then its owner record; only when the record proves the run gpuetl's."""
+        if self._remote_owner(run) is None:
             return
-        self._remove([f"{TMP}/{run}/data/{rel}" for rel in record["uploads"]] + [f"{TMP}/{run}/{OWNER}"])
+        owner = f"{TMP}/{run}/{OWNER}"
+        self._remove([rel for rel in self._listing(f"{TMP}/{run}/") if rel != owner] + [owner])
 
     def _remote_runs(self) -> list[str]:
         return sorted({rel.split("/")[1] for rel in self._listing(TMP + "/") if rel.count("/") >= 2})
@@ -315,7 +325,13 @@ class ObjectStoreFolder:
         for rel in moves:
             local = run_tmp / "data" / rel
             target = f"{TMP}/{run}/data/{rel}"
-            if self._exists(target) == local.stat().st_size:
+            size = self._exists(target)
+            if not local.exists():             # written and uploaded by a worker (sinks/runstore.py)
+                if size is None:
+                    raise OutputWriteFailed(f"sink.path: {self._url(target)}, a file of this run, is missing; "
+                                            "nothing was committed", hint="run again")
+                continue
+            if size == local.stat().st_size:
                 continue                       # uploaded by the interrupted run this one resumes
             with self._errors(target, "upload"):
                 self.fs.put_file(str(local), self._key(target))
@@ -399,7 +415,8 @@ class ObjectStoreFolder:
         raw = manifest_bytes(journal["manifest"])
         self._write(MANIFEST, raw)
         self._write(SUCCESS, success_bytes(raw))
-        self._remove([f"{TMP}/{run}/data/{rel}" for rel in moves] + [f"{TMP}/{run}/{JOURNAL}", f"{TMP}/{run}/{OWNER}"])
+        self._remove([f"{TMP}/{run}/data/{rel}" for rel in moves] + [f"{TMP}/{run}/{JOURNAL}"])
+        self._abandon_remote(run)            # what its tasks left there (pieces, shard records), the owner last
 
 
 def _json(raw: bytes | None):
