@@ -118,6 +118,12 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                 _write_state(plan, backend, run_tmp)
             # Workers that may not share this machine's disk put what others read in the store
             store = folder.through_store(run_tmp) if is_remote(out) and not workers_share_disk(executor) else None
+            copies = [f.display for f in plan.files if store is not None and (f.url is None or not f.in_store)]
+            if copies:
+                log(f"warning: {len(copies)} input(s) are read from this machine's disk ({copies[0]}"
+                    f"{', …' if len(copies) > 1 else ''}): local files, or objects fetched whole (compressed, "
+                    "csv, multi-line); workers on other machines must see the same path (a shared folder, "
+                    "or a cache.path they share)")
             with executor.timed(watch):
                 result = _run(plan, backend, executor, run_tmp, watch, log, store)
             check_objects_unchanged(plan.files, spec.source.paths, spec.source.storage_options)

@@ -388,7 +388,10 @@ class ObjectStoreFolder:
             current = _json(self._read(MANIFEST) or b"null")
             on_store = listed_files(current) if isinstance(current, dict) and \
                 current.get("format") == MANIFEST_FORMAT else set()
-            unproven = sorted(set(previous) - on_store - listed_files(manifest))
+            # The old manifest goes once the files it lists are gone (_roll_forward): without it, a
+            # file the journal would remove must be one the new manifest lists, or gone already
+            present = set(self._listing()) if not on_store else set(previous)
+            unproven = sorted((set(previous) & present) - on_store - listed_files(manifest))
             if unproven:
                 raise ValueError(f"it would remove {unproven[0]!r}, which no manifest lists")
         except ValueError as err:
@@ -397,24 +400,34 @@ class ObjectStoreFolder:
         return journal
 
     def _roll_forward(self, run: str, journal: dict) -> None:
+        """Replace the dataset in an order that never shows two datasets' files together:
+        `_SUCCESS` goes, then every file of the previous dataset (those the new one replaces
+        too), the old manifest last; then each shard is copied into place, the manifest written,
+        and `_SUCCESS` last. Until then a reader that checks `_SUCCESS` (or reads the manifest)
+        sees no dataset; one that lists keys sees part of one dataset, the old or the new. Run
+        again on the same journal (a later run, `verify --repair`) it finishes the same commit."""
         moves, previous = journal["moves"], journal["previous"]
-        self._remove([SUCCESS])
-        new = set(moves)
-        self._remove([rel for rel in previous if rel not in new and rel != MANIFEST])
-        for rel in moves:
-            source = f"{TMP}/{run}/data/{rel}"
-            _hook("copying", rel)
-            if self._exists(source) is None:
-                if self._exists(rel) is None:
-                    raise OutputWriteFailed(f"sink.path: {self._url(source)} is gone before it was copied into place; "
-                                            "the commit cannot be finished", hint="run again with sink.mode: overwrite")
-                continue                         # copied, then its upload removed: finished already
-            with self._errors(rel, "copy into place"):
-                self.fs.copy(self._key(source), self._key(rel))
-            _hook("copied", rel)
         raw = manifest_bytes(journal["manifest"])
-        self._write(MANIFEST, raw)
-        self._write(SUCCESS, success_bytes(raw))
+        if self._read(SUCCESS, 1 << 16) != success_bytes(raw):        # else committed: only cleaning up is left
+            self._remove([SUCCESS])
+            for rel in previous:
+                if rel not in (MANIFEST, SUCCESS):
+                    _hook("removing", rel)
+                    self._remove([rel])
+            self._remove([MANIFEST])
+            for rel in moves:
+                source = f"{TMP}/{run}/data/{rel}"
+                _hook("copying", rel)
+                with self._errors(rel, "copy into place"):
+                    try:
+                        self.fs.copy(self._key(source), self._key(rel))
+                    except FileNotFoundError:
+                        raise OutputWriteFailed(f"sink.path: {self._url(source)} is gone before it was copied into "
+                                                "place; the commit cannot be finished",
+                                                hint="run again with sink.mode: overwrite") from None
+                _hook("copied", rel)
+            self._write(MANIFEST, raw)
+            self._write(SUCCESS, success_bytes(raw))
         self._remove([f"{TMP}/{run}/data/{rel}" for rel in moves] + [f"{TMP}/{run}/{JOURNAL}"])
         self._abandon_remote(run)            # what its tasks left there (pieces, shard records), the owner last
 
