@@ -5,19 +5,21 @@ system's temporary folder, keyed by the sink's URL; it holds the run's spills, s
 resume state exactly as a local run does). The commit then:
 
 1. uploads each shard to `<out>/_tmp/<run-id>/data/<path>` (s3fs uploads large files in parts),
-   after `<out>/_tmp/<run-id>/_owner.json` has listed what it will upload;
+   after `<out>/_tmp/<run-id>/_owner.json` has claimed that prefix (on a cluster whose workers
+   share no disk, the tasks upload their shards themselves: sinks/runstore.py);
 2. writes the journal `<out>/_tmp/<run-id>/_commit.json` (the previous dataset's files, the
    shards, the new manifest);
-3. removes `_SUCCESS`, then the previous dataset's files the new one does not replace, copies
-   each shard into place (server-side; s3fs copies over 5 GB in parts), writes `_manifest.json`,
-   and `_SUCCESS` last;
-4. removes the keys under `_tmp/<run-id>/` that its owner record and journal list.
+3. removes `_SUCCESS`, then every file of the previous dataset, its manifest last, copies each
+   shard into place (server-side; s3fs copies over 5 GB in parts), writes `_manifest.json`, and
+   `_SUCCESS` last;
+4. removes the keys under `_tmp/<run-id>/`, the owner record last.
 
 A reader that sees `_SUCCESS` sees a complete dataset; nothing outside `_tmp/` is touched before
-the journal exists, so a run killed before step 2 leaves nothing visible, and one killed in step 3
-is finished from its journal by the next run or `gpuetl verify --repair`. As in a local folder,
-gpuetl deletes only keys a manifest, owner record or journal of its own lists; any other key under
-the sink's prefix is a refusal naming it. The run lock is `_tmp/_lock`, created with a conditional
+the journal exists, so a run killed before step 2 leaves the previous dataset whole, and one
+killed in step 3 leaves part of one dataset (never files of two) and no `_SUCCESS`, and is
+finished from its journal by the next run or `gpuetl verify --repair`. As in a local folder,
+gpuetl deletes only keys a manifest or journal of its own lists and those under a run prefix its
+owner record claims; any other key under the sink's prefix is a refusal naming it. The run lock is `_tmp/_lock`, created with a conditional
 PUT (If-None-Match: *), so two runs cannot both create it."""
 
 from __future__ import annotations
