@@ -216,6 +216,7 @@ def test_through_the_store_the_shards_cut_by_size_equal_the_local_runs(s3, input
     assert len(local.manifest["shards"]) >= 2
     assert [(s["path"], s["sha256"]) for s in remote.manifest["shards"]] == \
         [(s["path"], s["sha256"]) for s in local.manifest["shards"]]
+    assert json.loads(s3.get("out/_report.json"))["columns"]          # the profile read from the shards in the store
     staged, in_store = seen[0]
     assert not any(name.endswith((".arrow", ".parquet")) for name in staged), staged
     assert any("/spill/" in k for k in in_store) and any("/shards/" in k for k in in_store)
