@@ -19,8 +19,9 @@ the journal exists, so a run killed before step 2 leaves the previous dataset wh
 killed in step 3 leaves part of one dataset (never files of two) and no `_SUCCESS`, and is
 finished from its journal by the next run or `gpuetl verify --repair`. As in a local folder,
 gpuetl deletes only keys a manifest or journal of its own lists and those under a run prefix its
-owner record claims; any other key under the sink's prefix is a refusal naming it. The run lock is `_tmp/_lock`, created with a conditional
-PUT (If-None-Match: *), so two runs cannot both create it."""
+owner record claims; any other key under the sink's prefix is a refusal naming it. The run lock
+is `_tmp/_lock`, created with a conditional PUT (If-None-Match: *), so two runs cannot both
+create it."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, 
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
-# Test hooks: a callable per point ('uploaded', 'copying', 'copied'), called with the shard's path. Tests
-# use them to stop a run at an exact step; nothing in gpuetl sets them.
+# Test hooks: a callable per point ('uploaded', 'removing', 'copying', 'copied'), called with the
+# file's path. Tests use them to stop a run at an exact step; nothing in gpuetl sets them.
 HOOKS: dict = {}
 
 
