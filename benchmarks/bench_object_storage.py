@@ -16,8 +16,8 @@ objects:
 Reports wall seconds, CPU seconds of the system's processes and of the server (this process),
 compressed and uncompressed MB/s, the requests the server answered (and per second), and the
 load average when each run started. `--rounds N` runs the systems in turn N times (A B A B ...)
-and reports the median of each. The loopback server is moto, in Python: it sets the ceiling for both systems, and
-its numbers say nothing about a real store's. Not a test; nothing here is imported by gpuetl.
+and reports the median of each. The loopback server is moto, in Python: it sets the ceiling for
+both systems, and its numbers say nothing about a real store's. Not a test; nothing here is imported by gpuetl.
 """
 
 from __future__ import annotations
@@ -147,13 +147,13 @@ def main() -> int:
                 after_children, after_own = (resource.getrusage(resource.RUSAGE_CHILDREN),
                                              resource.getrusage(resource.RUSAGE_SELF))
                 cpu = sum(getattr(after_children, f) - getattr(children, f) for f in ("ru_utime", "ru_stime"))
-                server = sum(getattr(after_own, f) - getattr(own, f) for f in ("ru_utime", "ru_stime"))
+                server_cpu = sum(getattr(after_own, f) - getattr(own, f) for f in ("ru_utime", "ru_stime"))
                 requests = counter.count - before
-                run = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "server_cpu_s": round(server, 2),
+                run = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "server_cpu_s": round(server_cpu, 2),
                        "gz_MB_s": round(gz_bytes / 1e6 / wall, 1), "raw_MB_s": round(raw_bytes / 1e6 / wall, 1),
                        "requests": requests, "requests_s": round(requests / wall, 1), "load": round(load, 1)}
                 runs[name].append(run)
-                print(f"{name:<12} {wall:7.1f} s  {cpu:6.1f} CPU-s (server {server:5.1f})  "
+                print(f"{name:<12} {wall:7.1f} s  {cpu:6.1f} CPU-s (server {server_cpu:5.1f})  "
                       f"{raw_bytes / 1e6 / wall:6.1f} MB/s of logs ({gz_bytes / 1e6 / wall:5.1f} MB/s gzipped)  "
                       f"{requests} requests ({requests / wall:.0f}/s)  load {load:.1f}", file=sys.stderr)
         results = {name: {key: statistics.median(r[key] for r in done) for key in done[0]} | {"runs": done}
