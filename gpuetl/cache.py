@@ -19,6 +19,7 @@ bytes); a file the index lost is left alone, never deleted."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -36,6 +37,7 @@ from .errors import SpecError
 from .storage import RemoteObject
 
 INDEX_FORMAT = "gpuetl-cache/1"
+_READER_NAME = re.compile(r"[0-9a-f]{32}\.json")
 
 
 def _local_name(obj: RemoteObject) -> str:
@@ -94,8 +96,6 @@ class InputCache:
     def locked(self):
         """Hold the cache's lock (another process's `locked()` waits), the index read afresh, so
         what the block changes and saves keeps what other processes saved before it."""
-        import fcntl
-
         fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -114,31 +114,27 @@ class InputCache:
     # which files runs are reading
 
     def read(self, names: set[str]) -> None:
-        """List these files as read by this process until `release` (call under the lock)."""
+        """List these files as read by this process, for as long as this cache object lives (call
+        under the lock)."""
         if self.reading is None:
             self.reading = _Reader(self.readers)
         self.reading.add(names)
 
-    def release(self) -> None:
-        if self.reading is not None:
-            self.reading.close()
-            self.reading = None
-
     def _read_by_others(self) -> set[str]:
         """The files other live processes read (call under the lock). The reader file of a
         process that is gone (its lock free) is removed."""
-        import fcntl
-
         names: set[str] = set()
         own = self.reading.path.name if self.reading is not None else None
         for path in self.readers.iterdir():
-            if path.name == own or not path.name.endswith(".json"):
-                continue
+            if path.name == own or not _READER_NAME.fullmatch(path.name):
+                continue                      # this process's, or not a name gpuetl gives a reader file
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 continue
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue                  # not a reader file gpuetl wrote: left alone
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:       # held: its process reads what it lists
@@ -219,22 +215,17 @@ class _Reader:
     them; the lock goes with the process, however it ends."""
 
     def __init__(self, folder: Path):
-        import fcntl
-
         self.path = folder / f"{uuid.uuid4().hex}.json"
         self.names: set[str] = set()
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self._done = weakref.finalize(self, _close_reader, self.fd, str(self.path))
+        weakref.finalize(self, _close_reader, self.fd, str(self.path))     # when the cache object goes, or at exit
 
     def add(self, names: set[str]) -> None:
         self.names |= names
         data = json.dumps(sorted(self.names)).encode()
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, data, 0)
-
-    def close(self) -> None:
-        self._done()
 
 
 def _close_reader(fd: int, path: str) -> None:
