@@ -258,3 +258,20 @@ def test_through_the_store_a_failed_run_removes_its_keys_and_resume_reuses_uploa
     assert [(s["path"], s["sha256"]) for s in json.loads(s3.get("out/_manifest.json"))["shards"]] == \
         [(s["path"], s["sha256"]) for s in reference.manifest["shards"]]
     assert s3.keys("out/_tmp/") == ["out/_tmp/someone-elses/file"]
+
+
+def test_only_a_cluster_reached_by_address_is_taken_to_share_no_disk():
+    from types import SimpleNamespace
+
+    from distributed import LocalCluster
+
+    from gpuetl.sinks.runstore import workers_share_disk
+
+    def executor(client, in_process=False):
+        return SimpleNamespace(client=client, in_process=in_process)
+
+    assert workers_share_disk(executor(None, True))                                  # dask's local schedulers
+    assert workers_share_disk(executor(SimpleNamespace(cluster=None), True))         # a cluster in this process
+    local = object.__new__(LocalCluster)                                             # its worker processes here
+    assert workers_share_disk(executor(SimpleNamespace(cluster=local)))
+    assert not workers_share_disk(executor(SimpleNamespace(cluster=None)))           # --scheduler tcp://…
