@@ -147,7 +147,8 @@ def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inpu
     assert main(["verify", s3.url("out")]) == 0
 
 
-@pytest.mark.parametrize("point,after", [("removing", 4), pytest.param("copied", 3, marks=pytest.mark.slow)])
+@pytest.mark.slow                     # a run killed in a subprocess, three runs more
+@pytest.mark.parametrize("point,after", [("removing", 4), ("copied", 3)])
 def test_a_commit_killed_over_a_previous_dataset_never_shows_files_of_both(s3, inputs, point, after, capsys):
     """The old dataset's files go before any new one is copied in, the old manifest last: after
     a kill, what a listing shows is part of one dataset, never a mix (the shard names are the

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow        # three processes start, each importing das
 
 
 def spec(source, sink):
-    return {"version": 1, "name": "cluster", "source": {"type": "text", "path": source, "blocksize": "16KiB",
+    return {"version": 1, "name": "cluster", "source": {"type": "text", "path": source, "blocksize": "64KiB",
                                                         "provenance": True},
             "parse": {"preset": "apache_combined"}, "steps": [{"dedupe": {"on": ["ip", "time", "request"]}}],
             "on_error": "quarantine",
