@@ -2,7 +2,7 @@
 """Side-by-side benchmark: gzipped access logs in many objects of an S3 store -> typed zstd
 Parquet written back to the store.
 
-    python benchmarks/bench_object_storage.py [--objects 1000] [--mb 1.0] [--json FILE]
+    python benchmarks/bench_object_storage.py [--objects 1000] [--mb 1.0] [--rounds 1] [--json FILE]
 
 Starts moto's S3 server on loopback (in this process), uploads `--objects` gzipped access logs of
 about `--mb` MB each (uncompressed), then runs, each in a fresh subprocess and against the same
@@ -13,9 +13,11 @@ objects:
 - s3fs+pandas: a plain script: list, `fs.cat` the objects in batches, gunzip, parse with the same
   regex via pandas `str.extract`, type status/size/time, write one zstd Parquet object.
 
-Reports wall seconds, compressed and uncompressed MB/s and the requests the server answered (and
-per second). The loopback server is moto, in Python: it sets the ceiling for both systems, and
-its numbers say nothing about a real store's. Not a test; nothing here is imported by gpuetl.
+Reports wall seconds, CPU seconds of the system's processes and of the server (this process),
+compressed and uncompressed MB/s, the requests the server answered (and per second), and the
+load average when each run started. `--rounds N` runs the systems in turn N times (A B A B ...)
+and reports the median of each. The loopback server is moto, in Python: it sets the ceiling for
+both systems, and its numbers say nothing about a real store's. Not a test; nothing here is imported by gpuetl.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import gzip
 import json
 import logging
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,6 +88,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--objects", type=int, default=1000)
     ap.add_argument("--mb", type=float, default=1.0, help="uncompressed MB per object")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each system, alternating")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -128,21 +133,34 @@ def main() -> int:
             "gpuetl-cpu": [sys.executable, "-m", "gpuetl", "run", str(Path(tmp) / "p.yaml"), "--backend", "cpu"],
             "s3fs+pandas": [sys.executable, str(Path(tmp) / "plain.py")],
         }
-        results = {}
-        for name, cmd in systems.items():
-            before = counter.count
-            started = time.perf_counter()
-            proc = subprocess.run(cmd, env={**env, "TMPDIR": tmp}, capture_output=True, text=True)
-            wall = time.perf_counter() - started
-            if proc.returncode != 0:
-                print(f"{name} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
-                continue
-            requests = counter.count - before
-            results[name] = {"wall_s": round(wall, 2), "gz_MB_s": round(gz_bytes / 1e6 / wall, 1),
-                             "raw_MB_s": round(raw_bytes / 1e6 / wall, 1), "requests": requests,
-                             "requests_s": round(requests / wall, 1)}
-            print(f"{name:<12} {wall:7.1f} s  {raw_bytes / 1e6 / wall:6.1f} MB/s of logs "
-                  f"({gz_bytes / 1e6 / wall:5.1f} MB/s gzipped)  {requests} requests ({requests / wall:.0f}/s)")
+        runs: dict[str, list[dict]] = {name: [] for name in systems}
+        for _ in range(args.rounds):
+            for name, cmd in systems.items():
+                before, load = counter.count, os.getloadavg()[0]
+                children, own = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+                started = time.perf_counter()
+                proc = subprocess.run(cmd, env={**env, "TMPDIR": tmp}, capture_output=True, text=True)
+                wall = time.perf_counter() - started
+                if proc.returncode != 0:
+                    print(f"{name} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
+                    continue
+                after_children, after_own = (resource.getrusage(resource.RUSAGE_CHILDREN),
+                                             resource.getrusage(resource.RUSAGE_SELF))
+                cpu = sum(getattr(after_children, f) - getattr(children, f) for f in ("ru_utime", "ru_stime"))
+                server_cpu = sum(getattr(after_own, f) - getattr(own, f) for f in ("ru_utime", "ru_stime"))
+                requests = counter.count - before
+                run = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "server_cpu_s": round(server_cpu, 2),
+                       "gz_MB_s": round(gz_bytes / 1e6 / wall, 1), "raw_MB_s": round(raw_bytes / 1e6 / wall, 1),
+                       "requests": requests, "requests_s": round(requests / wall, 1), "load": round(load, 1)}
+                runs[name].append(run)
+                print(f"{name:<12} {wall:7.1f} s  {cpu:6.1f} CPU-s (server {server_cpu:5.1f})  "
+                      f"{raw_bytes / 1e6 / wall:6.1f} MB/s of logs ({gz_bytes / 1e6 / wall:5.1f} MB/s gzipped)  "
+                      f"{requests} requests ({requests / wall:.0f}/s)  load {load:.1f}", file=sys.stderr)
+        results = {name: {key: statistics.median(r[key] for r in done) for key in done[0]} | {"runs": done}
+                   for name, done in runs.items() if done}
+        for name, r in results.items():
+            print(f"{name:<12} median of {len(r['runs'])}: {r['wall_s']:7.1f} s  {r['cpu_s']:6.1f} CPU-s  "
+                  f"{r['raw_MB_s']:6.1f} MB/s of logs  {r['requests']:.0f} requests ({r['requests_s']:.0f}/s)")
     server.stop()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -225,10 +225,11 @@ def open_executor(scheduler: str | None, backend, client=None, quiet: bool = Fal
 
     if scheduler and scheduler != "local":
         try:
-            with Client(scheduler, timeout="10s") as c:
-                yield Executor(c)
-        except OSError as err:
+            client = Client(scheduler, timeout="10s")
+        except OSError as err:         # only connecting: an OSError of the run itself is its own
             raise SpecError(f"--scheduler {scheduler}: cannot reach the scheduler ({err})") from None
+        with client as c:
+            yield Executor(c)
         return
     with backend_cluster(backend, quiet, dashboard_address) as cluster, Client(cluster) as c:
         yield Executor(c, dashboard=dashboard_address is not None)

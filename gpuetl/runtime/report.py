@@ -24,9 +24,10 @@ VALUE_CHARS = 80           # a column's min/max as shown
 
 
 def build_report(plan, backend, progress, *, result=None, error: BaseException | None = None,
-                 data_dir: Path | None = None) -> dict:
+                 data_dir: Path | None = None, filesystem=None) -> dict:
     """The report of a run from what it counted (progress) and, when it finished, its result;
-    data_dir: where the shards are (their Parquet footers give the column profile)."""
+    data_dir: where the shards are (their Parquet footers give the column profile), on
+    `filesystem` (an fsspec one: shards in an object store) or local."""
     snap = progress.snapshot()
     counts = result.counts if result is not None else _counts_so_far(snap["stages"])
     stages = result.stages if result is not None else snap["stages"]
@@ -57,7 +58,7 @@ def build_report(plan, backend, progress, *, result=None, error: BaseException |
         "throughput": snap["timeline"],
         "workers": snap["workers"],
         "bad_records": grouped_reasons(snap["reasons"]),
-        "columns": column_profile(data_dir, result.shards) if result is not None and data_dir else [],
+        "columns": column_profile(data_dir, result.shards, filesystem) if result is not None and data_dir else [],
     }
 
 
@@ -83,7 +84,7 @@ def grouped_reasons(tallies: dict[str, int]) -> dict:
             "distinct_reasons": len(tallies), "rows": sum(tallies.values())}
 
 
-def column_profile(data_dir: Path, shards: list[dict]) -> list[dict]:
+def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[dict]:
     """Per output column: nulls, min and max, from the shards' Parquet footers (no data read)."""
     import pyarrow.parquet as pq
 
@@ -93,7 +94,7 @@ def column_profile(data_dir: Path, shards: list[dict]) -> list[dict]:
         if path.suffix != ".parquet":
             continue
         try:
-            meta = pq.read_metadata(path)
+            meta = pq.read_metadata(str(path), filesystem=filesystem)
         except (OSError, ValueError):
             continue
         for g in range(meta.num_row_groups):

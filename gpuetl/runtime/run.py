@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -21,8 +22,9 @@ from .graph import build_partitions
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import Layout, cut_points
 from ..sinks.objectstore import check_remote_apart_from_inputs
+from ..sinks.runstore import RunStore, SinkThroughStore, spill_through_store, workers_share_disk
 from ..sources.files import check_objects_unchanged
-from ..storage import is_remote
+from ..storage import bare, is_remote
 from ..sinks.base import get_sink
 from ..sinks.parquet import ShardResult, ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
@@ -114,14 +116,23 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
         try:
             if fresh:
                 _write_state(plan, backend, run_tmp)
+            # Workers that may not share this machine's disk put what others read in the store
+            store = folder.through_store(run_tmp) if is_remote(out) and not workers_share_disk(executor) else None
+            copies = [f.display for f in plan.files if store is not None and (f.url is None or not f.in_store)]
+            if copies:
+                log(f"warning: {len(copies)} input(s) are read from this machine's disk ({copies[0]}"
+                    f"{', …' if len(copies) > 1 else ''}): local files, or objects fetched whole (compressed, "
+                    "csv, multi-line); workers on other machines must see the same path (a shared folder, "
+                    "or a cache.path they share)")
             with executor.timed(watch):
-                result = _run(plan, backend, executor, run_tmp, watch, log)
+                result = _run(plan, backend, executor, run_tmp, watch, log, store)
             check_objects_unchanged(plan.files, spec.source.paths, spec.source.storage_options)
             result.seconds = time.perf_counter() - started
             result.manifest["run"]["seconds"] = round(result.seconds, 3)
             if report:
                 watch.shards_done()
-                built = build_report(plan, backend, watch, result=result, data_dir=run_tmp / "data")
+                built = build_report(plan, backend, watch, result=result, **_shards_at(run_tmp, store))
+                (run_tmp / "data").mkdir(exist_ok=True)        # a run through the store wrote no shard here
                 result.manifest["reports"] = write_report(built, run_tmp / "data")
         except BaseException as err:
             if report and isinstance(err, DataError):
@@ -279,7 +290,17 @@ def _already_complete(plan: Plan, out, manifest: dict | None, complete: bool) ->
 
 # -- the run ------------------------------------------------------------------------------------
 
-def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) -> RunResult:
+def _shards_at(run_tmp: Path, store: RunStore | None) -> dict:
+    """Where the run's shards are before the commit: its data/ folder here, or in the store."""
+    if store is None:
+        return {"data_dir": run_tmp / "data"}
+    return {"data_dir": Path(bare(store.join("data"))), "filesystem": store.fs}
+
+
+def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, store: RunStore | None = None
+         ) -> RunResult:
+    """store: the run's folder in the object store, when the tasks share no disk with this
+    process (sinks/runstore.py); else its files are under run_tmp."""
     spec = plan.spec
     layout = plan.layout
     schema = plan.output_schema
@@ -289,11 +310,13 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) 
     options = sink.write_options(spec.sink)
     backend.start_reports(executor.client)
 
-    finished = {i: r for i in range(len(plan.partitions)) if (r := load_result(str(run_tmp), i)) is not None}
+    # A run through the store records no map work (its pieces are named by URL): resume redoes it
+    finished = {} if store else {i: r for i in range(len(plan.partitions))
+                                 if (r := load_result(str(run_tmp), i)) is not None}
     # The layout picks how the shards are written. Rows still in input order with one shard per
     # split stream into their shard as each partition finishes, while later ones still run;
     # otherwise each partition spills its rows and the shards are written from the pieces.
-    stream = layout.in_input_order and executor.shares_files
+    stream = layout.in_input_order and executor.shares_files and store is None
     # In this process global steps are settled partition by partition in input order: their
     # state stays bounded, and a streamed run writes while it parses (docs/design.md, "Global
     # steps without moving rows").
@@ -303,6 +326,9 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) 
     if finished:
         log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)
+    if store is not None:
+        spill = dask.delayed(functools.partial(spill_through_store, store), pure=False)
+        sink = SinkThroughStore(sink, store, compute=executor.compute)
     maps = {i: spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp),
                      file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}",
                      in_memory=stream and spec.sink.mode != "resume" and executor.in_process)
@@ -316,14 +342,15 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) 
     kinds = group_reasons(reasons)        # from every reason, not the top 50 alone
     _check_errors(plan, counts, bad)
     if shards is None:
-        shards = _write_shards(plan, results, sink, options, run_tmp, executor, watch, log, backend=backend)
+        shards = _write_shards(plan, results, sink, options, run_tmp, executor, watch, log, backend=backend,
+                               store=store)
     quarantine_pieces = [r.quarantine for r in results if r.quarantine]
     quarantine = executor.compute([dask.delayed(sink.write_quarantine, pure=False)(
         quarantine_pieces, str(run_tmp), options, dask_key_name="write-quarantine")])[0] if quarantine_pieces else []
     shards = [vars(s) for s in shards]
     quarantine = [vars(q) for q in quarantine]
     warnings = _balance_warnings(layout, shards, counts["rows_out"])
-    empty = empty_declared_columns(plan, run_tmp / "data", shards)
+    empty = empty_declared_columns(plan, **_shards_at(run_tmp, store), shards=shards)
     if empty:
         message = (f"declared column(s) {', '.join(map(repr, empty))} are null in every row: no record has "
                    "the field (a misspelt name, or a path that does not reach it?)")
@@ -369,9 +396,20 @@ def _load_json(path: Path):
         return None
 
 
-def _write_and_record(sink, task: ShardTask, pieces: list[str], state_dir: str, **kwargs) -> ShardResult:
-    """Write one shard, then record it, so a resumed run skips it."""
+def _json_or_none(raw: bytes | None):
+    try:
+        return json.loads(raw) if raw is not None else None
+    except (ValueError, RecursionError):
+        return None
+
+
+def _write_and_record(sink, task: ShardTask, pieces: list[str], state_dir: str | RunStore, **kwargs) -> ShardResult:
+    """Write one shard, then record it, so a resumed run skips it (state_dir: a folder, or the
+    run's folder in the store)."""
     result = sink.write_shard(task, pieces, **kwargs)
+    if isinstance(state_dir, RunStore):
+        state_dir.put_bytes(f"shards/{task.split}-{task.index}.json", json.dumps(vars(result)).encode())
+        return result
     path = Path(state_dir) / f"{task.split}-{task.index}.json"
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(json.dumps(vars(result)))
@@ -416,7 +454,7 @@ def _map_partitions(plan, maps: dict, finished: dict, executor, run_tmp: Path, o
 
 
 def _write_shards(plan, results: list[MapResult], sink, options, run_tmp: Path, executor, watch: RunProgress, log, *,
-                  backend) -> list[ShardResult]:
+                  backend, store: RunStore | None = None) -> list[ShardResult]:
     """Write each shard from the spilled pieces, one task a shard; a shard a resumed run
     already wrote is kept."""
     layout, schema = plan.layout, plan.output_schema
@@ -425,15 +463,23 @@ def _write_shards(plan, results: list[MapResult], sink, options, run_tmp: Path, 
     tasks = _shard_tasks(layout, results, schema, options, sink)
     shards, todo = [], []
     for task in tasks:
-        saved = _load_json(shard_state / f"{task.split}-{task.index}.json")
-        if saved and (run_tmp / "data" / saved["path"]).exists():
+        name = f"{task.split}-{task.index}.json"
+        if store is None:
+            saved = _load_json(shard_state / name)
+            kept = saved and (run_tmp / "data" / saved["path"]).exists()
+        else:
+            saved = _json_or_none(store.get_bytes(f"shards/{name}"))
+            kept = (isinstance(saved, dict) and saved.get("path") == task.relpath
+                    and store.size(f"data/{task.relpath}") == saved.get("bytes"))
+        if kept:
             shards.append(ShardResult(**saved))
         else:
             todo.append(task)
     if len(todo) < len(tasks):
         log(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} shards already written, skipped")
     write = dask.delayed(_write_and_record, pure=False)
-    writes = [write(sink, task, [r.pieces[task.split] for r in results if task.split in r.pieces], str(shard_state),
+    writes = [write(sink, task, [r.pieces[task.split] for r in results if task.split in r.pieces],
+                    store or str(shard_state),
                     schema=schema, tmp_dir=str(run_tmp), options=options, layout=layout, backend=backend,
                     dask_key_name=f"write-shard-{task.split_name or 'all'}-{task.index}") for task in todo]
     watch.writing(sum(sum(r.rows.values()) for r in results))

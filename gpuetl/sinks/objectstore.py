@@ -5,20 +5,23 @@ system's temporary folder, keyed by the sink's URL; it holds the run's spills, s
 resume state exactly as a local run does). The commit then:
 
 1. uploads each shard to `<out>/_tmp/<run-id>/data/<path>` (s3fs uploads large files in parts),
-   after `<out>/_tmp/<run-id>/_owner.json` has listed what it will upload;
+   after `<out>/_tmp/<run-id>/_owner.json` has claimed that prefix (on a cluster whose workers
+   share no disk, the tasks upload their shards themselves: sinks/runstore.py);
 2. writes the journal `<out>/_tmp/<run-id>/_commit.json` (the previous dataset's files, the
    shards, the new manifest);
-3. removes `_SUCCESS`, then the previous dataset's files the new one does not replace, copies
-   each shard into place (server-side; s3fs copies over 5 GB in parts), writes `_manifest.json`,
-   and `_SUCCESS` last;
-4. removes the keys under `_tmp/<run-id>/` that its owner record and journal list.
+3. removes `_SUCCESS`, then every file of the previous dataset, its manifest last, copies each
+   shard into place (server-side; s3fs copies over 5 GB in parts), writes `_manifest.json`, and
+   `_SUCCESS` last;
+4. removes the keys under `_tmp/<run-id>/`, the owner record last.
 
 A reader that sees `_SUCCESS` sees a complete dataset; nothing outside `_tmp/` is touched before
-the journal exists, so a run killed before step 2 leaves nothing visible, and one killed in step 3
-is finished from its journal by the next run or `gpuetl verify --repair`. As in a local folder,
-gpuetl deletes only keys a manifest, owner record or journal of its own lists; any other key under
-the sink's prefix is a refusal naming it. The run lock is `_tmp/_lock`, created with a conditional
-PUT (If-None-Match: *), so two runs cannot both create it."""
+the journal exists, so a run killed before step 2 leaves the previous dataset whole, and one
+killed in step 3 leaves part of one dataset (never files of two) and no `_SUCCESS`, and is
+finished from its journal by the next run or `gpuetl verify --repair`. As in a local folder,
+gpuetl deletes only keys a manifest or journal of its own lists and those under a run prefix its
+owner record claims; any other key under the sink's prefix is a refusal naming it. The run lock
+is `_tmp/_lock`, created with a conditional PUT (If-None-Match: *), so two runs cannot both
+create it."""
 
 from __future__ import annotations
 
@@ -35,9 +38,10 @@ from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
                      OutputFolder, listed_files, manifest_bytes, refuse, success_bytes, unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
+from .runstore import RunStore
 
-# Test hooks: a callable per point ('uploaded', 'copying', 'copied'), called with the shard's path. Tests
-# use them to stop a run at an exact step; nothing in gpuetl sets them.
+# Test hooks: a callable per point ('uploaded', 'removing', 'copying', 'copied'), called with the
+# file's path. Tests use them to stop a run at an exact step; nothing in gpuetl sets them.
 HOOKS: dict = {}
 
 
@@ -277,12 +281,21 @@ class ObjectStoreFolder:
             return None
         return record
 
+    def through_store(self, run_tmp: Path) -> RunStore:
+        """The run's `_tmp/<run-id>/` in the store, for tasks on workers that share no disk with
+        this process (sinks/runstore.py), claimed by its owner record before any task writes
+        there: the run-id is new (or this process's to resume), so every key under it is the run's."""
+        run = run_tmp.name
+        self._write(f"{TMP}/{run}/{OWNER}", json.dumps({**this_process(RUN_FORMAT), "run": run, "uploads": []}).encode())
+        return RunStore(self._url(f"{TMP}/{run}"), self.options)
+
     def _abandon_remote(self, run: str) -> None:
-        """Remove a run's uploads: the keys its owner record lists, then the record."""
-        record = self._remote_owner(run)
-        if record is None:
+        """Remove a run's keys under `_tmp/<run-id>/` (its uploads, and the pieces and records its
+        tasks put there), then its owner record; only when the record proves the run gpuetl's."""
+        if self._remote_owner(run) is None:
             return
-        self._remove([f"{TMP}/{run}/data/{rel}" for rel in record["uploads"]] + [f"{TMP}/{run}/{OWNER}"])
+        owner = f"{TMP}/{run}/{OWNER}"
+        self._remove([rel for rel in self._listing(f"{TMP}/{run}/") if rel != owner] + [owner])
 
     def _remote_runs(self) -> list[str]:
         return sorted({rel.split("/")[1] for rel in self._listing(TMP + "/") if rel.count("/") >= 2})
@@ -315,7 +328,13 @@ class ObjectStoreFolder:
         for rel in moves:
             local = run_tmp / "data" / rel
             target = f"{TMP}/{run}/data/{rel}"
-            if self._exists(target) == local.stat().st_size:
+            size = self._exists(target)
+            if not local.exists():             # written and uploaded by a worker (sinks/runstore.py)
+                if size is None:
+                    raise OutputWriteFailed(f"sink.path: {self._url(target)}, a file of this run, is missing; "
+                                            "nothing was committed", hint="run again")
+                continue
+            if size == local.stat().st_size:
                 continue                       # uploaded by the interrupted run this one resumes
             with self._errors(target, "upload"):
                 self.fs.put_file(str(local), self._key(target))
@@ -372,7 +391,10 @@ class ObjectStoreFolder:
             current = _json(self._read(MANIFEST) or b"null")
             on_store = listed_files(current) if isinstance(current, dict) and \
                 current.get("format") == MANIFEST_FORMAT else set()
-            unproven = sorted(set(previous) - on_store - listed_files(manifest))
+            # The old manifest goes once the files it lists are gone (_roll_forward): without it, a
+            # file the journal would remove must be one the new manifest lists, or gone already
+            present = set(self._listing()) if not on_store else set(previous)
+            unproven = sorted((set(previous) & present) - on_store - listed_files(manifest))
             if unproven:
                 raise ValueError(f"it would remove {unproven[0]!r}, which no manifest lists")
         except ValueError as err:
@@ -381,25 +403,36 @@ class ObjectStoreFolder:
         return journal
 
     def _roll_forward(self, run: str, journal: dict) -> None:
+        """Replace the dataset in an order that never shows two datasets' files together:
+        `_SUCCESS` goes, then every file of the previous dataset (those the new one replaces
+        too), the old manifest last; then each shard is copied into place, the manifest written,
+        and `_SUCCESS` last. Until then a reader that checks `_SUCCESS` (or reads the manifest)
+        sees no dataset; one that lists keys sees part of one dataset, the old or the new. Run
+        again on the same journal (a later run, `verify --repair`) it finishes the same commit."""
         moves, previous = journal["moves"], journal["previous"]
-        self._remove([SUCCESS])
-        new = set(moves)
-        self._remove([rel for rel in previous if rel not in new and rel != MANIFEST])
-        for rel in moves:
-            source = f"{TMP}/{run}/data/{rel}"
-            _hook("copying", rel)
-            if self._exists(source) is None:
-                if self._exists(rel) is None:
-                    raise OutputWriteFailed(f"sink.path: {self._url(source)} is gone before it was copied into place; "
-                                            "the commit cannot be finished", hint="run again with sink.mode: overwrite")
-                continue                         # copied, then its upload removed: finished already
-            with self._errors(rel, "copy into place"):
-                self.fs.copy(self._key(source), self._key(rel))
-            _hook("copied", rel)
         raw = manifest_bytes(journal["manifest"])
-        self._write(MANIFEST, raw)
-        self._write(SUCCESS, success_bytes(raw))
-        self._remove([f"{TMP}/{run}/data/{rel}" for rel in moves] + [f"{TMP}/{run}/{JOURNAL}", f"{TMP}/{run}/{OWNER}"])
+        if self._read(SUCCESS, 1 << 16) != success_bytes(raw):        # else committed: only cleaning up is left
+            self._remove([SUCCESS])
+            for rel in previous:
+                if rel not in (MANIFEST, SUCCESS):
+                    _hook("removing", rel)
+                    self._remove([rel])
+            self._remove([MANIFEST])
+            for rel in moves:
+                source = f"{TMP}/{run}/data/{rel}"
+                _hook("copying", rel)
+                with self._errors(rel, "copy into place"):
+                    try:
+                        self.fs.copy(self._key(source), self._key(rel))
+                    except FileNotFoundError:
+                        raise OutputWriteFailed(f"sink.path: {self._url(source)} is gone before it was copied into "
+                                                "place; the commit cannot be finished",
+                                                hint="run again with sink.mode: overwrite") from None
+                _hook("copied", rel)
+            self._write(MANIFEST, raw)
+            self._write(SUCCESS, success_bytes(raw))
+        self._remove([f"{TMP}/{run}/data/{rel}" for rel in moves] + [f"{TMP}/{run}/{JOURNAL}"])
+        self._abandon_remote(run)            # what its tasks left there (pieces, shard records), the owner last
 
 
 def _json(raw: bytes | None):

@@ -236,5 +236,10 @@ def _write_quarantine(bad, partition, tmp_dir, file_names, stage_names, backend)
 
 
 def read_ipc(path: str) -> pa.Table:
-    """Memory-mapped: a reducer touches only the slice it needs."""
+    """Memory-mapped: a reducer touches only the slice it needs. A piece in the object store (a
+    cluster without a shared disk: sinks/runstore.py) is fetched into the task's folder first."""
+    if "://" in path:
+        from .runstore import local_copy
+
+        path = local_copy(path)
     return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()

@@ -123,7 +123,7 @@ KILLER = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("point,after", [("uploaded", 1), pytest.param("copying", 0, marks=pytest.mark.slow),
-                                         pytest.param("copied", 1, marks=pytest.mark.slow)])
+                                         pytest.param("copied", 3, marks=pytest.mark.slow)])
 def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inputs, point, after):
     reference = run(inputs, spec(s3.url("reference")))
     (inputs / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("out"), mode="resume")))
@@ -145,3 +145,134 @@ def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inpu
         [(s["path"], s["sha256"]) for s in reference.manifest["shards"]]
     assert s3.keys("out/_tmp/") == []
     assert main(["verify", s3.url("out")]) == 0
+
+
+@pytest.mark.slow                     # a run killed in a subprocess, three runs more
+@pytest.mark.parametrize("point,after", [("removing", 4), ("copied", 3)])
+def test_a_commit_killed_over_a_previous_dataset_never_shows_files_of_both(s3, inputs, point, after, capsys):
+    """The old dataset's files go before any new one is copied in, the old manifest last: after
+    a kill, what a listing shows is part of one dataset, never a mix (the shard names are the
+    same, their bytes differ)."""
+    old = spec(s3.url("out"))
+    old["shard"]["seed"] = 7
+    old_result = run(inputs, old)
+    old_bytes = {s["path"]: s3.get(f"out/{s['path']}") for s in old_result.manifest["shards"]}
+    reference = run(inputs, spec("reference"))
+    new_bytes = {s["path"]: (inputs / "reference" / s["path"]).read_bytes() for s in reference.manifest["shards"]}
+    assert set(old_bytes) == set(new_bytes) and all(old_bytes[p] != new_bytes[p] for p in old_bytes)
+    (inputs / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("out"))))
+    proc = subprocess.run([sys.executable, "-c", KILLER, point, str(after), str(inputs / "p.yaml")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    keys = visible(s3)
+    assert "out/_SUCCESS" not in keys
+    shards = {k[len("out/"):]: s3.get(k) for k in keys if k.endswith(".parquet") and "/_quarantine/" not in k}
+    assert shards
+    if point == "removing":      # the old dataset, less what was removed (the quarantine, the reports, a
+        #                          shard); its manifest still there
+        assert all(old_bytes[p] == b for p, b in shards.items()) and len(shards) < len(old_bytes)
+        assert "out/_manifest.json" in keys
+    else:                        # the new dataset's first shards, no manifest
+        assert all(new_bytes[p] == b for p, b in shards.items()) and len(shards) == 1
+        assert "out/_manifest.json" not in keys
+    capsys.readouterr()
+    assert main(["verify", s3.url("out")]) == 1
+    said = capsys.readouterr()
+    assert "verify --repair" in said.out + said.err
+    assert main(["verify", s3.url("out"), "--repair"]) == 0          # finishes the commit from its journal
+    assert {k[len("out/"):]: s3.get(k) for k in visible(s3) if k.endswith(".parquet") and "_quarantine" not in k} \
+        == new_bytes
+    assert s3.keys("out/_tmp/") == []
+    assert main(["verify", s3.url("out")]) == 0
+
+
+@pytest.fixture
+def through_store(monkeypatch):
+    """Runs as on a cluster whose workers share no disk with this process (sinks/runstore.py),
+    here with dask's local scheduler: the same tasks, quickly."""
+    from gpuetl.runtime import run as run_module
+
+    monkeypatch.setattr(run_module, "workers_share_disk", lambda executor: False)
+
+
+def big_blocks(data):
+    data["source"]["blocksize"] = "128KiB"         # fewer partitions: fewer pieces, fewer requests
+    return data
+
+
+def staged_files(inputs):
+    return sorted(p.name for p in (inputs / "tmp").rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+def test_through_the_store_the_shards_cut_by_size_equal_the_local_runs(s3, inputs, through_store, monkeypatch):
+    data = big_blocks(spec(s3.url("out")))
+    data["shard"] = {"target_bytes": "64KiB", "shuffle": True, "key": ["ip"], "splits": {"train": 0.8, "val": 0.2}}
+    local_data = {**data, "sink": {"path": "local-out", "mode": "overwrite"}}
+    local = run(inputs, local_data)
+    seen = []
+    monkeypatch.setitem(__import__("gpuetl.sinks.objectstore", fromlist=["HOOKS"]).HOOKS, "copying",
+                        lambda rel: seen.append((staged_files(inputs), s3.keys("out/_tmp/"))))
+    remote = run(inputs, data)
+    assert len(local.manifest["shards"]) >= 2
+    assert [(s["path"], s["sha256"]) for s in remote.manifest["shards"]] == \
+        [(s["path"], s["sha256"]) for s in local.manifest["shards"]]
+    assert json.loads(s3.get("out/_report.json"))["columns"]          # the profile read from the shards in the store
+    staged, in_store = seen[0]
+    assert not any(name.endswith((".arrow", ".parquet")) for name in staged), staged
+    assert any("/spill/" in k for k in in_store) and any("/shards/" in k for k in in_store)
+    assert s3.keys("out/_tmp/") == []
+    assert main(["verify", s3.url("out")]) == 0
+
+
+@pytest.mark.slow
+def test_through_the_store_a_failed_run_removes_its_keys_and_resume_reuses_uploaded_shards(s3, inputs, through_store,
+                                                                                         monkeypatch):
+    from gpuetl.errors import DataError
+    from gpuetl.sinks import runstore
+
+    failing = {**big_blocks(spec(s3.url("out"))), "max_error_ratio": 0.0001}
+    with pytest.raises(DataError, match="max_error_ratio"):
+        run(inputs, failing)
+    assert s3.keys("out/") == []                   # its pieces, records and owner record removed
+    reference = run(inputs, big_blocks(spec("reference")))
+    s3.put("out/_tmp/someone-elses/file", b"not gpuetl's")
+
+    uploads = []
+    real = runstore.RunStore.upload
+
+    def upload(self, local, rel):
+        uploads.append(rel)
+        if rel.startswith("data/") and len([u for u in uploads if u.startswith("data/")]) == 2:
+            raise KeyboardInterrupt            # the run stops after one shard was uploaded
+        return real(self, local, rel)
+
+    monkeypatch.setattr(runstore.RunStore, "upload", upload)
+    with pytest.raises(KeyboardInterrupt):
+        run(inputs, big_blocks(spec(s3.url("out"), mode="resume")))
+    assert visible(s3) == []
+    uploads.clear()
+    monkeypatch.setattr(runstore.RunStore, "upload", lambda self, local, rel: uploads.append(rel) or real(self, local, rel))
+    run(inputs, big_blocks(spec(s3.url("out"), mode="resume")))
+    shards = [u for u in uploads if u.startswith("data/") and u.endswith(".parquet") and "_quarantine" not in u]
+    assert len(shards) == len(reference.manifest["shards"]) - 1          # the uploaded one was kept
+    assert [(s["path"], s["sha256"]) for s in json.loads(s3.get("out/_manifest.json"))["shards"]] == \
+        [(s["path"], s["sha256"]) for s in reference.manifest["shards"]]
+    assert s3.keys("out/_tmp/") == ["out/_tmp/someone-elses/file"]
+
+
+def test_only_a_cluster_reached_by_address_is_taken_to_share_no_disk():
+    from types import SimpleNamespace
+
+    from distributed import LocalCluster
+
+    from gpuetl.sinks.runstore import workers_share_disk
+
+    def executor(client, in_process=False):
+        return SimpleNamespace(client=client, in_process=in_process)
+
+    assert workers_share_disk(executor(None, True))                                  # dask's local schedulers
+    assert workers_share_disk(executor(SimpleNamespace(cluster=None), True))         # a cluster in this process
+    local = object.__new__(LocalCluster)                                             # its worker processes here
+    assert workers_share_disk(executor(SimpleNamespace(cluster=local)))
+    assert not workers_share_disk(executor(SimpleNamespace(cluster=None)))           # --scheduler tcp://…

@@ -151,3 +151,46 @@ def test_large_objects_are_streamed_to_disk_and_checked(s3, tmp_path, monkeypatc
     with pytest.raises(SourceError, match="big.log: the object changed while gpuetl read it"):
         RemoteInputs(None, tmp_path / "cache2").local_copies([stale])
     assert [p.name for p in (tmp_path / "cache2" / "gpuetl" / "objects").iterdir()] == []   # no partial file left
+
+
+HOLDER = """
+import json, sys
+from gpuetl.cache import RemoteInputs
+from gpuetl.storage import list_objects
+remote = RemoteInputs(None, sys.argv[1], int(sys.argv[2]))
+print(json.dumps(remote.local_copies(list_objects(sys.argv[3]))), flush=True)
+sys.stdin.read()                 # reads its copies until told to end
+"""
+
+
+@pytest.mark.slow                     # a second process imports gpuetl
+def test_two_processes_sharing_a_cache_keep_each_others_entries_and_evict_nothing_the_other_reads(s3, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import gpuetl
+    from gpuetl.cache import InputCache, RemoteInputs
+    from gpuetl.storage import list_objects
+
+    for name in "abc":
+        s3.put(f"raw/{name}.log", name.encode() * 1000)
+    a, b, c = (list_objects(s3.url(f"raw/{name}.log"))[0] for name in "abc")
+    root = tmp_path / "cache"
+    mine = RemoteInputs(None, root, 1500)          # room for one object
+    assert mine.cache.entries == {}                # this process read the (empty) index first
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(gpuetl.__file__))}
+    other = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), "1500", a.url], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        a_copy = json.loads(other.stdout.readline())[a.url]
+        b_copy = mine.local_copies([b])[b.url]     # over max_bytes: `a` is the least recently used, but read
+        assert sorted(InputCache(root, 1500).entries) == [a.url, b.url]      # neither run lost the other's entry
+        assert open(a_copy, "rb").read() == b"a" * 1000 and open(b_copy, "rb").read() == b"b" * 1000
+    finally:
+        other.stdin.close()
+        assert other.wait(timeout=60) == 0
+    RemoteInputs(None, root, 1500).local_copies([c])   # the other run is gone: its `a` may go now; `b` is still read
+    assert sorted(InputCache(root, 1500).entries) == [b.url, c.url]
+    assert not os.path.exists(a_copy) and open(b_copy, "rb").read() == b"b" * 1000
+    assert [p.name for p in (root / "gpuetl" / "readers").iterdir()] == [mine.cache.reading.path.name]

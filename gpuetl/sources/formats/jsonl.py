@@ -326,7 +326,7 @@ def _spread(records: list, limit: int) -> list:
 
 # -- after the run ------------------------------------------------------------------------------
 
-def empty_declared_columns(plan, data_dir, shards: list[dict]) -> list[str]:
+def empty_declared_columns(plan, data_dir, shards: list[dict], filesystem=None) -> list[str]:
     """Declared columns of a JSON source that are null in every row written: the field never
     appeared (or was always null), which the run reports rather than leave a column of nulls
     unremarked. Read from the shards' Parquet statistics (footers only)."""
@@ -344,7 +344,7 @@ def empty_declared_columns(plan, data_dir, shards: list[dict]) -> list[str]:
         if not shard["rows"]:
             continue
         try:
-            meta = pq.read_metadata(str(data_dir / shard["path"]))
+            meta = pq.read_metadata(str(data_dir / shard["path"]), filesystem=filesystem)
         except (OSError, ValueError):     # not a Parquet sink's shard
             return []
         leaf_of, leaf = {}, 0
