@@ -6,8 +6,8 @@ record, an extra field under `extra_fields: error`) fails the whole batch. So a 
 not handed to the careful reader whole: the records the refusal points at are set aside and the
 rest read by block again. A refusal that names a field (`Column(/user/id) changed from number to
 string`) sets aside the records whose text holds that key with a value of the kind it changed to;
-one that names none is found by halving (runs of records read by block until the failing runs
-are small). The careful reader then takes only what was set aside, and both readers' rows are
+one that names none is found by splitting (runs of records read by block again in pieces until
+the refused runs are small). The careful reader then takes only what was set aside, and both readers' rows are
 put back in the records' order.
 """
 
@@ -27,9 +27,9 @@ from .cpu import _BAD, _arrow, _exact, _scratch_pool
 from .cpu_clf import one_array
 
 BLOCK_BYTES = 1 << 20         # the reader's block (a 16 MiB batch as one block parses slower: benchmarks/README.md)
-NAMED_ROUNDS = 16             # refusals that name a field, followed before halving takes over
+NAMED_ROUNDS = 16             # refusals that name a field, followed before splitting takes over
 SMALL_RUN = 64                # runs of records this short that the block reader refuses go to the careful reader
-HALVING_PIECES = 16           # a refused run is read again in this many pieces
+SPLIT_PIECES = 16             # a refused run is read again in this many pieces
 
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
                type(None): "null"}
@@ -106,6 +106,7 @@ def _read_blocks(arr: pa.Array, careful: np.ndarray, read: JsonRead) -> tuple[pa
     schema = read.arrow_schema()
     options = _ParseOptions(schema, read)
     careful = careful.copy()
+    refused = False
     for _ in range(NAMED_ROUNDS):
         rows = np.flatnonzero(~careful)
         subset = arr if len(rows) == len(arr) else arr.filter(pa.array(~careful))
@@ -113,32 +114,43 @@ def _read_blocks(arr: pa.Array, careful: np.ndarray, read: JsonRead) -> tuple[pa
         if table is not None:
             return table, careful
         suspects = _named_suspects(subset, error)
-        if suspects is None or not suspects.any():
+        refused = suspects is None or not suspects.any()
+        if refused:
             break
         careful[rows[suspects]] = True
         if careful.all():
             return None, careful
     rows = np.flatnonzero(~careful)
     pieces: list[pa.Table] = []
-    _halve(arr, rows, schema, options, careful, pieces)
+    _split_refused(arr, rows, schema, options, careful, pieces, refused=refused)
     if careful.all():
         return None, careful
     return pa.concat_tables(pieces), careful
 
 
-def _halve(arr, rows: np.ndarray, schema, options, careful: np.ndarray, pieces: list) -> None:
-    """Read these records by block; a run the reader refuses is read again in pieces, down to
-    SMALL_RUN records, which are marked careful. `pieces` gets the tables in record order."""
-    table, _ = _try_read(arr.take(pa.array(rows)), schema, options)
-    if table is not None:
-        pieces.append(table)
-        return
+def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, pieces: list, refused: bool = False) -> None:
+    """Read these records by block; a run the reader refuses is read again in SPLIT_PIECES
+    pieces, down to SMALL_RUN records, which are marked careful, as is a run most of whose pieces are refused
+    (the careful reader takes them all at less cost than more splitting). `pieces` gets the
+    tables in record order. `refused`: the reader is known to refuse this run."""
+    if not refused:
+        table, _ = _try_read(arr.take(pa.array(rows)), schema, options)
+        if table is not None:
+            pieces.append(table)
+            return
     if len(rows) <= SMALL_RUN:
         careful[rows] = True
         return
-    for part in np.array_split(rows, HALVING_PIECES):
-        if len(part):
-            _halve(arr, part, schema, options, careful, pieces)
+    parts = [part for part in np.array_split(rows, SPLIT_PIECES) if len(part)]
+    tables = [_try_read(arr.take(pa.array(part)), schema, options)[0] for part in parts]
+    if sum(t is None for t in tables) > len(parts) // 2:
+        careful[rows] = True
+        return
+    for part, table in zip(parts, tables):
+        if table is not None:
+            pieces.append(table)
+        else:
+            _split_refused(arr, part, schema, options, careful, pieces, refused=True)
 
 
 def _ParseOptions(schema: pa.Schema, read: JsonRead):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -206,3 +207,33 @@ def test_values_drifting_to_strings_leave_the_other_records_to_the_block_reader(
     every = run(tmp_path, s)
     assert sum(careful_records) == 3000
     assert rows(every) == got
+
+
+def test_bad_records_the_reader_cannot_name_are_found_in_short_runs(monkeypatch):
+    """A refusal that names no field (invalid JSON, an integer too large for int64): the
+    refused runs are read again in pieces, and only short runs around the bad records, or a
+    run mostly refused, go to the careful reader."""
+    import pandas as pd
+
+    from gpuetl.backends import cpu_json
+    from gpuetl.backends.cpu import CpuBackend
+    from gpuetl.sources.json_fields import JsonColumn, JsonRead
+
+    lines = [json.dumps({"a": i}) for i in range(4000)]
+    lines[100], lines[3000] = '{"a": 1', '{"a": 99999999999999999999}'
+    careful = []
+    read_carefully = cpu_json._read_carefully
+    monkeypatch.setattr(cpu_json, "_read_carefully",
+                        lambda backend, arr, read: careful.append(len(arr)) or read_carefully(backend, arr, read))
+    b = CpuBackend()
+    cols, ok, reasons = b.parse_json(b.series(pd.Series(lines), "string"), JsonRead((JsonColumn("a", "int64", None),)))
+    assert sum(careful) <= 2 * cpu_json.SMALL_RUN
+    assert np.flatnonzero(~ok.to_numpy()).tolist() == [100, 3000]
+    assert cols["a"].tolist()[:3] == [0, 1, 2] and cols["a"].tolist()[3999] == 3999
+    assert reasons[100].startswith("invalid JSON") and "int64" in reasons[3000]
+
+    careful.clear()
+    dense = [line if i % 3 else '{"a" 1}' for i, line in enumerate(lines)]     # a third refused, unnamed
+    cols, ok, reasons = b.parse_json(b.series(pd.Series(dense), "string"), JsonRead((JsonColumn("a", "int64", None),)))
+    assert careful == [4000]
+    assert np.flatnonzero(~ok.to_numpy()).tolist() == [i for i in range(4000) if i % 3 == 0 or i == 100]
