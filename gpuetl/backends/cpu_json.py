@@ -67,8 +67,8 @@ def parse_json(backend, text, read: JsonRead):
     fast_values = json_columns(table, read)
     cols = {}
     for c in read.columns:
-        joined = pa.chunked_array([fast_values[c.name], slow_cols[c.name]], type=ARROW_TYPES[c.type])
-        cols[c.name] = backend.series(one_array(joined.take(back)), c.type, index=index)
+        joined = pa.concat_arrays([fast_values[c.name].cast(ARROW_TYPES[c.type]), slow_cols[c.name]])
+        cols[c.name] = backend.series(joined.take(back), c.type, index=index)
     ok = np.ones(n, dtype=bool)
     ok[slow_at] = slow_ok
     reasons: list[str | None] = [None] * n
@@ -78,7 +78,7 @@ def parse_json(backend, text, read: JsonRead):
 
 
 def _reason_series(reasons: list, index) -> pd.Series:
-    return pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=index)
+    return pd.Series(pd.arrays.ArrowExtensionArray(pa.array(reasons, pa.string())), index=index)
 
 
 # -- the block reader -------------------------------------------------------------------------
