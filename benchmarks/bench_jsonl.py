@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -45,6 +43,8 @@ def write_events(path: Path, size: int, seed: int) -> int:
     """JSON lines of about `size` bytes; returns the line count. Some records have no items,
     no geo or a null user; `service.name` is a flat dotted key, `user.name` and `items[].qty`
     are fields the task leaves out."""
+    import numpy as np          # here, not at the top: a peer's worker process does not pay for it
+
     rng = np.random.default_rng(seed)
     lines = 0
     t0 = int(_dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc).timestamp() * 1000)
