@@ -34,6 +34,7 @@ SPLIT_PIECES = 16             # a refused run is read again in this many pieces
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
                type(None): "null"}
 _CHANGED = re.compile(r"Column\((/.*)\) changed from (\w+) to (\w+)")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _VALUE_START = {"string": '"', "number": r"[-0-9]", "boolean": "[tf]", "object": r"\{", "array": r"\[",
                 "null": "n"}
 
@@ -269,6 +270,9 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead) -> tuple[dict[str, p
         if isinstance(obj, _Unreadable):
             ok[i], reasons[i] = False, obj.reason
             continue
+        if _SURROGATE_ESCAPE.search(line) and _has_lone_surrogate(obj):
+            ok[i], reasons[i] = False, "invalid JSON: a \\u escape is half of a surrogate pair, not a character"
+            continue
         if not isinstance(obj, dict):
             ok[i], reasons[i] = False, f"expected a JSON object, got {_JSON_KINDS.get(type(obj), 'a value')}"
             continue
@@ -384,6 +388,16 @@ def _json_value_problem(value, type_name: str) -> str | None:
     if not fits or _exact(value, type_name) is _BAD:
         return f"expected {type_name}, got {json.dumps(value)[:80]}"
     return None
+
+
+def _has_lone_surrogate(obj) -> bool:
+    """Whether a \\uD800-\\uDFFF escape without its pair left a character UTF-8 cannot hold
+    (Python's json reads one; the block reader refuses it)."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 class _Unreadable:

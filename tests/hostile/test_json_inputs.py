@@ -237,3 +237,16 @@ def test_bad_records_the_reader_cannot_name_are_found_in_short_runs(monkeypatch)
     cols, ok, reasons = b.parse_json(b.series(pd.Series(dense), "string"), JsonRead((JsonColumn("a", "int64", None),)))
     assert careful == [4000]
     assert np.flatnonzero(~ok.to_numpy()).tolist() == [i for i in range(4000) if i % 3 == 0 or i == 100]
+
+
+def test_a_lone_surrogate_escape_is_a_bad_record_not_a_crash(tmp_path, surroundings):
+    r"""`"\ud800"` is valid JSON text but no character: Python's json reads it, UTF-8 cannot hold
+    it. The record is quarantined; a proper pair (an emoji) is read."""
+    (tmp_path / "a.jsonl").write_text('{"a": "x\\ud800y", "n": 1}\n{"a": "\\ud83d\\ude00", "n": 2}\n'
+                                      '{"a": "ok", "n": 3}\n{"b": {"k\\uDC00": 1}, "n": 4}\n')
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run(tmp_path, spec({"a": "string", "n": "int64"}, extra_fields="keep"))
+    assert [(r["a"], r["n"]) for r in rows(result)] == [("\U0001F600", 2), ("ok", 3)]
+    assert set(quarantined(result).values()) == {
+        "invalid JSON: a \\u escape is half of a surrogate pair, not a character"}
+    assert result.counts["quarantined"] == 2
