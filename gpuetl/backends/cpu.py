@@ -20,7 +20,8 @@ _UINT_RE = r"^\s*\+?\d+\s*$"
 _FLOAT_RE = r"(?i)^\s*[+-]?(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|inf|infinity|nan)\s*$"
 _TRUE = ("true", "t", "yes", "y", "1")
 _FALSE = ("false", "f", "no", "n", "0")
-_HAS_ZONE_RE = r"\d:\d\d.*(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"   # an offset after a time (a date's "-10" is not one)
+# an offset after a time, an hour alone included ("T12Z"; a date's "-10" is not one)
+_HAS_ZONE_RE = r"(?:\d:\d\d|[Tt ]\d\d).*(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"
 
 
 def _arrow(col: pd.Series) -> pa.Array:
@@ -497,15 +498,23 @@ def strict_strptime(values: pa.Array, fmt: str, zone: str) -> pa.Array:
     return pa.array(parsed, type=ARROW_TYPES["timestamp"])
 
 
+_PANDAS_FIRST_US = -(-pd.Timestamp.min.value // 1000)   # the instants pandas' parser can give, in µs
+_PANDAS_LAST_US = pd.Timestamp.max.value // 1000
+
+
 def _zoned_iso_timestamps(values: pa.Array) -> pa.Array | None:
-    """Arrow's ISO 8601 cast, when it reads every value: it refuses a value without an offset
-    (read in the source's zone below), an impossible date or time and any form it does not know,
-    and gives the instant pandas' parser gives for the others (tests/backends/test_cpu_casts.py).
-    None: pandas parses the column."""
+    """Arrow's ISO 8601 cast, when it reads every value and they lie in pandas' range: it refuses
+    a value without an offset (read in the source's zone below), an impossible date or time and
+    any form it does not know, and gives the instant pandas' parser gives for the others
+    (tests/backends/test_cpu_casts.py). None: pandas parses the column."""
     try:
-        return pc.cast(values, ARROW_TYPES["timestamp"])
+        cast = pc.cast(values, ARROW_TYPES["timestamp"])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
+    low, high = pc.min_max(cast.cast(pa.int64())).values()
+    if low.is_valid and (low.as_py() < _PANDAS_FIRST_US or high.as_py() > _PANDAS_LAST_US):
+        return None                # pandas' parser refuses times outside its nanosecond range
+    return cast
 
 
 def _in_microseconds(parsed: pd.Series) -> pd.Series:
