@@ -7,8 +7,8 @@ not handed to the careful reader whole: the records the refusal points at are se
 rest read by block again. A refusal that names a field (`Column(/user/id) changed from number to
 string`) sets aside the records whose text holds that key with a value of the kind it changed to;
 one that names none is found by splitting (runs of records read by block again in pieces until
-the refused runs are small). The careful reader then takes only what was set aside, and both readers' rows are
-put back in the records' order.
+the refused runs are small). The careful reader then takes only what was set aside, and both
+readers' rows are put back in the records' order.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _read_blocks(arr: pa.Array, careful: np.ndarray, read: JsonRead) -> tuple[pa
     """(the block reader's table of the records not marked careful, the careful marks): the
     records the reader refuses are added to the careful ones (see the module's docstring)."""
     schema = read.arrow_schema()
-    options = _ParseOptions(schema, read)
+    options = _parse_options(schema, read)
     careful = careful.copy()
     refused = False
     for _ in range(NAMED_ROUNDS):
@@ -129,11 +129,12 @@ def _read_blocks(arr: pa.Array, careful: np.ndarray, read: JsonRead) -> tuple[pa
     return pa.concat_tables(pieces), careful
 
 
-def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, pieces: list, refused: bool = False) -> None:
+def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, pieces: list,
+                   refused: bool = False) -> None:
     """Read these records by block; a run the reader refuses is read again in SPLIT_PIECES
-    pieces, down to SMALL_RUN records, which are marked careful, as is a run most of whose pieces are refused
-    (the careful reader takes them all at less cost than more splitting). `pieces` gets the
-    tables in record order. `refused`: the reader is known to refuse this run."""
+    pieces, down to SMALL_RUN records, which are marked careful, as is a run most of whose
+    pieces are refused (the careful reader takes them all at less cost than more splitting).
+    `pieces` gets the tables in record order. `refused`: the reader is known to refuse this run."""
     if not refused:
         table, _ = _try_read(arr.take(pa.array(rows)), schema, options)
         if table is not None:
@@ -154,7 +155,7 @@ def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, 
             _split_refused(arr, part, schema, options, careful, pieces, refused=True)
 
 
-def _ParseOptions(schema: pa.Schema, read: JsonRead):
+def _parse_options(schema: pa.Schema, read: JsonRead):
     import pyarrow.json as pj
 
     return pj.ParseOptions(explicit_schema=schema,
@@ -188,9 +189,12 @@ def _named_suspects(arr: pa.Array, error: str) -> np.ndarray | None:
     steps = [s for s in path.split("/") if s and s != "[]"]
     if not steps:
         return None
-    key = re.escape(json.dumps(steps[-1].replace("~1", "/").replace("~0", "~"), ensure_ascii=False)[1:-1])
+    key = re.escape(json.dumps(steps[-1], ensure_ascii=False)[1:-1])     # as the text writes it
     after = _VALUE_START.get(to, "") if not path.endswith("/[]") else ""
-    hit = pc.match_substring_regex(arr, f'"{key}"\\s*:\\s*{after}')
+    try:
+        hit = pc.match_substring_regex(arr, f'"{key}"\\s*:\\s*{after}')
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):      # a key RE2 will not take: split instead
+        return None
     return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
