@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import decimal
-import json
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..sources.json_fields import JsonRead, lookup
-from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, type_name_of
+from ..sources.json_fields import JsonRead
+from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
 from .cpu_text import extract_groups_polars, polars_regex
@@ -23,7 +20,8 @@ _UINT_RE = r"^\s*\+?\d+\s*$"
 _FLOAT_RE = r"(?i)^\s*[+-]?(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|inf|infinity|nan)\s*$"
 _TRUE = ("true", "t", "yes", "y", "1")
 _FALSE = ("false", "f", "no", "n", "0")
-_HAS_ZONE_RE = r"\d:\d\d.*(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"   # an offset after a time (a date's "-10" is not one)
+# an offset after a time, an hour alone included ("T12Z"; a date's "-10" is not one)
+_HAS_ZONE_RE = r"(?:\d:\d\d|[Tt ]\d\d).*(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"
 
 
 def _arrow(col: pd.Series) -> pa.Array:
@@ -210,114 +208,11 @@ class CpuBackend(Backend):
         return out, pd.Series(matched, index=text.index)
 
     def parse_json(self, text, read: JsonRead):
-        """Fast path: pyarrow's JSON reader over the whole block, with the columns' types. A
-        block it refuses (a bad record, a number written as a string, extra fields under
-        `extra_fields: error`) is read record by record to find out which records and why;
-        `extra_fields: keep` always is, as only it sees each record's other keys."""
-        arr = _arrow(text)
-        if len(arr) and _has_any_byte(arr, (b"\xef",)):
-            arr = _without_bom(arr)
-        import pyarrow.json as pj
+        """pyarrow's block reader where it reads records as gpuetl would, Python's json record
+        by record for the others (backends/cpu_json.py)."""
+        from .cpu_json import parse_json
 
-        if read.extra == "keep" or not _one_object_per_line(arr):
-            return self._parse_json_slowly(arr, read, text.index)
-        try:
-            body = _joined_lines(arr)
-            arrow_schema = read.arrow_schema()
-            table = pj.read_json(
-                pa.BufferReader(body),
-                parse_options=pj.ParseOptions(explicit_schema=arrow_schema, unexpected_field_behavior=(
-                    "error" if read.extra == "error" else "ignore")),
-                read_options=pj.ReadOptions(block_size=_json_block_size(arr), use_threads=False),
-            ) if body else arrow_schema.empty_table()
-            if table.num_rows == len(arr):
-                values = json_columns(table, read)
-                cols = {c.name: self.series(values[c.name], c.type, index=text.index) for c in read.columns}
-                return cols, pd.Series(np.ones(len(arr), dtype=bool), index=text.index), None
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
-            pass
-        return self._parse_json_slowly(arr, read, text.index)
-
-    def _parse_json_slowly(self, arr: pa.Array, read: JsonRead, index):
-        """Record by record with Python's json: a record it cannot read, however it fails (too
-        deeply nested, an integer of thousands of digits, two objects on one line), is
-        quarantined with the reason; the run goes on. JSON strings in number columns are
-        gathered and cast afterwards with the rules `columns` applies to text (self.cast)."""
-        n = len(arr)
-        ok = np.ones(n, dtype=bool)
-        reasons: list[str | None] = [None] * n
-        columns: dict[str, list] = {c.name: [None] * n for c in read.columns}
-        pending: dict[str, tuple[list[int], list[str]]] = {}
-        extra_text: list[str | None] = [None] * n
-        roots = read.roots
-        arrow_schema = None
-        for i, line in enumerate(arr.to_pylist()):
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                why = "text after the first JSON value (one line must be one record)" if err.msg == "Extra data" else err.msg
-                ok[i], reasons[i] = False, f"invalid JSON: {why}"
-                continue
-            except (RecursionError, ValueError, TypeError) as err:    # too deep; an integer over Python's digit limit
-                arrow_schema = arrow_schema or read.arrow_schema()
-                why = "nested too deeply to read" if isinstance(err, RecursionError) else str(err)[:200]
-                obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {why}")
-            if isinstance(obj, _Unreadable):
-                ok[i], reasons[i] = False, obj.reason
-                continue
-            if not isinstance(obj, dict):
-                ok[i], reasons[i] = False, f"expected a JSON object, got {_JSON_KINDS.get(type(obj), 'a value')}"
-                continue
-            problem = None
-            for col in read.columns:
-                value, problem = lookup(obj, col)
-                if problem:
-                    break
-                try:
-                    value, problem, as_text = _json_value(value, col.type, read.strict)
-                except (RecursionError, ValueError) as err:
-                    problem, as_text = ("nested too deeply to write back as text" if isinstance(err, RecursionError)
-                                        else str(err)[:200]), False
-                if problem:
-                    problem = f"field {col.name!r}: {problem}"
-                    break
-                if as_text:
-                    at, texts = pending.setdefault(col.name, ([], []))
-                    at.append(i)
-                    texts.append(value)
-                else:
-                    columns[col.name][i] = value
-            if not problem and read.extra != "drop":
-                extra = {k: v for k, v in obj.items() if k not in roots}
-                if extra and read.extra == "error":
-                    problem = f"field {next(iter(extra))!r} is not in columns (extra_fields: error)"
-                elif extra and read.extra == "keep" and not problem:
-                    try:
-                        extra_text[i] = json.dumps(extra, ensure_ascii=False)
-                    except (RecursionError, ValueError):
-                        problem = "an extra field is nested too deeply to write back as text"
-            if problem:
-                ok[i], reasons[i] = False, problem
-        by_name = {c.name: c for c in read.columns}
-        for name, (at, texts) in pending.items():
-            t = by_name[name].type
-            values, bad = self.cast(self.series(pa.array(texts, pa.string()), "string"), t)
-            values, bad = _arrow(values).to_pylist(), np.asarray(bad, dtype=bool)
-            for j, i in enumerate(at):
-                if not ok[i]:
-                    continue
-                if bad[j]:
-                    ok[i], reasons[i] = False, f"field {name!r}: {json.dumps(texts[j])[:80]} is not a valid {t}"
-                else:
-                    columns[name][i] = values[j]
-        cols = {}
-        for col in read.columns:
-            values = [v if ok[i] else None for i, v in enumerate(columns[col.name])]
-            cols[col.name] = self.series(pa.array(values, type=ARROW_TYPES[col.type]), col.type, index=index)
-        if read.extra == "keep":
-            cols["_extra"] = self.series(pa.array([v if ok[i] else None for i, v in enumerate(extra_text)],
-                                                  pa.string()), "string", index=index)
-        return cols, pd.Series(ok, index=index), pd.Series(pd.array(reasons, dtype=pd.ArrowDtype(pa.string())), index=index)
+        return parse_json(self, text, read)
 
     def parse_csv(self, text, names, delimiter, null_values=("",)):
         """pyarrow's CSV reader over the batch (a quoted field may hold newlines), trusted only
@@ -450,14 +345,19 @@ class CpuBackend(Backend):
         zone = timezone or "UTC"
         if fmt:
             return strict_strptime(values, fmt, zone)
+        zoned = _zoned_iso_timestamps(values)
+        if zoned is not None:
+            return zoned
         series = pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype))
         has_zone = series.str.contains(_HAS_ZONE_RE, regex=True).fillna(False).astype(bool)
         result = pd.Series(pd.NaT, index=series.index, dtype="datetime64[us, UTC]")
         if has_zone.any():
-            result[has_zone] = pd.to_datetime(series[has_zone], format="ISO8601", utc=True, errors="coerce")
+            result[has_zone] = _in_microseconds(pd.to_datetime(series[has_zone], format="ISO8601", utc=True,
+                                                               errors="coerce"))
         naive = ~has_zone & series.notna()
         if naive.any():
-            result[naive] = _localize(pd.to_datetime(series[naive], format="ISO8601", errors="coerce"), zone)
+            result[naive] = _in_microseconds(_localize(pd.to_datetime(series[naive], format="ISO8601",
+                                                                      errors="coerce"), zone))
         return pa.array(result, type=target)
 
     _NULLABLE = {"bool": "boolean", **{t: t.capitalize() for t in ("int8", "int16", "int32", "int64")},
@@ -598,6 +498,34 @@ def strict_strptime(values: pa.Array, fmt: str, zone: str) -> pa.Array:
     return pa.array(parsed, type=ARROW_TYPES["timestamp"])
 
 
+_PANDAS_FIRST_US = -(-pd.Timestamp.min.value // 1000)   # the instants pandas' parser can give, in µs
+_PANDAS_LAST_US = pd.Timestamp.max.value // 1000
+
+
+def _zoned_iso_timestamps(values: pa.Array) -> pa.Array | None:
+    """Arrow's ISO 8601 cast, when it reads every value and they lie in pandas' range: it refuses
+    a value without an offset (read in the source's zone below), an impossible date or time and
+    any form it does not know, and gives the instant pandas' parser gives for the others
+    (tests/backends/test_cpu_casts.py). None: pandas parses the column."""
+    try:
+        cast = pc.cast(values, ARROW_TYPES["timestamp"])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    low, high = pc.min_max(cast.cast(pa.int64())).values()
+    if low.is_valid and (low.as_py() < _PANDAS_FIRST_US or high.as_py() > _PANDAS_LAST_US):
+        return None                # pandas' parser refuses times outside its nanosecond range
+    return cast
+
+
+def _in_microseconds(parsed: pd.Series) -> pd.Series:
+    """Parsed times at the column's resolution: a value with digits past the microsecond
+    (pandas keeps nanoseconds then) is not a valid timestamp rather than rounded."""
+    if parsed.dt.unit == "us":
+        return parsed
+    lossy = parsed.notna() & (parsed.dt.nanosecond != 0)
+    return parsed.mask(lossy).dt.as_unit("us")
+
+
 def _localize(naive: pd.Series, zone: str) -> pd.Series:
     """Local wall times to UTC: an ambiguous time (the hour repeated when clocks go back) takes
     its first occurrence, a time skipped when clocks go forward moves forward past the gap."""
@@ -615,133 +543,6 @@ def _next_newline(view: memoryview, pos: int) -> int:
             return pos + k
         pos += 65536
     return -1
-
-
-_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
-               type(None): "null"}
-
-
-def _json_block_size(arr: pa.Array) -> int:
-    """The JSON reader's block: about 1 MiB (a whole batch as one block parses slower: the
-    reader's per-block buffers outgrow the caches; benchmarks/README.md), and at least the
-    longest record, which a block must hold whole."""
-    longest = pc.max(pc.binary_length(arr)).as_py() or 0
-    return max(1 << 20, longest + 2)
-
-
-def json_columns(table: pa.Table, read: JsonRead) -> dict[str, pa.Array]:
-    """Each column's values from the block reader's table: the flat key where a record has it,
-    else the value at the column's path (a list index past a list's end is null)."""
-    out = {}
-    for col in read.columns:
-        flat = one_array(table.column(col.name)) if col.name in table.column_names else None
-        if not col.path:
-            out[col.name] = flat
-            continue
-        value = one_array(table.column(col.path[0]))
-        for step in col.path[1:]:
-            value = _json_step(value, step)
-        if flat is not None and flat.null_count < len(flat):
-            value = pc.coalesce(flat, value)
-        out[col.name] = value
-    return out
-
-
-def _json_step(value: pa.Array, step) -> pa.Array:
-    if isinstance(step, int):
-        long_enough = pc.greater(pc.list_value_length(value), step)
-        value = pc.if_else(pc.fill_null(long_enough, False), value, pa.scalar(None, value.type))
-        return pc.list_element(value, step)
-    return pc.struct_field(value, [value.type.get_field_index(step)])
-
-
-def _without_bom(arr: pa.Array) -> pa.Array:
-    """A UTF-8 byte-order mark before a record (a file saved by a Windows editor) is not part of it."""
-    return pc.if_else(pc.starts_with(arr, "\ufeff"), pc.utf8_slice_codeunits(arr, 1), arr)
-
-
-def _json_value(value, type_name: str, strict: bool):
-    """(value, problem, as_text): one JSON value for a column of this type. `as_text`: a JSON
-    string for a number column, to be cast with the text rules (not under `strict`)."""
-    if value is None:
-        return None, None, False
-    if type_name == "string":
-        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None, False
-    if type_name.startswith(("list<", "struct<")):
-        return _conform(value, ARROW_TYPES[type_name], "")
-    if isinstance(value, str) and not strict and type_name != "bool":
-        return value, None, True
-    problem = _json_value_problem(value, type_name)
-    return (None, problem, False) if problem else (_exact(value, type_name), None, False)
-
-
-def _conform(value, arrow_type: pa.DataType, where: str):
-    """A nested value checked against its declared type, as the block reader would read it
-    (leaves as they are in JSON: "4" is not an int64); fields the type does not name are left out."""
-    if value is None:
-        return None, None, False
-    if pa.types.is_struct(arrow_type):
-        if not isinstance(value, dict):
-            return None, f"{where or 'value'}: expected an object, got {_JSON_KINDS.get(type(value), 'a value')}", False
-        out = {}
-        for f in arrow_type:
-            inner, problem, _ = _conform(value.get(f.name), f.type, f"{where}.{f.name}" if where else f.name)
-            if problem:
-                return None, problem, False
-            out[f.name] = inner
-        return out, None, False
-    if pa.types.is_list(arrow_type):
-        if not isinstance(value, list):
-            return None, f"{where or 'value'}: expected an array, got {_JSON_KINDS.get(type(value), 'a value')}", False
-        out = []
-        for k, item in enumerate(value):
-            inner, problem, _ = _conform(item, arrow_type.value_type, f"{where}[{k}]")
-            if problem:
-                return None, problem, False
-            out.append(inner)
-        return out, None, False
-    name = type_name_of(arrow_type)
-    if name == "string":
-        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None, False
-    problem = _json_value_problem(value, name)
-    if problem:
-        return None, f"{where}: {problem}" if where else problem, False
-    return _exact(value, name), None, False
-
-
-@dataclass(frozen=True)
-class _Unreadable:
-    reason: str
-
-
-def _one_record_as_arrow_reads_it(line: str, arrow_schema: pa.Schema, reason: str):
-    """A record Python's json cannot hold (nested deeper than its recursion limit, an integer
-    over its digit limit) as pyarrow's reader reads it, so the record gets what the whole-block
-    reader gives it in a batch without bad records; _Unreadable(reason) when that fails too."""
-    import pyarrow.json as pj
-
-    try:
-        table = pj.read_json(pa.BufferReader(line.encode() + b"\n"), parse_options=pj.ParseOptions(
-            explicit_schema=arrow_schema, unexpected_field_behavior="ignore"))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _Unreadable(reason)
-    if table.num_rows != 1:
-        return _Unreadable(reason)
-    return {k: v for k, v in table.to_pylist()[0].items() if v is not None}
-
-
-def _one_object_per_line(arr: pa.Array) -> bool:
-    """Whether every record is one brace-delimited text (white space around it allowed): the
-    condition under which pyarrow's reader, which reads values across line breaks and several
-    values on one line, gives exactly one row per line. Then a row count equal to the line count
-    means one object per line; anything else goes record by record."""
-    if not len(arr):
-        return True
-    ok = pc.and_(pc.starts_with(arr, "{"), pc.ends_with(arr, "}"))
-    if pc.all(ok).as_py():
-        return True
-    rest = pc.utf8_trim(arr.filter(pc.invert(ok)), " \t\r")
-    return bool(pc.all(pc.and_(pc.starts_with(rest, "{"), pc.ends_with(rest, "}"))).as_py())
 
 
 def _joined_lines(arr: pa.Array) -> bytes:
@@ -826,18 +627,3 @@ def _exact(value, type_name: str):
     except (TypeError, ValueError, OverflowError):
         return _BAD
     return _BAD
-
-
-def _json_value_problem(value: Any, type_name: str) -> str | None:
-    if value is None:
-        return None
-    if type_name == "string" or type_name == "timestamp":
-        return None if isinstance(value, str) or type_name == "string" else f"expected a string, got {value!r}"
-    # JSON types must fit as they are, as in pyarrow's reader: "4" is not an int64, true is not 1
-    fits = (isinstance(value, bool) if type_name == "bool"
-            else isinstance(value, (int, float)) and not isinstance(value, bool) if type_name.startswith("float")
-            else isinstance(value, int) and not isinstance(value, bool))
-    if not fits or _exact(value, type_name) is _BAD:
-        return f"expected {type_name}, got {json.dumps(value)[:80]}"
-    return None
-

@@ -23,8 +23,11 @@ def template_to_regex(template: str, multiline: bool = False) -> tuple[str, tupl
 
     ``multiline``: records hold newlines (``source.multiline``). The regex is then
     ``(?s)``: the last field takes the rest of the record, newlines included, while the
-    other fields are ``[^\n]*?`` and stay on their line. (One global flag, not a scoped
-    ``(?s:...)`` group, so the GPU engine runs it with its DOTALL flag.)
+    other fields are ``[^\n]*?`` and stay on their line, and so do the spaces between them
+    (``[\\t\\f\\r ]``, not ``\\s``): a record whose first line lacks a field does not match
+    rather than take the field from a later line. Only the spaces right before the last field
+    may span a line break (a message that starts on the next line). (One global flag, not a
+    scoped ``(?s:...)`` group, so the GPU engine runs it with its DOTALL flag.)
 
     Contract (the loghub / logparser ``log_format`` convention):
 
@@ -74,7 +77,7 @@ def template_to_regex(template: str, multiline: bool = False) -> tuple[str, tupl
             raise ValueError(f"field <{name}> in log format template: {problem}")
         seen.add(name)
 
-    converted = _convert_fragments(fragments)
+    converted = _convert_fragments(fragments, last_field=len(fields) - 1 if multiline else None)
 
     out = ["(?s)^" if multiline else "^"]
     for i, frag in enumerate(converted):
@@ -95,8 +98,15 @@ def template_to_regex(template: str, multiline: bool = False) -> tuple[str, tupl
     return regex, tuple(fields)
 
 
-def _convert_fragments(fragments: list[str]) -> list[str]:
+SPACE = r"\s"                  # white space between fields
+SPACE_ON_THE_LINE = r"[\t\f\r ]"   # the same but a line break (RE2's \s less \n), for multi-line records
+
+
+def _convert_fragments(fragments: list[str], last_field: int | None = None) -> list[str]:
     """Rewrite the literal fragments: spaces -> ``\\s+``, ``(`` -> ``(?:``.
+
+    ``last_field``: the index of a multi-line record's last field. The spaces up to it stay on
+    their line (SPACE_ON_THE_LINE), all but a run that ends the fragment right before it.
 
     Parenthesis depth is tracked across the fields so that a group may open in
     one fragment and close in a later one, as in ``(\\[<PID>\\])?``.
@@ -147,10 +157,12 @@ def _convert_fragments(fragments: list[str]) -> list[str]:
                 while j < n and frag[j] == " ":
                     j += 1
                 run = j - i
+                on_the_line = last_field is not None and (idx < last_field or (idx == last_field and j < n))
+                space = SPACE_ON_THE_LINE if on_the_line else SPACE
                 if j < n and frag[j] in _QUANTIFIER_START:
-                    out.append(r"\s+" * (run - 1) + r"\s")
+                    out.append(f"{space}+" * (run - 1) + space)
                 else:
-                    out.append(r"\s+")
+                    out.append(f"{space}+")
                 i = j
                 continue
             if c == "(":

@@ -121,3 +121,43 @@ def test_the_plain_integer_scan_reads_only_the_values_of_a_sliced_column():
     assert _has_any_byte(arr.slice(1, 2), (b"-",))
     assert _has_any_byte(pa.chunked_array([arr.slice(1, 1), arr.slice(3)]), (b"x",))
     assert not _has_any_byte(pa.array([], pa.string()), (b"x",))
+
+
+_PIECES = (
+    ["2026", "2024", "1969", "1677", "2262", "9999", "0001", "0000", "202"],            # year
+    ["01", "02", "12", "13", "00", "1"],                                                 # month
+    ["01", "28", "29", "30", "31", "32", "00"],                                          # day
+    ["T", " ", "t", "_"],
+    ["00:00:00", "23:59:59", "24:00:00", "23:59:60", "23:60:00", "12:30", "12", "1:02:03"],
+    ["", ".5", ".123", ".123456", ".1234567", ".000000000", ".", ",5"],
+    ["Z", "z", "+02:00", "-0230", "+02", "+14:00", "+24:00", "-00:30", "", " Z", "UTC"],  # zone
+)
+
+
+def test_iso_timestamps_read_by_arrow_are_the_instants_pandas_reads():
+    """Arrow's ISO 8601 cast takes a column only when it reads every value; then each value is
+    the instant pandas' parser (the path it replaces) gives. 3,000 forms drawn from the pieces
+    above (valid, impossible, odd), each cast alone by Arrow, all at once by pandas (which must
+    not fail on the mix)."""
+    import random
+
+    import gpuetl.backends.cpu as cpu
+
+    rng = random.Random(15)
+    texts = sorted({"{}-{}-{}{}{}{}{}".format(*(rng.choice(p) if rng.random() < 0.3 else p[0] for p in _PIECES))
+                    for _ in range(3000)})
+    fast = {t: cpu._zoned_iso_timestamps(pa.array([t])) for t in texts}
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cpu, "_zoned_iso_timestamps", lambda values: None)
+        careful = CpuBackend._parse_timestamps(pa.array(texts), None, None).cast(pa.int64()).to_pylist()
+    read = [(t, fast[t].cast(pa.int64())[0].as_py(), c) for t, c in zip(texts, careful) if fast[t] is not None]
+    assert len(read) > 100 and len(read) < len(texts)          # both ways taken
+    assert [(t, f) for t, f, _ in read] == [(t, c) for t, _, c in read]
+
+
+def test_timestamps_past_the_microsecond_are_bad_not_rounded():
+    got, bad = cast(["2026-12-01T10:00:00.1234567Z", "2026-12-01T10:00:00.1234560Z", "2026-12-01T10:00:00.123456789",
+                     "2026-12-01T10:00:00Z"], "timestamp")
+    assert got[1] == dt.datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
+    assert got[3] == dt.datetime(2026, 12, 1, 10, tzinfo=UTC)
+    assert bad == [True, False, True, False]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -152,3 +153,100 @@ def test_extra_fields_keep_holds_exactly_the_other_keys(tmp_path, surroundings):
         result = run(tmp_path, spec({"a": "int64"}, extra_fields="keep"))
     assert [(r["a"], r["_extra"]) for r in rows(result)] == [(1, '{"b": {"c": [1, null]}, "d": "é"}'), (2, None)]
     assert result.counts["quarantined"] == 1
+
+
+def _drifting_records(n=3000):
+    """Numbers that drift to strings now and then (valid and not), one nested, a bad record, a
+    record with white space around it and one with an escaped key: the block reader refuses
+    every batch of them as a whole."""
+    out = []
+    for i in range(n):
+        rec = {"ms": i, "user": {"id": i}, "tag": f"t{i}"}
+        if i % 37 == 5:
+            rec["ms"] = str(i)                       # a number written as a string: cast
+        if i % 101 == 7:
+            rec["user"]["id"] = f"{i}"               # the same, nested
+        if i % 211 == 9:
+            rec["tag"] = i                           # a number in a string column: its text
+        out.append(json.dumps(rec))
+    out[1500] = '{"ms": "12x", "user": {"id": 1}, "tag": "a"}'
+    out[1700] = '{"ms": 1, "user": {"id": 1}, "tag": "a"'
+    out[2000] = '  {"ms": 2000, "user": {"id": 2000}, "tag": "t2000"}  '
+    out[2100] = '{"m\\u0073": "2100", "user": {"id": 2100}, "tag": "t2100"}'
+    return "".join(line + "\n" for line in out)
+
+
+@pytest.mark.parametrize("blocksize", [1 << 20, 8 << 10])
+def test_values_drifting_to_strings_leave_the_other_records_to_the_block_reader(tmp_path, surroundings, blocksize,
+                                                                                monkeypatch):
+    """A batch the block reader refuses is not read record by record whole: only the records
+    the refusal points at are, and the rows are those of reading every record carefully."""
+    from gpuetl.backends import cpu_json
+
+    (tmp_path / "a.jsonl").write_text(_drifting_records())
+    s = spec({"ms": "int64", "user.id": "int64", "tag": "string"})
+    s["source"]["blocksize"] = blocksize
+    careful_records = []
+    read_carefully = cpu_json._read_carefully
+    monkeypatch.setattr(cpu_json, "_read_carefully",
+                        lambda backend, arr, read: careful_records.append(len(arr)) or read_carefully(backend, arr, read))
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run(tmp_path, s)
+    got = rows(result)
+    assert result.counts["quarantined"] == 2 and len(got) == 2998
+    assert set(quarantined(result).values()) == {"field 'ms': \"12x\" is not a valid int64",
+                                                 "invalid JSON: Expecting ',' delimiter"}
+    by_ms = {r["ms"]: r for r in got}
+    assert by_ms[5] == {"ms": 5, "user.id": 5, "tag": "t5", "_file": "a.jsonl", "_offset": by_ms[5]["_offset"]}
+    assert by_ms[9]["tag"] == "9" and by_ms[7]["user.id"] == 7 and by_ms[2100]["ms"] == 2100
+    assert sum(careful_records) < 3000 // 8            # the block reader read the rest
+
+    monkeypatch.setattr(cpu_json, "_read_blocks", lambda arr, careful, read: (None, careful | True))
+    careful_records.clear()
+    (tmp_path / "out").rename(tmp_path / "fast")
+    every = run(tmp_path, s)
+    assert sum(careful_records) == 3000
+    assert rows(every) == got
+
+
+def test_bad_records_the_reader_cannot_name_are_found_in_short_runs(monkeypatch):
+    """A refusal that names no field (invalid JSON, an integer too large for int64): the
+    refused runs are read again in pieces, and only short runs around the bad records, or a
+    run mostly refused, go to the careful reader."""
+    import pandas as pd
+
+    from gpuetl.backends import cpu_json
+    from gpuetl.backends.cpu import CpuBackend
+    from gpuetl.sources.json_fields import JsonColumn, JsonRead
+
+    lines = [json.dumps({"a": i}) for i in range(4000)]
+    lines[100], lines[3000] = '{"a": 1', '{"a": 99999999999999999999}'
+    careful = []
+    read_carefully = cpu_json._read_carefully
+    monkeypatch.setattr(cpu_json, "_read_carefully",
+                        lambda backend, arr, read: careful.append(len(arr)) or read_carefully(backend, arr, read))
+    b = CpuBackend()
+    cols, ok, reasons = b.parse_json(b.series(pd.Series(lines), "string"), JsonRead((JsonColumn("a", "int64", None),)))
+    assert sum(careful) <= 2 * cpu_json.SMALL_RUN
+    assert np.flatnonzero(~ok.to_numpy()).tolist() == [100, 3000]
+    assert cols["a"].tolist()[:3] == [0, 1, 2] and cols["a"].tolist()[3999] == 3999
+    assert reasons[100].startswith("invalid JSON") and "int64" in reasons[3000]
+
+    careful.clear()
+    dense = [line if i % 3 else '{"a" 1}' for i, line in enumerate(lines)]     # a third refused, unnamed
+    cols, ok, reasons = b.parse_json(b.series(pd.Series(dense), "string"), JsonRead((JsonColumn("a", "int64", None),)))
+    assert careful == [4000]
+    assert np.flatnonzero(~ok.to_numpy()).tolist() == [i for i in range(4000) if i % 3 == 0 or i == 100]
+
+
+def test_a_lone_surrogate_escape_is_a_bad_record_not_a_crash(tmp_path, surroundings):
+    r"""`"\ud800"` is valid JSON text but no character: Python's json reads it, UTF-8 cannot hold
+    it. The record is quarantined; a proper pair (an emoji) is read."""
+    (tmp_path / "a.jsonl").write_text('{"a": "x\\ud800y", "n": 1}\n{"a": "\\ud83d\\ude00", "n": 2}\n'
+                                      '{"a": "ok", "n": 3}\n{"b": {"k\\uDC00": 1}, "n": 4}\n')
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run(tmp_path, spec({"a": "string", "n": "int64"}, extra_fields="keep"))
+    assert [(r["a"], r["n"]) for r in rows(result)] == [("\U0001F600", 2), ("ok", 3)]
+    assert set(quarantined(result).values()) == {
+        "invalid JSON: a \\u escape is half of a surrogate pair, not a character"}
+    assert result.counts["quarantined"] == 2

@@ -144,3 +144,63 @@ def test_unbalanced_paren_names_the_fragment():
         template_to_regex("<Component>" + frag + "<PID>\\]?: <Content>")
     assert repr(frag) in str(info.value)
     assert "never closed" in str(info.value)
+
+
+MULTI = "<Date> <Time> <Level>: <Content>"
+
+
+@pytest.mark.parametrize("record, fields", [
+    ("2026-01-01 12:00 INFO: a\n  at b\n  at c", ("2026-01-01", "12:00", "INFO", "a\n  at b\n  at c")),
+    ("2026-01-01 12:00 INFO:\nmessage on the next line", ("2026-01-01", "12:00", "INFO", "message on the next line")),
+    ("2026-01-01\t12:00  INFO: a\r\nb", ("2026-01-01", "12:00", "INFO", "a\r\nb")),
+    ("2026-01-01\n12:00 INFO: the time is on the second line", None),
+    ("2026-01-01 12:00\nINFO: the level is on the second line", None),
+    ("2026-01-01 12:00 INFO\n: a", None),
+])
+def test_multiline_separators_stay_on_the_first_line_but_before_the_last_field(record, fields):
+    """In a multi-line record only the last field, and the spaces right before it, may cross a
+    line break: a first line that lacks a field does not match (it would otherwise take the
+    field from a later line of the stack trace)."""
+    regex, cols = template_to_regex(MULTI, multiline=True)
+    got = both(regex, record)
+    assert (None if got is None else tuple(got[c] for c in cols)) == fields
+
+
+def test_multiline_space_quantifiers_stay_on_the_line():
+    regex, _ = template_to_regex("<A> ?- <B>", multiline=True)
+    assert both(regex, "x- y\nz") == {"A": "x", "B": "y\nz"}
+    assert both(regex, "x\n- y") is None
+    assert template_to_regex("<A> ?- <B>")[0] == r"^(?P<A>.*?)\s?-\s+(?P<B>.*)$"    # one line: as before
+
+
+def test_multiline_template_on_both_cpu_engines():
+    """The same captures from RE2 and from polars' engine (the CPU backend's two)."""
+    from gpuetl.backends.cpu_text import extract_groups_polars, polars_regex
+
+    regex, cols = template_to_regex(MULTI, multiline=True)
+    records = ["2026-01-01 12:00 INFO: a\n  at b", "2026-01-01\n12:00 INFO: x", "2026-01-01 12:00 WARN:\nm"]
+    on_polars = polars_regex(regex)
+    if on_polars is None:
+        pytest.skip("polars is not installed or does not take this regex")
+    got, matched = extract_groups_polars(pa.array(records), on_polars, cols, dash_is_null=False)
+    assert matched.tolist() == [True, False, True]
+    assert got["Content"].to_pylist() == ["a\n  at b", None, "m"]
+
+
+def test_a_multiline_record_whose_first_line_lacks_a_field_is_quarantined(tmp_path):
+    import pyarrow.parquet as pq
+
+    import gpuetl
+
+    (tmp_path / "a.log").write_bytes(b"2026-01-01 12:00 INFO: a\n  at b\n2026-01-02\n12:00 WARN: c\n"
+                                     b"2026-01-03 13:00 ERROR:\nboom\n")
+    spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "a.log", "multiline": {"start": "^2026-"}},
+            "parse": {"template": MULTI}, "sink": {"path": "out"}}
+    result = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    c = result.counts
+    assert c["rows_in"] == 3 and c["rows_out"] == 2 and c["quarantined"] == 1
+    assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
+    rows = pq.read_table(tmp_path / "out" / "part-00000.parquet").to_pylist()
+    assert [(r["Date"], r["Level"], r["Content"]) for r in rows] == [("2026-01-01", "INFO", "a\n  at b"),
+                                                                     ("2026-01-03", "ERROR", "boom")]
+    assert result.bad_records == {"line does not match the template": 1}

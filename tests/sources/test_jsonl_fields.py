@@ -261,3 +261,18 @@ def test_the_json_preset_of_a_text_source_is_planned_like_jsonl(tmp_path):
     assert as_text.metadata == as_jsonl.metadata
     assert as_text.metadata["inferred_schema"] == {"a": "float64", "u": "struct<id: int64>", "extra": "bool"}
     assert any("schema inferred from" in n for n in as_text.notes)
+
+
+def test_a_list_index_is_taken_through_the_offsets_of_a_sliced_list():
+    """The block reader's list columns may be slices of a longer array: the element at an index
+    is the one of each row's own list, null past its end or for a null list."""
+    import pyarrow as pa
+
+    from gpuetl.backends.cpu_json import _json_step
+
+    whole = pa.array([[9], [1, 2], None, [], [3, 4, 5], [6]], pa.list_(pa.int64()))
+    sliced = whole.slice(1, 5)
+    assert _json_step(sliced, 0).to_pylist() == [1, None, None, 3, 6]
+    assert _json_step(sliced, 2).to_pylist() == [None, None, None, 5, None]
+    structs = pa.array([{"sku": "a"}, None, {"sku": None}], pa.struct([("sku", pa.string())]))
+    assert _json_step(structs, "sku").to_pylist() == ["a", None, None]

@@ -1,0 +1,425 @@
+"""JSON lines on the CPU: pyarrow's block reader for the records it reads exactly as gpuetl
+would, Python's json record by record (the careful reader) for the others.
+
+The block reader is all or nothing: one record it refuses (a number written as a string, a bad
+record, an extra field under `extra_fields: error`) fails the whole batch. So a refused batch is
+not handed to the careful reader whole: the records the refusal points at are set aside and the
+rest read by block again. A refusal that names a field (`Column(/user/id) changed from number to
+string`) sets aside the records whose text holds that key with a value of the kind it changed to;
+one that names none is found by splitting (runs of records read by block again in pieces until
+the refused runs are small). The careful reader then takes only what was set aside, and both
+readers' rows are put back in the records' order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..sources.json_fields import JsonRead, lookup
+from ..types import ARROW_TYPES, type_name_of
+from .cpu import _BAD, _arrow, _exact, _scratch_pool
+from .cpu_clf import one_array
+
+BLOCK_BYTES = 1 << 20         # the reader's block (a 16 MiB batch as one block parses slower: benchmarks/README.md)
+NAMED_ROUNDS = 16             # refusals that name a field, followed before splitting takes over
+SMALL_RUN = 64                # runs of records this short that the block reader refuses go to the careful reader
+SPLIT_PIECES = 16             # a refused run is read again in this many pieces
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
+               type(None): "null"}
+_CHANGED = re.compile(r"Column\((/.*)\) changed from (\w+) to (\w+)")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_VALUE_START = {"string": '"', "number": r"[-0-9]", "boolean": "[tf]", "object": r"\{", "array": r"\[",
+                "null": "n"}
+
+
+def parse_json(backend, text, read: JsonRead):
+    """(columns, ok, reasons or None) for a batch of records: see the module's docstring.
+    `extra_fields: keep` is read record by record: only the careful reader sees each record's
+    other keys."""
+    arr = _arrow(text)
+    n = len(arr)
+    if read.extra == "keep":
+        careful = np.ones(n, dtype=bool)
+    else:
+        arr, careful = _brace_delimited(arr)
+        careful = ~careful
+    table = None
+    if not careful.all() or not n:
+        table, careful = _read_blocks(arr, careful, read)
+    index = text.index
+    if not careful.any():
+        values = json_columns(table, read)
+        cols = {c.name: backend.series(values[c.name], c.type, index=index) for c in read.columns}
+        return cols, pd.Series(np.ones(n, dtype=bool), index=index), None
+    slow_cols, slow_ok, slow_reasons = _read_carefully(backend, arr.filter(pa.array(careful)), read)
+    if table is None:              # every record read carefully
+        cols = {name: backend.series(values, read.schema[name], index=index) for name, values in slow_cols.items()}
+        return cols, pd.Series(slow_ok, index=index), _reason_series(slow_reasons, index)
+    # both: the block reader's rows first, then the careful reader's, put back in order
+    fast_at, slow_at = np.flatnonzero(~careful), np.flatnonzero(careful)
+    back = pa.array(np.argsort(np.concatenate([fast_at, slow_at]), kind="stable"))
+    fast_values = json_columns(table, read)
+    cols = {}
+    for c in read.columns:
+        joined = pa.concat_arrays([fast_values[c.name].cast(ARROW_TYPES[c.type]), slow_cols[c.name]])
+        cols[c.name] = backend.series(joined.take(back), c.type, index=index)
+    ok = np.ones(n, dtype=bool)
+    ok[slow_at] = slow_ok
+    reasons: list[str | None] = [None] * n
+    for j, i in enumerate(slow_at):
+        reasons[i] = slow_reasons[j]
+    return cols, pd.Series(ok, index=index), _reason_series(reasons, index)
+
+
+def _reason_series(reasons: list, index) -> pd.Series:
+    return pd.Series(pd.arrays.ArrowExtensionArray(pa.array(reasons, pa.string())), index=index)
+
+
+# -- the block reader -------------------------------------------------------------------------
+
+def _brace_delimited(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """(the records, less a UTF-8 byte-order mark before one; which are one brace-delimited
+    text, white space around it allowed). Among those, pyarrow's reader (which reads values
+    across line breaks and several values on one line) gives exactly one row per record, so a
+    row count equal to the record count means one object per record."""
+    if not len(arr):
+        return arr, np.ones(0, dtype=bool)
+    ok = pc.and_(pc.starts_with(arr, "{"), pc.ends_with(arr, "}"))
+    if pc.all(ok).as_py():
+        return arr, np.ones(len(arr), dtype=bool)
+    if pc.any(pc.starts_with(arr, "\ufeff")).as_py():       # a file saved by a Windows editor
+        arr = pc.if_else(pc.starts_with(arr, "\ufeff"), pc.utf8_slice_codeunits(arr, 1), arr)
+    trimmed = pc.utf8_trim(arr, " \t\r")
+    ok = pc.and_(pc.starts_with(trimmed, "{"), pc.ends_with(trimmed, "}"))
+    return arr, np.asarray(pc.fill_null(ok, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _read_blocks(arr: pa.Array, careful: np.ndarray, read: JsonRead) -> tuple[pa.Table | None, np.ndarray]:
+    """(the block reader's table of the records not marked careful, the careful marks): the
+    records the reader refuses are added to the careful ones (see the module's docstring)."""
+    schema = read.arrow_schema()
+    options = _parse_options(schema, read)
+    careful = careful.copy()
+    refused = False
+    for _ in range(NAMED_ROUNDS):
+        rows = np.flatnonzero(~careful)
+        subset = arr if len(rows) == len(arr) else arr.filter(pa.array(~careful))
+        table, error = _try_read(subset, schema, options)
+        if table is not None:
+            return table, careful
+        suspects = _named_suspects(subset, error)
+        refused = suspects is None or not suspects.any()
+        if refused:
+            break
+        careful[rows[suspects]] = True
+        if careful.all():
+            return None, careful
+    rows = np.flatnonzero(~careful)
+    pieces: list[pa.Table] = []
+    _split_refused(arr, rows, schema, options, careful, pieces, refused=refused)
+    if careful.all():
+        return None, careful
+    return pa.concat_tables(pieces), careful
+
+
+def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, pieces: list,
+                   refused: bool = False) -> None:
+    """Read these records by block; a run the reader refuses is read again in SPLIT_PIECES
+    pieces, down to SMALL_RUN records, which are marked careful, as is a run most of whose
+    pieces are refused (the careful reader takes them all at less cost than more splitting).
+    `pieces` gets the tables in record order. `refused`: the reader is known to refuse this run."""
+    if not refused:
+        table, _ = _try_read(arr.take(pa.array(rows)), schema, options)
+        if table is not None:
+            pieces.append(table)
+            return
+    if len(rows) <= SMALL_RUN:
+        careful[rows] = True
+        return
+    parts = [part for part in np.array_split(rows, SPLIT_PIECES) if len(part)]
+    tables = [_try_read(arr.take(pa.array(part)), schema, options)[0] for part in parts]
+    if sum(t is None for t in tables) > len(parts) // 2:
+        careful[rows] = True
+        return
+    for part, table in zip(parts, tables):
+        if table is not None:
+            pieces.append(table)
+        else:
+            _split_refused(arr, part, schema, options, careful, pieces, refused=True)
+
+
+def _parse_options(schema: pa.Schema, read: JsonRead):
+    import pyarrow.json as pj
+
+    return pj.ParseOptions(explicit_schema=schema,
+                           unexpected_field_behavior="error" if read.extra == "error" else "ignore")
+
+
+def _try_read(arr: pa.Array, schema: pa.Schema, parse_options) -> tuple[pa.Table | None, str | None]:
+    """(the table, None) when the reader takes every record as one row; else (None, why)."""
+    import pyarrow.json as pj
+
+    if not len(arr):
+        return schema.empty_table(), None
+    try:
+        table = pj.read_json(pa.BufferReader(_joined(arr)), parse_options=parse_options,
+                             read_options=pj.ReadOptions(block_size=_block_size(arr), use_threads=False))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        return None, str(err)
+    if table.num_rows != len(arr):
+        return None, "rows and records differ"
+    return table, None
+
+
+def _named_suspects(arr: pa.Array, error: str) -> np.ndarray | None:
+    """The records a refusal that names a field points at: those whose text holds the field's
+    key followed by a value of the kind it changed to (any value for a list's element). None when
+    the refusal names no field. A record set aside by mistake is only read carefully."""
+    found = _CHANGED.search(error or "")
+    if not found:
+        return None
+    path, _, to = found.groups()
+    steps = [s for s in path.split("/") if s and s != "[]"]
+    if not steps:
+        return None
+    key = re.escape(json.dumps(steps[-1], ensure_ascii=False)[1:-1])     # as the text writes it
+    after = _VALUE_START.get(to, "") if not path.endswith("/[]") else ""
+    try:
+        hit = pc.match_substring_regex(arr, f'"{key}"\\s*:\\s*{after}')
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):      # a key RE2 will not take: split instead
+        return None
+    return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _joined(arr: pa.Array) -> pa.Buffer:
+    """One buffer, records separated by newlines: the reader's input, handed over without a copy
+    to Python bytes, from the scratch pool (this thread frees it after the read)."""
+    lists = pa.ListArray.from_arrays(pa.array([0, len(arr)], type=pa.int32()), arr.cast(pa.string()))
+    return pc.binary_join(lists, "\n", memory_pool=_scratch_pool())[0].as_buffer()
+
+
+def _block_size(arr: pa.Array) -> int:
+    """About BLOCK_BYTES, and at least the longest record, which a block must hold whole."""
+    longest = pc.max(pc.binary_length(arr)).as_py() or 0
+    return max(BLOCK_BYTES, longest + 2)
+
+
+def json_columns(table: pa.Table, read: JsonRead) -> dict[str, pa.Array]:
+    """Each column's values from the block reader's table: the flat key where a record has it,
+    else the value at the column's path (a list index past a list's end is null)."""
+    out = {}
+    for col in read.columns:
+        flat = one_array(table.column(col.name)) if col.name in table.column_names else None
+        if not col.path:
+            out[col.name] = flat
+            continue
+        value = one_array(table.column(col.path[0]))
+        for step in col.path[1:]:
+            value = _json_step(value, step)
+        if flat is not None and flat.null_count < len(flat):
+            value = pc.coalesce(flat, value)
+        out[col.name] = value
+    return out
+
+
+def _json_step(value: pa.Array, step) -> pa.Array:
+    """One step down a path: a struct's field, or a list's element by index (null past its end),
+    taken through the list's offsets (an if_else over nested lists copies them whole)."""
+    if not isinstance(step, int):
+        return pc.struct_field(value, [value.type.get_field_index(step)])
+    if isinstance(value, pa.ChunkedArray):
+        value = one_array(value)
+    offsets = np.asarray(value.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    lengths = offsets[1:] - offsets[:-1]
+    present = lengths > step
+    if value.null_count:
+        present &= np.asarray(value.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    at = pa.array(offsets[:-1] + step, mask=~present)
+    return value.values.take(at)
+
+
+# -- the careful reader -----------------------------------------------------------------------
+
+def _read_carefully(backend, arr: pa.Array, read: JsonRead) -> tuple[dict[str, pa.Array], np.ndarray, list]:
+    """({column: values}, ok, reasons), record by record with Python's json: a record it cannot
+    read, however it fails (too deeply nested, an integer of thousands of digits, two objects on
+    one line), is quarantined with the reason; the run goes on. JSON strings in number columns
+    are gathered and cast afterwards with the rules `columns` applies to text (backend.cast)."""
+    n = len(arr)
+    ok = np.ones(n, dtype=bool)
+    reasons: list[str | None] = [None] * n
+    columns: dict[str, list] = {c.name: [None] * n for c in read.columns}
+    pending: dict[str, tuple[list[int], list[str]]] = {}
+    extra_text: list[str | None] = [None] * n
+    roots = read.roots
+    arrow_schema = None
+    for i, line in enumerate(arr.to_pylist()):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            why = "text after the first JSON value (one line must be one record)" if err.msg == "Extra data" else err.msg
+            ok[i], reasons[i] = False, f"invalid JSON: {why}"
+            continue
+        except (RecursionError, ValueError, TypeError) as err:    # too deep; an integer over Python's digit limit
+            arrow_schema = arrow_schema or read.arrow_schema()
+            why = "nested too deeply to read" if isinstance(err, RecursionError) else str(err)[:200]
+            obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {why}")
+        if isinstance(obj, _Unreadable):
+            ok[i], reasons[i] = False, obj.reason
+            continue
+        if _SURROGATE_ESCAPE.search(line) and _has_lone_surrogate(obj):
+            ok[i], reasons[i] = False, "invalid JSON: a \\u escape is half of a surrogate pair, not a character"
+            continue
+        if not isinstance(obj, dict):
+            ok[i], reasons[i] = False, f"expected a JSON object, got {_JSON_KINDS.get(type(obj), 'a value')}"
+            continue
+        problem = None
+        for col in read.columns:
+            value, problem = lookup(obj, col)
+            if problem:
+                break
+            try:
+                value, problem, as_text = _json_value(value, col.type, read.strict)
+            except (RecursionError, ValueError) as err:
+                problem, as_text = ("nested too deeply to write back as text" if isinstance(err, RecursionError)
+                                    else str(err)[:200]), False
+            if problem:
+                problem = f"field {col.name!r}: {problem}"
+                break
+            if as_text:
+                at, texts = pending.setdefault(col.name, ([], []))
+                at.append(i)
+                texts.append(value)
+            else:
+                columns[col.name][i] = value
+        if not problem and read.extra != "drop":
+            extra = {k: v for k, v in obj.items() if k not in roots}
+            if extra and read.extra == "error":
+                problem = f"field {next(iter(extra))!r} is not in columns (extra_fields: error)"
+            elif extra and read.extra == "keep":
+                try:
+                    extra_text[i] = json.dumps(extra, ensure_ascii=False)
+                except (RecursionError, ValueError):
+                    problem = "an extra field is nested too deeply to write back as text"
+        if problem:
+            ok[i], reasons[i] = False, problem
+    by_name = {c.name: c for c in read.columns}
+    for name, (at, texts) in pending.items():
+        t = by_name[name].type
+        values, bad = backend.cast(backend.series(pa.array(texts, pa.string()), "string"), t)
+        values, bad = _arrow(values).to_pylist(), np.asarray(bad, dtype=bool)
+        for j, i in enumerate(at):
+            if not ok[i]:
+                continue
+            if bad[j]:
+                ok[i], reasons[i] = False, f"field {name!r}: {json.dumps(texts[j])[:80]} is not a valid {t}"
+            else:
+                columns[name][i] = values[j]
+    cols = {}
+    for col in read.columns:
+        values = [v if ok[i] else None for i, v in enumerate(columns[col.name])]
+        cols[col.name] = pa.array(values, type=ARROW_TYPES[col.type])
+    if read.extra == "keep":
+        cols["_extra"] = pa.array([v if ok[i] else None for i, v in enumerate(extra_text)], pa.string())
+    return cols, ok, reasons
+
+
+def _json_value(value, type_name: str, strict: bool):
+    """(value, problem, as_text): one JSON value for a column of this type. `as_text`: a JSON
+    string for a number column, to be cast with the text rules (not under `strict`)."""
+    if value is None:
+        return None, None, False
+    if type_name == "string":
+        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None, False
+    if type_name.startswith(("list<", "struct<")):
+        return _conform(value, ARROW_TYPES[type_name], "")
+    if isinstance(value, str) and not strict and type_name != "bool":
+        return value, None, True
+    problem = _json_value_problem(value, type_name)
+    return (None, problem, False) if problem else (_exact(value, type_name), None, False)
+
+
+def _conform(value, arrow_type: pa.DataType, where: str):
+    """A nested value checked against its declared type, as the block reader would read it
+    (leaves as they are in JSON: "4" is not an int64); fields the type does not name are left out."""
+    if value is None:
+        return None, None, False
+    if pa.types.is_struct(arrow_type):
+        if not isinstance(value, dict):
+            return None, f"{where or 'value'}: expected an object, got {_JSON_KINDS.get(type(value), 'a value')}", False
+        out = {}
+        for f in arrow_type:
+            inner, problem, _ = _conform(value.get(f.name), f.type, f"{where}.{f.name}" if where else f.name)
+            if problem:
+                return None, problem, False
+            out[f.name] = inner
+        return out, None, False
+    if pa.types.is_list(arrow_type):
+        if not isinstance(value, list):
+            return None, f"{where or 'value'}: expected an array, got {_JSON_KINDS.get(type(value), 'a value')}", False
+        out = []
+        for k, item in enumerate(value):
+            inner, problem, _ = _conform(item, arrow_type.value_type, f"{where}[{k}]")
+            if problem:
+                return None, problem, False
+            out.append(inner)
+        return out, None, False
+    name = type_name_of(arrow_type)
+    if name == "string":
+        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None, False
+    problem = _json_value_problem(value, name)
+    if problem:
+        return None, f"{where}: {problem}" if where else problem, False
+    return _exact(value, name), None, False
+
+
+def _json_value_problem(value, type_name: str) -> str | None:
+    if value is None:
+        return None
+    if type_name == "string" or type_name == "timestamp":
+        return None if isinstance(value, str) or type_name == "string" else f"expected a string, got {value!r}"
+    # JSON types must fit as they are, as in pyarrow's reader: "4" is not an int64, true is not 1
+    fits = (isinstance(value, bool) if type_name == "bool"
+            else isinstance(value, (int, float)) and not isinstance(value, bool) if type_name.startswith("float")
+            else isinstance(value, int) and not isinstance(value, bool))
+    if not fits or _exact(value, type_name) is _BAD:
+        return f"expected {type_name}, got {json.dumps(value)[:80]}"
+    return None
+
+
+def _has_lone_surrogate(obj) -> bool:
+    """Whether a \\uD800-\\uDFFF escape without its pair left a character UTF-8 cannot hold
+    (Python's json reads one; the block reader refuses it)."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class _Unreadable:
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def _one_record_as_arrow_reads_it(line: str, arrow_schema: pa.Schema, reason: str):
+    """A record Python's json cannot hold (nested deeper than its recursion limit, an integer
+    over its digit limit) as pyarrow's reader reads it, so the record gets what the whole-block
+    reader gives it in a batch without bad records; _Unreadable(reason) when that fails too."""
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(pa.BufferReader(line.encode() + b"\n"), parse_options=pj.ParseOptions(
+            explicit_schema=arrow_schema, unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _Unreadable(reason)
+    if table.num_rows != 1:
+        return _Unreadable(reason)
+    return {k: v for k, v in table.to_pylist()[0].items() if v is not None}
