@@ -124,10 +124,10 @@ SCALED_COLORSPACES = ("YCbCr", "Gray", "RGB")     # CMYK and YCCK (Adobe's inver
 
 def _scaled_jpeg(data: bytes, mode: str, min_size: tuple[int, int]):
     """(an RGB or L image, the stored size): a JPEG decoded by simplejpeg at the smallest n/8
-    scale that is at least `min_size` (never above the stored size); None leaves the image to Pillow: another format
-    or mode, a CMYK/YCCK JPEG, one over Pillow's own pixel limit (Pillow then refuses it as
-    before), and whatever simplejpeg refuses (corrupt, truncated, unusual sampling: Pillow decodes
-    it or gives the reason it cannot)."""
+    scale that is at least `min_size` (never above the stored size). None leaves the image to
+    Pillow: another format or mode, a CMYK/YCCK JPEG, one over Pillow's own pixel limit (Pillow
+    then refuses it as before), and whatever simplejpeg refuses (corrupt, truncated, unusual
+    sampling: Pillow decodes it or gives the reason it cannot)."""
     data = memoryview(data).cast("B")        # Arrow's buffers are signed chars; simplejpeg takes unsigned
     if mode not in ("RGB", "L") or data[:3] != b"\xff\xd8\xff":      # Pillow's test for a JPEG
         return None
