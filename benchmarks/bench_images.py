@@ -1,25 +1,28 @@
 #!/usr/bin/env python
 """Side-by-side benchmark: a folder of JPEGs -> decode -> resize fill 224x224 -> JPEG q90 -> Parquet.
 
-    python benchmarks/bench_images.py [--imagenet 10000] [--large 2000] [--cores N]
-        [--data benchmarks/data] [--json benchmarks/results/images.json]
+    python benchmarks/bench_images.py [--imagenet 10000] [--large 2000] [--cores N] [--rounds 3]
+        [--draft-baseline] [--fixed-cost] [--data benchmarks/data] [--json benchmarks/results/images.json]
 
 Two sets, generated once (cached by count, size and a hash of gpuetl/samples.py) with
 ``gpuetl.samples.write_images``: ImageNet-sized photos (500x375) and large ones (1024x768).
-On each, one after the other, each in a fresh subprocess on the same cores:
+On each, in alternating rounds (A B, then B A, ...), each run in a fresh subprocess on the same
+cores:
 
 - ``gpuetl-cpu``: pipelines/images.yaml's work (labels from the parent folder, decode RGB,
   resize fill 224x224 bicubic, encode JPEG q90) run by ``gpuetl`` on the CPU backend;
 - ``pillow-mp``: a plain script: multiprocessing.Pool(cores) over the files, each worker
   opens, converts to RGB, resizes (short side to 224, bicubic) and centre-crops, encodes JPEG
-  q90; the parent writes key, label, image to Parquet with pyarrow.
+  q90; the parent writes key, label, image to Parquet with pyarrow;
+- ``pillow-mp-draft`` (``--draft-baseline``): the same script with ``Image.draft("RGB",
+  (224, 224))`` before the convert, as Pillow's docs offer for JPEGs (1/2, 1/4, 1/8 scale).
 
-Reports wall seconds (process start to the last byte written) and images/s, and the steady rate
-without each system's fixed cost (interpreter start, imports, the local cluster), measured by a run
-on the first 20 images: (n - 20) / (t_n - t_20). The page cache is warmed by reading every file
-first. Also the CPU seconds each system's processes used (user + system): on a machine others
-share, the wall time follows their load, the CPU time much less. Not a test; nothing here is
-imported by the package.
+Reports, per run, wall seconds (process start to the last byte written), images/s and the CPU
+seconds its processes used (user + system; on a machine others share the wall time follows
+their load, the CPU time much less), with the load average just before; per set, the medians
+over the rounds and the ratios (gpuetl over the plain script). ``--fixed-cost`` also times a
+run on the first 20 images, for a "steady" rate without each system's fixed cost. The page cache
+is warmed by reading every file first. Not a test; nothing here is imported by the package.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import hashlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -45,8 +49,13 @@ from multiprocessing import Pool
 import pyarrow as pa, pyarrow.parquet as pq
 from PIL import Image
 
+DRAFT = False
+
 def work(path):
-    img = Image.open(path).convert("RGB")
+    img = Image.open(path)
+    if DRAFT:
+        img.draft("RGB", (224, 224))
+    img = img.convert("RGB")
     w, h = img.size
     s = 224 / min(w, h)
     img = img.resize((max(224, round(w * s)), max(224, round(h * s))), Image.Resampling.BICUBIC)
@@ -57,6 +66,7 @@ def work(path):
 
 if __name__ == "__main__":
     root, out, cores = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    DRAFT = len(sys.argv) > 4 and sys.argv[4] == "draft"
     paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".jpg"))
     with Pool(cores) as pool:
         images = pool.map(work, paths, chunksize=16)
@@ -120,18 +130,22 @@ def _first(folder: Path, files: list[Path], n: int) -> Path:
     return few
 
 
-def _run(script: str, root: Path, out: Path, cores: int) -> tuple[float, float]:
+def _run(script: str, root: Path, out: Path, cores: int, *extra: str) -> tuple[float, float]:
     """(wall seconds, CPU seconds: user + system of the process and its children). On a machine
     others share, the wall time varies with their load; the CPU time much less."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     # -P: this checkout's gpuetl (PYTHONPATH), not one in the current folder
-    subprocess.run([sys.executable, "-P", "-c", script, str(root), str(out), str(cores)], check=True, env=env,
-                   preexec_fn=lambda: os.sched_setaffinity(0, range(cores)))     # both on the same cores
+    subprocess.run([sys.executable, "-P", "-c", script, str(root), str(out), str(cores), *extra], check=True,
+                   env=env, preexec_fn=lambda: os.sched_setaffinity(0, range(cores)))     # all on the same cores
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+SYSTEMS = {"pillow-mp": (PILLOW_SCRIPT, ()), "gpuetl-cpu": (GPUETL_SCRIPT, ()),
+           "pillow-mp-draft": (PILLOW_SCRIPT, ("draft",))}
 
 
 def main() -> int:
@@ -139,9 +153,13 @@ def main() -> int:
     ap.add_argument("--imagenet", type=int, default=10_000, help="images of 500x375 (0: skip)")
     ap.add_argument("--large", type=int, default=2_000, help="images of 1024x768 (0: skip)")
     ap.add_argument("--cores", type=int, default=os.cpu_count())
+    ap.add_argument("--rounds", type=int, default=1, help="alternating rounds (A B, B A, ...) on each set")
+    ap.add_argument("--draft-baseline", action="store_true", help="also run the plain script with Image.draft")
+    ap.add_argument("--fixed-cost", action="store_true", help="also time a run on the first 20 images")
     ap.add_argument("--data", type=Path, default=HERE / "data")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "images.json")
     args = ap.parse_args()
+    systems = ["pillow-mp", "gpuetl-cpu"] + (["pillow-mp-draft"] if args.draft_baseline else [])
     results = []
     for name, n in (("imagenet", args.imagenet), ("large", args.large)):
         if not n:
@@ -149,32 +167,40 @@ def main() -> int:
         folder = _dataset(args.data, name, n, args.cores)
         files = sorted(folder.rglob("*.jpg"))
         total = sum(len(p.read_bytes()) for p in files)            # also warms the page cache
-        row = {"set": name, "images": len(files), "mean_kb": round(total / len(files) / 1000, 1), "cores": args.cores}
+        row = {"set": name, "images": len(files), "mean_kb": round(total / len(files) / 1000, 1),
+               "cores": args.cores, "runs": []}
         out = args.json.parent / f"images-out-{name}"
         out.mkdir(parents=True, exist_ok=True)
-        few = _first(folder, files, FEW)
-        for system, script in (("pillow-mp", PILLOW_SCRIPT), ("gpuetl-cpu", GPUETL_SCRIPT)):
-            target = out / (system + (".parquet" if system == "pillow-mp" else ""))
-            fixed, fixed_cpu = _run(script, few, target, args.cores)
-            seconds, cpu = _run(script, folder, target, args.cores)
-            row[system] = {"seconds": round(seconds, 2), "images_per_s": round(len(files) / seconds, 1),
-                           f"seconds_{FEW}": round(fixed, 2),
-                           "steady_images_per_s": round((len(files) - FEW) / max(seconds - fixed, 1e-9), 1),
-                           "cpu_seconds": round(cpu, 2), f"cpu_seconds_{FEW}": round(fixed_cpu, 2),
-                           "cpu_ms_per_image": round(1000 * cpu / len(files), 2),
-                           "steady_cpu_ms_per_image": round(1000 * (cpu - fixed_cpu) / (len(files) - FEW), 2)}
-        row["ratio_cpu"] = round(row["pillow-mp"]["cpu_seconds"] / row["gpuetl-cpu"]["cpu_seconds"], 2)
-        for kind in ("images_per_s", "steady_images_per_s"):
-            row[f"ratio_{kind}"] = round(row["gpuetl-cpu"][kind] / row["pillow-mp"][kind], 2)
+        few = _first(folder, files, FEW) if args.fixed_cost else None
+        for r in range(args.rounds):
+            for system in (systems if r % 2 == 0 else systems[::-1]):
+                script, extra = SYSTEMS[system]
+                target = out / (system + ("" if system == "gpuetl-cpu" else ".parquet"))
+                run = {"round": r + 1, "system": system, "load_1min": round(os.getloadavg()[0], 2)}
+                if few is not None:
+                    run["seconds_few"], run["cpu_seconds_few"] = _run(script, few, target, args.cores, *extra)
+                seconds, cpu = _run(script, folder, target, args.cores, *extra)
+                run.update(seconds=round(seconds, 2), images_per_s=round(len(files) / seconds, 1),
+                           cpu_seconds=round(cpu, 2), cpu_ms_per_image=round(1000 * cpu / len(files), 2))
+                if few is not None:
+                    run["steady_images_per_s"] = round((len(files) - FEW) / max(seconds - run["seconds_few"], 1e-9), 1)
+                row["runs"].append(run)
+                print(f"{name:9s} {len(files):6d} round {r + 1} {system:16s} load {run['load_1min']:5.1f}  "
+                      f"{run['seconds']:7.1f} s  {run['images_per_s']:7.1f} images/s  CPU {run['cpu_seconds']:6.1f} s"
+                      f"  ({run['cpu_ms_per_image']:.2f} ms/image)", flush=True)
+        for system in systems:
+            runs = [x for x in row["runs"] if x["system"] == system]
+            row[system] = {k: statistics.median(x[k] for x in runs) for k in ("images_per_s", "cpu_seconds")}
+        for base in [s for s in systems if s != "gpuetl-cpu"]:
+            rounds = range(1, args.rounds + 1)
+            by = {(x["round"], x["system"]): x for x in row["runs"]}
+            row[f"ratio_images_per_s_vs_{base}"] = [
+                round(by[r, "gpuetl-cpu"]["images_per_s"] / by[r, base]["images_per_s"], 2) for r in rounds]
+            row[f"ratio_cpu_vs_{base}"] = [round(by[r, base]["cpu_seconds"] / by[r, "gpuetl-cpu"]["cpu_seconds"], 2)
+                                           for r in rounds]
+            print(f"{name:9s} gpuetl-cpu vs {base}: images/s ratio per round {row[f'ratio_images_per_s_vs_{base}']}"
+                  f", CPU-seconds ratio ({base} / gpuetl) per round {row[f'ratio_cpu_vs_{base}']}", flush=True)
         results.append(row)
-        print(f"{name:9s} {len(files):6d} images ({row['mean_kb']} KB)  images/s (steady, without the run on {FEW}):"
-              f"  pillow-mp {row['pillow-mp']['images_per_s']:7.1f} ({row['pillow-mp']['steady_images_per_s']:.1f})"
-              f"  gpuetl-cpu {row['gpuetl-cpu']['images_per_s']:7.1f} ({row['gpuetl-cpu']['steady_images_per_s']:.1f})"
-              f"  ratio {row['ratio_images_per_s']:.2f}x ({row['ratio_steady_images_per_s']:.2f}x)\n"
-              f"{'':9s} CPU seconds: pillow-mp {row['pillow-mp']['cpu_seconds']:.1f}"
-              f"  gpuetl-cpu {row['gpuetl-cpu']['cpu_seconds']:.1f}  ratio {row['ratio_cpu']:.2f}x"
-              f"  (ms per image without the fixed cost: {row['pillow-mp']['steady_cpu_ms_per_image']:.2f}"
-              f" and {row['gpuetl-cpu']['steady_cpu_ms_per_image']:.2f})", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -1,4 +1,5 @@
-"""Image work on the CPU, one image at a time, with Pillow (libjpeg-turbo, libpng, libwebp).
+"""Image work on the CPU, one image at a time, with Pillow (libjpeg-turbo, libpng, libwebp) and
+simplejpeg (TurboJPEG: JPEG decoding at any n/8 DCT scale, and JPEG encoding).
 
 Pixels between `decode` and `encode` are raw HWC uint8 bytes with their width, height and
 channels (1: L, 3: RGB, 4: RGBA). Each function takes and returns plain bytes, so the steps
@@ -13,6 +14,7 @@ import io
 import math
 
 import numpy as np
+import simplejpeg
 from PIL import Image, UnidentifiedImageError
 
 FORMATS = ("JPEG", "PNG", "WEBP")
@@ -73,16 +75,79 @@ def draft_size(w: int, h: int, orientation: int, target) -> tuple[int, int] | No
     if how == "stretch":
         return tw, th
     s = max(tw / w, th / h) if how == "fill" else min(tw / w, th / h)
-    return max(1, math.ceil(w * s)), max(1, math.ceil(h * s))
+    # rounded first: 375 * (224 / 375) is 224.00000000000003, which must not ask for 225
+    return max(1, math.ceil(round(w * s, 6))), max(1, math.ceil(round(h * s, 6)))
 
 
 def decode(data: bytes, mode: str, orientation: int, draft_to=None, resize_to=None) -> tuple[bytes, int, int, int]:
     """Decode to raw HWC uint8 in `mode` (RGB | L | RGBA). CMYK, palette, 16-bit and alpha
-    images are converted; `orientation` (1-8) is applied. `draft_to`: decode JPEGs at the
-    smallest DCT scale (1/2, 1/4, 1/8) that is still at least this size. `resize_to`: (how, W,
-    H, filter) of the resize step that follows, done on the decoded image before its pixels
-    leave Pillow (the same pixels as `resize` on them; that step then finds them at size)."""
+    images are converted; `orientation` (1-8) is applied. `draft_to`: the size (as stored) a
+    later resize needs; a JPEG is then decoded by libjpeg-turbo at the smallest DCT scale n/8
+    (1/8 to 8/8) still at least that size, so a 500x375 photo for a 224 fill decodes at 5/8
+    (313x235): fewer pixels to decode and to resample, slightly different ones from a full
+    decode (the resize after it is the same antialiased filter). `resize_to`: (how, W, H,
+    filter) of the resize step that follows, done on the decoded image before its pixels leave
+    Pillow, with the size and source region of the full picture (`_resized`)."""
+    scaled = _scaled_jpeg(data, mode, draft_to) if draft_to is not None else None
+    img, stored = scaled if scaled is not None else _pillow_decode(data, draft_to)
+    decoded = img.size
+    img = _to_mode(img, mode)
+    if orientation in ORIENT:
+        img = img.transpose(ORIENT[orientation])
+    if resize_to is not None:
+        img = _resized(img, *resize_to, picture=_picture(stored, decoded, orientation))
+    return img.tobytes(), img.width, img.height, CHANNELS[img.mode]
+
+
+def _picture(stored: tuple[int, int], decoded: tuple[int, int], orientation: int):
+    """Where the picture lies in DCT-scaled pixels, upright: ((W, H) of the full picture, upright;
+    (left, top) of it in the decoded pixels; the scale n/8). None where the decoded size is the
+    picture's at that scale exactly (whole pixels). libjpeg scales each 8x8 block to n x n, so a
+    500-wide picture at 5/8 is 312.5 pixels, stored in 313: the last column is part picture, part
+    padding. A region mapped by the decoded size (313/500) would be off by up to half a pixel;
+    this mapping is exact."""
+    (w, h), (dw, dh) = stored, decoded
+    n = next((n for n in range(1, 9) if -(-w * n // 8) == dw and -(-h * n // 8) == dh), None)
+    if n is None or (w * n % 8 == 0 and h * n % 8 == 0):
+        return None
+    f = n / 8
+    ex, ey = dw - w * f, dh - h * f                        # the part-pixels, right and bottom as stored
+    # the stored edge each orientation turns to the upright left and top (ORIENT's transposes)
+    left, top = {1: (0, 0), 2: (ex, 0), 3: (ex, ey), 4: (0, ey), 5: (0, 0), 6: (ey, 0), 7: (ey, ex),
+                 8: (0, ex)}.get(orientation, (0, 0))
+    upright = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+    return upright, (left, top), f
+
+
+SCALED_COLORSPACES = ("YCbCr", "Gray", "RGB")     # CMYK and YCCK (Adobe's inverted CMYK): Pillow
+
+
+def _scaled_jpeg(data: bytes, mode: str, min_size: tuple[int, int]):
+    """(an RGB or L image, the stored size): a JPEG decoded by simplejpeg at the smallest n/8
+    scale that is at least `min_size` (never above the stored size). None leaves the image to
+    Pillow: another format or mode, a CMYK/YCCK JPEG, one over Pillow's own pixel limit (Pillow
+    then refuses it as before), and whatever simplejpeg refuses (corrupt, truncated, unusual
+    sampling: Pillow decodes it or gives the reason it cannot)."""
+    data = memoryview(data).cast("B")        # Arrow's buffers are signed chars; simplejpeg takes unsigned
+    if mode not in ("RGB", "L") or data[:3] != b"\xff\xd8\xff":      # Pillow's test for a JPEG
+        return None
+    try:
+        h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        limit = Image.MAX_IMAGE_PIXELS                                   # read, never set
+        if colorspace not in SCALED_COLORSPACES or (limit and w * h > limit):
+            return None
+        pixels = simplejpeg.decode_jpeg(data, "RGB" if mode == "RGB" else "GRAY",
+                                        min_width=min(min_size[0], w), min_height=min(min_size[1], h))
+    except ValueError:           # strict: libjpeg's warnings (corrupt data) too
+        return None
+    return Image.fromarray(pixels if mode == "RGB" else pixels[:, :, 0]), (w, h)
+
+
+def _pillow_decode(data: bytes, draft_to) -> tuple[Image.Image, tuple[int, int]]:
+    """(Pillow's decode, the stored size); a JPEG at the smallest of 1/2, 1/4, 1/8 (Pillow's
+    `draft`) still at least `draft_to`."""
     img = _open(data)
+    stored = img.size
     try:
         if draft_to is not None and img.format == "JPEG":
             img.draft(None, draft_to)
@@ -91,12 +156,7 @@ def decode(data: bytes, mode: str, orientation: int, draft_to=None, resize_to=No
         raise BadImage(f"over the pixel limit ({err})") from None
     except (OSError, ValueError, SyntaxError, EOFError) as err:
         raise BadImage(f"cannot decode the image: {err}") from None
-    img = _to_mode(img, mode)
-    if orientation in ORIENT:
-        img = img.transpose(ORIENT[orientation])
-    if resize_to is not None:
-        img = _resized(img, *resize_to)
-    return img.tobytes(), img.width, img.height, CHANNELS[img.mode]
+    return img, stored
 
 
 def _to_mode(img: Image.Image, mode: str) -> Image.Image:
@@ -158,8 +218,16 @@ def resize_geometry(w: int, h: int, how: str, tw: int, th: int):
     return (tw, th), ((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2)
 
 
-def _resized(img: Image.Image, how: str, tw: int, th: int, filter: str) -> Image.Image:
-    size, box = resize_geometry(*img.size, how, tw, th)
+def _resized(img: Image.Image, how: str, tw: int, th: int, filter: str, picture=None) -> Image.Image:
+    """`picture` (from `_picture`): the image is a DCT-scaled decode; the size and the region are
+    the full picture's, the region mapped into the decoded pixels by the exact scale."""
+    if picture is None:
+        size, box = resize_geometry(*img.size, how, tw, th)
+    else:
+        (w, h), (left, top), f = picture
+        size, box = resize_geometry(w, h, how, tw, th)
+        x0, y0, x1, y1 = box or (0, 0, w, h)
+        box = (left + x0 * f, top + y0 * f, left + x1 * f, top + y1 * f)
     return img.resize(size, FILTERS[filter], box=box)
 
 
@@ -176,16 +244,22 @@ def convert(pixels: bytes, w: int, h: int, c: int, mode: str):
 
 
 def encode(pixels: bytes, w: int, h: int, c: int, fmt: str, quality: int) -> bytes:
-    """Deterministic bytes: no metadata, fixed settings."""
+    """Deterministic bytes: no metadata, fixed settings. JPEG: TurboJPEG through simplejpeg
+    (baseline, accurate DCT, no Huffman optimisation; 4:2:0 below quality 95, 4:4:4 from 95),
+    straight from the pixels without a Pillow image."""
     if fmt == "raw":
         return bytes(pixels)
-    img = as_image(pixels, w, h, c)
-    if fmt == "jpeg" and c == 4:
-        raise BadImage("JPEG has no alpha channel: add `convert: RGB` before encode")
-    buf = io.BytesIO()
     if fmt == "jpeg":
-        img.save(buf, "JPEG", quality=quality, optimize=False, subsampling=2 if quality < 95 else 0)
-    elif fmt == "png":
+        if c == 4:
+            raise BadImage("JPEG has no alpha channel: add `convert: RGB` before encode")
+        check_raw(pixels, w, h, c)
+        hwc = np.frombuffer(pixels, np.uint8).reshape(h, w, c)
+        if c == 1:
+            return simplejpeg.encode_jpeg(hwc, quality, "GRAY", "Gray")
+        return simplejpeg.encode_jpeg(hwc, quality, "RGB", "420" if quality < 95 else "444")
+    img = as_image(pixels, w, h, c)
+    buf = io.BytesIO()
+    if fmt == "png":
         img.save(buf, "PNG", compress_level=6)
     else:
         img.save(buf, "WEBP", quality=quality, method=4)

@@ -148,7 +148,7 @@ def _size(v) -> list[int]:
 
 class DecodeParams(Params):
     mode: Literal["RGB", "L", "RGBA"] = Field("RGB", description="the pixels' channels after decoding")
-    draft: bool = Field(True, description="JPEG: decode at 1/2, 1/4 or 1/8 scale when a later resize allows")
+    draft: bool = Field(True, description="JPEG: decode at a reduced DCT scale (n/8) when a later resize allows")
 
 
 @register
@@ -156,11 +156,15 @@ class Decode(_ImageRaw, RowStep):
     """Image bytes to raw pixels (HWC uint8, `format` raw). CMYK, palette, 16-bit, grey and alpha
     images are converted to `mode` (alpha over white for RGB); the source's EXIF orientation is
     applied (`source.exif_transpose: false` turns it off). Where a later `resize` makes the image
-    smaller, JPEGs are decoded with libjpeg-turbo's DCT scaling (Pillow's `draft`) to the smallest
-    scale still at least the size that resize needs; a `resize` right after decode is done on
-    the decoded image before its pixels are handed on (the same pixels, one copy fewer). Corrupt
-    or truncated images are quarantined. (backends/gpu_images.py holds the GPU form, nvImageCodec
-    batch decoding; it has not run on a GPU yet, so image pipelines run on the CPU backend.)"""
+    smaller, JPEGs are decoded with libjpeg-turbo's DCT scaling at the smallest n/8 scale (1/8 to
+    8/8) still at least the size that resize needs, through simplejpeg (Pillow's `draft`, 1/2,
+    1/4 or 1/8, for CMYK JPEGs, `mode: RGBA` and what simplejpeg refuses): a 500×375 photo for a
+    224×224 fill decodes at 5/8 (313×235). The pixels differ slightly from a full decode's (the
+    resize is the same antialiased filter); `draft: false` decodes at full size. A `resize`
+    right after decode is done on the decoded image before its pixels are handed on, with the
+    size and region a full decode would give. Corrupt or truncated images are quarantined.
+    (backends/gpu_images.py holds the GPU form, nvImageCodec batch decoding; it has not run on a
+    GPU yet, so image pipelines run on the CPU backend.)"""
 
     name = "decode"
     summary = "Decode image bytes to raw pixels (RGB, L or RGBA), upright per EXIF."
@@ -177,7 +181,7 @@ class Decode(_ImageRaw, RowStep):
         return super().from_raw({} if raw is None else raw)
 
     def look_ahead(self, later: list) -> "Decode":
-        """A copy that decodes JPEGs at the smallest draft scale the first resize after it
+        """A copy that decodes JPEGs at the smallest DCT scale the first resize after it
         allows (only convert may come between: a crop or anything else needs the full size),
         and, where that resize comes right after, resizes before the pixels leave the decoder:
         the full-size pixels are not copied out and back in (the resize step then finds them
@@ -315,7 +319,8 @@ class EncodeParams(Params):
 
 @register
 class Encode(_ImageRaw, RowStep):
-    """Encode decoded pixels as JPEG (quality; 4:2:0 below 95), PNG, WebP (quality) or raw HWC
+    """Encode decoded pixels as JPEG (quality; 4:2:0 below 95, 4:4:4 from 95; baseline, no
+    Huffman optimisation; libjpeg-turbo through simplejpeg), PNG, WebP (quality) or raw HWC
     uint8 bytes. The bytes depend only on the pixels and the parameters: no metadata is
     written. `format` names the result."""
 

@@ -106,7 +106,12 @@ def test_many_files_per_task_partitions_sized_in_bytes(tmp_path):
     assert sum(len(p.ranges) for p in plan.partitions) == 12
 
 
-def test_same_shard_bytes_across_blocksizes_and_workers(tmp_path):
+def test_same_shard_bytes_across_blocksizes_and_workers(tmp_path, monkeypatch):
+    """Through the scaled JPEG decode (simplejpeg, 64x48 at 6/8 for a 32x32 fill) and encode."""
+    import simplejpeg
+
+    decodes, real = [], simplejpeg.decode_jpeg
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", lambda *a, **k: decodes.append(1) or real(*a, **k))
     photo_folder(tmp_path / "photos", n=10)
     shard = {"count": 2, "shuffle": True, "seed": 3, "splits": {"train": 0.7, "val": 0.3}}
     digests = []
@@ -116,6 +121,7 @@ def test_same_shard_bytes_across_blocksizes_and_workers(tmp_path):
         assert balanced(result)
         digests.append({s["path"]: s["sha256"] for s in manifest_of(tmp_path / out)["shards"]})
     assert digests[0] == digests[1] == digests[2] and len(digests[0]) >= 2
+    assert len(decodes) == 30
 
 
 def test_splits_hash_the_key_not_the_pixels(tmp_path):

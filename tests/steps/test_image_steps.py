@@ -10,6 +10,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from gpuetl.backends import cpu_images
+from gpuetl.samples import photo_like
 from imagedata import balanced, image_bytes, jpeg_bytes, pixels, quarantine_of, rows_of, run_images, write
 
 
@@ -174,15 +175,22 @@ FUSE_INPUTS = {"photo.jpg": lambda: jpeg_bytes(300, 200, seed=3), "turned.jpg": 
 @pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
 @pytest.mark.parametrize("how,size", [("fill", (40, 30)), ("fit", (40, 40)), ("stretch", (33, 17))])
 def test_resize_while_decoding_gives_the_same_pixels(name, mode, how, size):
-    """decode with the following resize folded in = decode, then resize on its pixels; the resize
-    step then passes pixels already at the size through unchanged."""
+    """decode with the following resize folded in = decode, then resize on its pixels (where the
+    DCT scale gives whole pixels); the resize step then passes pixels already at the size
+    through unchanged."""
     data = FUSE_INPUTS[name]()
     _, w, h, orientation = cpu_images.probe(data, 10**8)
     draft = cpu_images.draft_size(w, h, orientation, (how, *size))
     resize = (how, *size, "bicubic")
-    apart = cpu_images.resize(*cpu_images.decode(data, mode, orientation, draft), *resize)
+    decoded = cpu_images.decode(data, mode, orientation, draft)
+    apart = cpu_images.resize(*decoded, *resize)
     folded = cpu_images.decode(data, mode, orientation, draft, resize)
-    assert bytes(folded[0]) == bytes(apart[0]) and folded[1:] == apart[1:]
+    stored = decoded[1:3] if orientation < 5 else decoded[2:0:-1]
+    if cpu_images._picture((w, h), stored, orientation) is None:
+        assert bytes(folded[0]) == bytes(apart[0]) and folded[1:] == apart[1:]
+    else:        # decoded to part-pixels (38x25 for 37.5x25): folded maps the region exactly, apart cannot
+        full = cpu_images.resize(*cpu_images.decode(data, mode, orientation), *resize)
+        assert folded[1:] == full[1:] and _psnr(folded[0], full[0]) >= _psnr(apart[0], full[0]) - 0.5
     again = cpu_images.resize(*folded, *resize)
     assert again[0] is folded[0] and again[1:] == folded[1:]
 
@@ -210,3 +218,152 @@ def test_pipeline_with_resize_folded_in_writes_the_same_bytes(tmp_path, mode):
         assert balanced(result) and result.counts["rows_out"] == len(FUSE_INPUTS)
         rows[label] = sorted((r["key"], r["image"]) for r in rows_of(tmp_path / label))
     assert rows["folded"] == rows["apart"]
+
+
+# -- JPEG decoding at libjpeg-turbo's n/8 DCT scales (simplejpeg) -----------------------------
+
+def _psnr(a, b) -> float:
+    a, b = np.frombuffer(a, np.uint8).astype(float), np.frombuffer(b, np.uint8).astype(float)
+    mse = np.mean((a - b) ** 2)
+    return float("inf") if mse == 0 else float(10 * np.log10(255 ** 2 / mse))
+
+
+def _mad(a, b) -> float:
+    return float(np.abs(np.frombuffer(a, np.uint8).astype(int) - np.frombuffer(b, np.uint8).astype(int)).mean())
+
+
+def _full_then_resize(data: bytes, mode: str, how: str, size) -> tuple:
+    """The reference: Pillow's full-size decode, upright, then the resize on those pixels."""
+    img = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert(mode)
+    return cpu_images.resize(img.tobytes(), *img.size, len(mode), how, *size, "bicubic")
+
+
+@pytest.fixture
+def scaled_decodes(monkeypatch):
+    """The (height, width) of every simplejpeg decode, to see which path decoded."""
+    import simplejpeg
+
+    shapes, real = [], simplejpeg.decode_jpeg
+
+    def decode_jpeg(*args, **kwargs):
+        pixels = real(*args, **kwargs)
+        shapes.append(pixels.shape[:2])
+        return pixels
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", decode_jpeg)
+    return shapes
+
+
+SCALED = [  # (w, h, how, size, the n/8 decode expected): Pillow's draft (1/2, 1/4, 1/8) would decode all at full size
+    (200, 150, "fill", (90, 90), (125, 94)),           # 5/8
+    (320, 250, "fill", (100, 100), (160, 125)),        # 4/8
+    (160, 120, "fit", (60, 60), (60, 45)),             # 3/8
+    (300, 210, "stretch", (64, 48), (75, 53)),         # 2/8, a part-pixel row
+    (500, 375, "fill", (224, 224), (313, 235)),        # ImageNet size: 5/8
+]
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+@pytest.mark.parametrize("w,h,how,size,decoded", SCALED)
+def test_scaled_jpeg_decode_is_close_to_a_full_decode_then_resize(w, h, how, size, decoded, mode, scaled_decodes,
+                                                                   capsys):
+    """decode + resize at the smallest n/8 scale against Pillow's full decode + the same resize:
+    the same size, PSNR >= 35 dB and mean absolute difference <= 3 on noisy photo-like content
+    (the noise is where a DCT-domain and a bicubic downscale differ most; the fit case decodes
+    right at the target size, so the DCT scaling does all of the downscale)."""
+    data = jpeg_bytes(w, h, seed=w)
+    draft = cpu_images.draft_size(w, h, 1, (how, *size))
+    got = cpu_images.decode(data, mode, 1, draft, (how, *size, "bicubic"))
+    want = _full_then_resize(data, mode, how, size)
+    assert scaled_decodes == [decoded[::-1]]
+    assert got[1:] == want[1:]
+    psnr, mad = _psnr(got[0], want[0]), _mad(got[0], want[0])
+    with capsys.disabled():
+        print(f"\n{w}x{h} {how} {size} {mode}: decoded at {decoded}, vs full decode PSNR {psnr:.1f} dB, MAD {mad:.2f}")
+    assert psnr >= 35 and mad <= 3
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_scaled_decode_applies_exif_orientation_and_maps_the_region_exactly(orientation, scaled_decodes):
+    """300x210 decodes at 2/8 (75x52.5: a part-pixel row) or 3/8 (112.5x78.75) when turned: every
+    orientation puts the part-pixels on another edge, and a region mapped half a pixel off shows
+    as a PSNR drop of 4-14 dB against the full decode, turned the same way."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = image_bytes(Image.open(io.BytesIO(jpeg_bytes(300, 210, seed=9))), "JPEG", quality=90, exif=exif.tobytes())
+    _, w, h, turn = cpu_images.probe(data, 10**8)
+    assert turn == orientation
+    got = cpu_images.decode(data, "RGB", turn, cpu_images.draft_size(w, h, turn, ("fill", 64, 48)),
+                            ("fill", 64, 48, "bicubic"))
+    want = _full_then_resize(data, "RGB", "fill", (64, 48))
+    assert scaled_decodes == [(53, 75) if orientation < 5 else (79, 113)]
+    assert got[1:] == want[1:] == (64, 48, 3)
+    assert _psnr(got[0], want[0]) >= 38 and _mad(got[0], want[0]) <= 2
+
+
+def test_marked_corners_stay_put_in_every_orientation():
+    """The red and blue corners land where Pillow's exif_transpose puts them (a wrong turn is off by ~255)."""
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        data = image_bytes(_marked(300, 200), "JPEG", quality=90, exif=exif.tobytes())
+        _, w, h, turn = cpu_images.probe(data, 10**8)
+        px, tw, th, _ = cpu_images.decode(data, "RGB", turn, cpu_images.draft_size(w, h, turn, ("fit", 60, 60)),
+                                          ("fit", 60, 60, "bicubic"))
+        want = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB").resize((tw, th))
+        a = np.frombuffer(px, np.uint8).reshape(th, tw, 3)
+        assert np.abs(a.astype(int) - np.asarray(want, int)).max() <= 40, orientation     # corners in place
+
+
+def _extraneous_bytes(data: bytes) -> bytes:
+    """Three stray bytes before the start-of-scan marker: libjpeg warns (simplejpeg, strict,
+    refuses), Pillow decodes."""
+    at = data.index(b"\xff\xda")
+    return data[:at] + b"\x00\x01\x02" + data[at:]
+
+
+def test_jpegs_simplejpeg_refuses_are_decoded_or_refused_by_pillow(scaled_decodes):
+    target, resize = (125, 94), ("fill", 90, 90, "bicubic")
+    clean = jpeg_bytes(200, 150, seed=4)
+    reference = cpu_images.decode(clean, "RGB", 1, target, resize)
+    assert scaled_decodes == [(94, 125)]
+    stray = cpu_images.decode(_extraneous_bytes(clean), "RGB", 1, target, resize)      # Pillow: full decode
+    assert stray[1:] == (90, 90, 3) and _psnr(stray[0], reference[0]) >= 35
+    cmyk = image_bytes(Image.new("CMYK", (200, 150), (0, 255, 255, 0)), "JPEG", quality=95)   # left to Pillow
+    px, *shape = cpu_images.decode(cmyk, "RGB", 1, target, resize)
+    assert shape == [90, 90, 3] and np.abs(np.frombuffer(px, np.uint8).reshape(-1, 3).mean(0) - (255, 0, 0)).max() <= 3
+    with pytest.raises(cpu_images.BadImage, match="cannot decode the image"):     # truncated: Pillow's reason
+        cpu_images.decode(clean[: len(clean) // 2], "RGB", 1, target, resize)
+    assert scaled_decodes == [(94, 125)]                  # simplejpeg refused all three
+
+
+def test_a_jpeg_simplejpeg_fails_on_gets_pillows_result(monkeypatch):
+    """Whatever simplejpeg raises on, Pillow decodes (with its draft) or gives the reason."""
+    import simplejpeg
+
+    data = jpeg_bytes(400, 300, seed=2)
+    target, resize = cpu_images.draft_size(400, 300, 1, ("fill", 64, 64)), ("fill", 64, 64, "bicubic")
+    scaled = cpu_images.decode(data, "RGB", 1, target, resize)
+
+    def refuse(*args, **kwargs):
+        raise ValueError("refused")
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", refuse)
+    fallback = cpu_images.decode(data, "RGB", 1, target, resize)
+    assert fallback[1:] == scaled[1:] and _psnr(fallback[0], scaled[0]) >= 35
+
+
+def test_jpeg_encode_is_turbojpeg_420_below_95_and_444_from_95():
+    rgb = np.asarray(photo_like(np.random.default_rng(1), 48, 32).convert("RGB"))
+    for quality, luma in ((90, (1, 2, 2, 0)), (95, (1, 1, 1, 0))):          # 4:2:0, 4:4:4
+        layers = [luma, (2, 1, 1, 1), (3, 1, 1, 1)]
+        out = cpu_images.encode(rgb.tobytes(), 48, 32, 3, "jpeg", quality)
+        img = Image.open(io.BytesIO(out))
+        assert img.layer == layers and img.size == (48, 32) and set(img.info) <= {"jfif", "jfif_version", "jfif_unit",
+                                                                                  "jfif_density"}
+        by_pillow = Image.open(io.BytesIO(image_bytes(Image.fromarray(rgb), "JPEG", quality=quality,
+                                                      subsampling=2 if quality < 95 else 0)))
+        assert img.quantization == by_pillow.quantization and img.layer == by_pillow.layer   # the same settings
+        error = _psnr(np.asarray(img.convert("RGB")).tobytes(), rgb.tobytes())
+        assert error >= _psnr(np.asarray(by_pillow).tobytes(), rgb.tobytes()) - 0.5          # the same quality
+        assert out == cpu_images.encode(memoryview(rgb.tobytes()), 48, 32, 3, "jpeg", quality)   # deterministic
+    grey = cpu_images.encode(rgb[:, :, 0].tobytes(), 48, 32, 1, "jpeg", 90)
+    assert Image.open(io.BytesIO(grey)).mode == "L"
