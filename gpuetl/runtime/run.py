@@ -33,6 +33,7 @@ from .reasons import group_reasons
 from .report import REPORT_HTML, build_report, write_report
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
+READ_AHEAD = 2          # partitions read ahead of an in-order global step's chain, per thread
 
 
 @dataclass
@@ -296,8 +297,10 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log) 
     stream = layout.in_input_order and executor.shares_files
     # In this process global steps are settled partition by partition in input order: their
     # state stays bounded, and a streamed run writes while it parses (docs/design.md, "Global
-    # steps without moving rows").
-    parts = build_partitions(plan, backend, in_order=executor.in_process, scratch=str(run_tmp / "spill" / "keys"))
+    # steps without moving rows"). A partition is read only once the chain has settled the one
+    # READ_AHEAD × threads before it, so the parsed frames waiting for the chain stay bounded.
+    parts = build_partitions(plan, backend, in_order=executor.in_process, scratch=str(run_tmp / "spill" / "keys"),
+                             ahead=READ_AHEAD * executor.threads)
     for result in finished.values():
         watch.partition_done(result)
     if finished:
