@@ -18,41 +18,49 @@ from .partition import read_partition, run_steps
 
 
 def build_partitions(plan, backend, in_order: bool = False, scratch: str | None = None,
-                     ahead: int | None = None) -> list:
+                     ahead: int | None = None, finish=None) -> list:
     """One delayed object per partition of the plan's final stage (live rows, rows that left and
-    tallies, in input order). in_order: settle global steps that can be, partition by partition
-    in input order (the run holds their state in its process: the in-process cluster); else all
-    at once. scratch: a folder of the run's where that state may set data aside. ahead: when the
-    first global step is settled in order, partition i is read only once that step has settled
-    partition i - ahead, so parsing cannot run far ahead of the chain and the frames waiting
-    for it stay bounded (None: no gate)."""
-    gated = ahead is not None and in_order and _first_in_order(plan)
-    settled: list | None = [] if gated else None     # partition i's decision, as the chain makes it
-    parts = partition_tasks(plan, backend, after=_gate(settled, ahead) if gated else None)
+    tallies, in input order), or what finish(i, part) makes of it (the spill; None for a
+    partition that needs none). in_order: settle global steps that can be, partition by
+    partition in input order (the run holds their state in its process: the in-process
+    cluster); else all at once. scratch: a folder of the run's where that state may set data
+    aside. ahead: when every global step is settled in order, partition i is read only once
+    partition i - ahead is finished, so neither the parsing nor the in-order chain can run far
+    ahead of the partitions' last tasks, and the frames waiting between them stay bounded
+    (None: no gate; partitions without a global step are submitted in order instead, see
+    Executor.ordered)."""
+    finish = finish or (lambda i, part: part)
+    done: list | None = [] if ahead is not None and in_order and _all_in_order(plan) else None
+    parts = partition_tasks(plan, backend, after=_gate(done, ahead) if done is not None else None)
     for segment in plan.segments[1:]:
         step = segment.steps[0].step
         steps = named(run_steps, segment.label)
         if in_order and isinstance(step, InOrderGlobalStep):
             where = os.path.join(scratch, f"{step.name}-{segment.steps[0].index}") if scratch else None
-            parts = resolve_in_order(parts, segment, backend, where, settled=settled)
-            settled = None                 # only the first in-order step gates the reads
+            parts = resolve_in_order(parts, segment, backend, where)
         else:
             parts = resolve_in_place(list(parts), segment, backend)
         parts = (_task(steps)(part, segment, backend) for part in parts)
-    return list(parts)
+    out = []
+    for i, part in enumerate(parts):       # lazily: partition i is built after i - 1 is finished
+        out.append(finish(i, part))
+        if done is not None:
+            done.append(out[-1] if out[-1] is not None else part)
+    return out
 
 
-def _first_in_order(plan) -> bool:
-    """Whether the plan's first global step is settled in order (one decided across all
-    partitions at once needs every partition read first: no gate before it)."""
-    return len(plan.segments) > 1 and isinstance(plan.segments[1].steps[0].step, InOrderGlobalStep)
+def _all_in_order(plan) -> bool:
+    """Whether the plan has global steps and every one is settled in order (one decided across
+    all partitions at once needs every partition read first: no gate before it)."""
+    steps = [segment.steps[0].step for segment in plan.segments[1:]]
+    return bool(steps) and all(isinstance(step, InOrderGlobalStep) for step in steps)
 
 
-def _gate(settled: list, ahead: int):
-    """after(i): the task partition i's read waits for (the decision on partition i - ahead), or
-    None. Read lazily: resolve_in_order appends each decision before it takes the next
-    partition."""
-    return lambda i: settled[i - ahead] if i >= ahead else None
+def _gate(done: list, ahead: int):
+    """after(i): the task partition i's read waits for (partition i - ahead's last), or None.
+    Read lazily: build_partitions appends each partition's last task before it builds the
+    next partition."""
+    return lambda i: done[i - ahead] if i >= ahead else None
 
 
 def partition_tasks(plan, backend, after=None):
@@ -113,24 +121,19 @@ def resolve_in_place(parts: list, segment, backend) -> list:
     return [task(named(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
 
 
-def resolve_in_order(parts, segment, backend, scratch: str | None = None, settled: list | None = None) -> list:
+def resolve_in_order(parts, segment, backend, scratch: str | None = None):
     """A global step settled partition by partition in input order: each partition's decision
     needs only the partitions before it (steps/base.py: start, advance), so the first ones are
     marked, and written, while later ones are still being parsed. The state runs through a chain
     of tasks and refers to earlier partitions' frames: for a cluster in this process only.
-    parts: the partitions in order, taken one at a time; settled: a list each decision is
-    appended to before the next partition is taken (build_partitions' read gate), or None."""
+    parts: the partitions in order; taken, and the marked ones yielded, one at a time."""
     step, parts = _prepared(parts, segment, backend)
     name, task = step.name, _task
     state = task(named(step.start, f"start-{name}"))(backend, scratch)
-    marked = []
     for i, part in enumerate(parts):
         keys = task(named(step.row_keys, f"keys-{name}"))(part, backend)
         state, decided = task(named(step.advance, f"decide-{name}"), nout=2)(state, part, keys, i, backend)
-        if settled is not None:
-            settled.append(decided)
-        marked.append(task(named(step.mark, f"mark-{name}"))(part, i, decided, backend))
-    return marked
+        yield task(named(step.mark, f"mark-{name}"))(part, i, decided, backend)
 
 
 _task = functools.partial(dask.delayed, pure=False)

@@ -1,7 +1,7 @@
-"""The read gate of an in-order global step (runtime/graph.py): partition i is read only once
-the step has settled partition i - ahead, so the parsed frames that wait for the step's chain
-stay bounded however many partitions there are. Counted by hooks on the read and on the step's
-advance; events, not timing, decide what runs when."""
+"""The read gate of global steps settled in order (runtime/graph.py): partition i is read only
+once partition i - ahead is spilled, so the parsed frames waiting for the step's chain, and the
+marked ones waiting for their spill, stay bounded however many partitions there are. Counted by
+hooks on the read, the step's advance and the spill; events, not timing, decide what runs when."""
 
 import json
 import threading
@@ -18,13 +18,13 @@ AHEAD = run_module.READ_AHEAD * THREADS        # the gate with two worker thread
 
 
 class Waiting:
-    """Partitions whose read has begun and that the dedupe has not settled yet: the most at once.
-    With `hold`, settling partition 0 waits until that many reads have begun, as a slow chain
-    would."""
+    """Partitions whose read has begun and that are not spilled yet (so neither settled by the
+    dedupe): the most at once. With `hold`, settling partition 0 waits until that many reads
+    have begun, as a slow chain would."""
 
     def __init__(self, hold: int | None = None):
         self.lock = threading.Lock()
-        self.now = self.most = self.reads = self.settles = 0
+        self.now = self.most = self.reads = self.spills = 0
         self.hold, self.enough = hold, threading.Event()
 
     def read(self):
@@ -39,14 +39,14 @@ class Waiting:
         if partition == 0 and self.hold is not None:
             assert self.enough.wait(60), f"{self.hold} reads never began while partition 0 was being settled"
 
-    def settled(self):
+    def spilled(self):
         with self.lock:
             self.now -= 1
-            self.settles += 1
+            self.spills += 1
 
 
 COUNT = {"now": Waiting()}
-real_read, real_advance = graph.read_partition, Dedupe.advance
+real_read, real_advance, real_spill = graph.read_partition, Dedupe.advance, run_module.spill_partition
 
 
 def counted_read(*args, **kwargs):     # module-level: a cluster's scheduler unpickles it by name
@@ -56,12 +56,16 @@ def counted_read(*args, **kwargs):     # module-level: a cluster's scheduler unp
 
 def counted_advance(self, state, df, keys, partition, backend):
     COUNT["now"].settling(partition)
-    out = real_advance(self, state, df, keys, partition, backend)
-    COUNT["now"].settled()
-    return out
+    return real_advance(self, state, df, keys, partition, backend)
 
 
 counted_advance.__name__ = "advance"     # a bound method is pickled as getattr(step, its __name__)
+
+
+def counted_spill(*args, **kwargs):
+    out = real_spill(*args, **kwargs)
+    COUNT["now"].spilled()
+    return out
 
 
 @pytest.fixture
@@ -72,6 +76,7 @@ def count(monkeypatch):
 
     monkeypatch.setattr(graph, "read_partition", counted_read)
     monkeypatch.setattr(Dedupe, "advance", counted_advance)
+    monkeypatch.setattr(run_module, "spill_partition", counted_spill)
     return start
 
 
@@ -111,12 +116,12 @@ def run(tmp_path, where):
 
 def test_reads_wait_for_the_chain(tmp_path, count, where):
     """However far the reads could run while partition 0 is settled, at most `ahead` partitions
-    (READ_AHEAD a thread) are read and not settled at once. On sync the one thread runs the chain
+    (READ_AHEAD a thread) are read and not spilled at once. On sync the one thread runs the chain
     too: it cannot be held, and the gate is READ_AHEAD."""
     sync = where[0] == "sync"
     waiting = count(hold=None if sync else AHEAD)
     run(tmp_path, where)
-    assert waiting.reads == waiting.settles > 2 * AHEAD and waiting.now == 0
+    assert waiting.reads == waiting.spills > 2 * AHEAD and waiting.now == 0
     if sync:
         assert 1 <= waiting.most <= run_module.READ_AHEAD
     else:
@@ -130,7 +135,7 @@ def test_without_the_gate_reads_run_ahead_and_the_bytes_are_the_same(tmp_path, c
     with dask.config.set(num_workers=THREADS):
         count()
         gated = run(tmp_path, where).shards
-        monkeypatch.setattr(graph, "_first_in_order", lambda plan: False)
+        monkeypatch.setattr(graph, "_all_in_order", lambda plan: False)
         waiting = count(hold=AHEAD + 3)
         ungated = run(tmp_path, where).shards
     assert waiting.most >= AHEAD + 3
