@@ -112,7 +112,7 @@ class Executor:
         if self.client is None:        # dask's local schedulers: one call, shared work done once
             yield from self.compute(tasks, on_result=on_result)
             return
-        threads = max(1, sum(self.client.nthreads().values()))
+        threads = self.threads
         ahead = ahead or 2 * threads
         pending: deque = deque()
         queue = iter(tasks)
@@ -158,6 +158,18 @@ class Executor:
         if not shared:
             return []
         return self.client.get(HighLevelGraph.merge(*graphs), shared, sync=False, fifo_timeout=0)
+
+    @property
+    def threads(self) -> int:
+        """How many tasks may run at once: the cluster's worker threads, the local thread pool's
+        size, or 1 (sync)."""
+        if self.client is not None:
+            return max(1, sum(self.client.nthreads().values()))
+        if self.scheduler == "threads":
+            from dask.system import CPU_COUNT
+
+            return max(1, dask.config.get("num_workers", None) or CPU_COUNT)
+        return 1
 
     @property
     def in_process(self) -> bool:

@@ -35,6 +35,7 @@ from .reasons import group_reasons
 from .report import REPORT_HTML, build_report, write_report
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
+READ_AHEAD = 2          # partitions read ahead of the last one spilled, per thread (global steps in order)
 
 
 @dataclass
@@ -317,22 +318,28 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
     # split stream into their shard as each partition finishes, while later ones still run;
     # otherwise each partition spills its rows and the shards are written from the pieces.
     stream = layout.in_input_order and executor.shares_files and store is None
-    # In this process global steps are settled partition by partition in input order: their
-    # state stays bounded, and a streamed run writes while it parses (docs/design.md, "Global
-    # steps without moving rows").
-    parts = build_partitions(plan, backend, in_order=executor.in_process, scratch=str(run_tmp / "spill" / "keys"))
-    for result in finished.values():
-        watch.partition_done(result)
-    if finished:
-        log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
     spill = dask.delayed(spill_partition, pure=False)
     if store is not None:
         spill = dask.delayed(functools.partial(spill_through_store, store), pure=False)
         sink = SinkThroughStore(sink, store, compute=executor.compute)
-    maps = {i: spill(part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp),
-                     file_names=file_names, stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}",
-                     in_memory=stream and spec.sink.mode != "resume" and executor.in_process)
-            for i, part in enumerate(parts) if i not in finished}
+
+    def spilled(i: int, part):
+        return None if i in finished else spill(
+            part, i, layout=layout, schema=schema, tmp_dir=str(run_tmp), file_names=file_names,
+            stage_names=stage_names, backend=backend, dask_key_name=f"spill-{i}",
+            in_memory=stream and spec.sink.mode != "resume" and executor.in_process)
+
+    # In this process global steps are settled partition by partition in input order: their
+    # state stays bounded, and a streamed run writes while it parses (docs/design.md, "Global
+    # steps without moving rows"). A partition is read only once the one READ_AHEAD × threads
+    # before it is spilled, so the frames between the read and the spill stay bounded.
+    parts = build_partitions(plan, backend, in_order=executor.in_process, scratch=str(run_tmp / "spill" / "keys"),
+                             ahead=READ_AHEAD * executor.threads, finish=spilled)
+    for result in finished.values():
+        watch.partition_done(result)
+    if finished:
+        log(f"resuming {run_tmp.name}: {len(finished)} of {len(parts)} partitions already done, skipped")
+    maps = {i: task for i, task in enumerate(parts) if task is not None}
     results, shards = _map_partitions(plan, maps, finished, executor, run_tmp, options, watch, backend=backend,
                                       stream=stream)
 

@@ -77,16 +77,18 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
                 writer.write(table.take(pc.sort_indices(table, sort_keys=input_order)))
         return writer.close()
     turns = max(1, math.ceil(task.row_bytes / SHARD_BATCH_BYTES))
-    edges = [(1 << 64) * k // turns for k in range(turns)] + [None]
+    edges = _turn_edges(pieces, task, layout.ranged, turns)
     for lo, hi in zip(edges, edges[1:]):
         tables = []
         for path in pieces:
-            table = _slice_of(read_ipc(path), task, layout.ranged)
+            table, mine = _range_of(read_ipc(path), task, layout.ranged)
             if table.num_rows and turns > 1:
                 order = table.column(ORDER).to_numpy()
-                mine = order >= np.uint64(lo)
+                turn = order >= np.uint64(lo)
                 if hi is not None:
-                    mine &= order < np.uint64(hi)
+                    turn &= order < np.uint64(hi)
+                mine = turn if mine is None else mine & turn
+            if mine is not None:
                 table = table.filter(pa.array(mine))
             if table.num_rows:
                 tables.append(table)
@@ -100,13 +102,40 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
     return writer.close()
 
 
+def _turn_edges(pieces: list[str], task: ShardTask, ranged: bool, turns: int) -> list:
+    """The bounds of the order hash of each turn: equal widths between the smallest and the
+    largest order hash among the shard's rows. Without a shard.key the order hash is the
+    placement hash, so a shard's rows span only its own stretch of it: turns over the whole
+    hash range would leave most turns empty and put the shard in one or two."""
+    if turns == 1:
+        return [0, None]
+    low, high = None, None
+    for path in pieces:
+        table, mine = _range_of(read_ipc(path).select([PLACE, ORDER]), task, ranged)
+        order = table.column(ORDER).to_numpy()
+        if mine is not None:
+            order = order[mine]
+        if len(order):
+            low = int(order.min()) if low is None else min(low, int(order.min()))
+            high = int(order.max()) if high is None else max(high, int(order.max()))
+    if low is None:
+        return [0, None]
+    return [low + (high + 1 - low) * k // turns for k in range(turns)] + [None]
+
+
 def _slice_of(table: pa.Table, task: ShardTask, ranged: bool) -> pa.Table:
     """The rows of a spilled piece that belong to the shard (its placement-hash range)."""
-    if not ranged or not table.num_rows:
-        return table
-    start, stop, mine = hash_range(table.column(PLACE).to_numpy(), task.lo_bucket, task.hi_bucket)
-    table = table.slice(start, stop - start)
+    table, mine = _range_of(table, task, ranged)
     return table if mine is None else table.filter(pa.array(mine))
+
+
+def _range_of(table: pa.Table, task: ShardTask, ranged: bool) -> tuple[pa.Table, np.ndarray | None]:
+    """The stretch of a spilled piece that holds the shard's rows (a slice, no copy) and which of
+    its rows are the shard's (None: all)."""
+    if not ranged or not table.num_rows:
+        return table, None
+    start, stop, mine = hash_range(table.column(PLACE).to_numpy(), task.lo_bucket, task.hi_bucket)
+    return table.slice(start, stop - start), mine
 
 
 class ShardWriter:

@@ -15,7 +15,6 @@ from typing import Literal
 
 from pydantic import Field, RootModel, field_validator
 
-from ..backends import cpu_images
 from ..types import Schema
 from .base import Params, Binding, RowStep, StepError, register
 
@@ -25,6 +24,8 @@ KERNELS = {"gpu": "gpuetl.backends.gpu_images"}     # backend name -> module wit
 
 def _kernel(backend, name: str):
     """The backend's batch function `name`_many, or the CPU's per-image function in a loop."""
+    from ..backends import cpu_images      # Pillow: imported when an image step runs, not with the registry
+
     module = KERNELS.get(backend.name)
     if module:
         batch = getattr(importlib.import_module(module), f"{name}_many", None)
@@ -116,6 +117,8 @@ def _raw_pixels(df, backend, step: str) -> tuple[list, list]:
 
 
 def _pixel_step(df, backend, step: str, name: str, *args):
+    from ..backends import cpu_images
+
     items, reasons = _raw_pixels(df, backend, step)
     todo = [i for i, r in enumerate(reasons) if r is None]
     done = _kernel(backend, name)([items[i] for i in todo], *args)
@@ -208,6 +211,8 @@ class Decode(_ImageRaw, RowStep):
         return Binding({**out, **PIXELS})
 
     def quarantine(self, df, backend):
+        from ..backends import cpu_images
+
         cols = _columns(df, backend, {"image": "binary", "orientation": "int8", "orig_width": "int32",
                                       "orig_height": "int32"})
         drafts = [cpu_images.draft_size(w, h, o, self.target) if self.target and w else None
@@ -338,6 +343,8 @@ class Encode(_ImageRaw, RowStep):
         return Binding(dict(schema))
 
     def quarantine(self, df, backend):
+        from ..backends import cpu_images
+
         items, reasons = _raw_pixels(df, backend, "encode")
         todo = [i for i, r in enumerate(reasons) if r is None]
         done = _kernel(backend, "encode")([items[i] for i in todo], self.params.format, self.params.quality)
@@ -376,6 +383,8 @@ class Phash(_ImageRaw, RowStep):
         return Binding({**schema, self.params.column: "int64"})
 
     def quarantine(self, df, backend):
+        from ..backends import cpu_images
+
         cols = _columns(df, backend, {"image": "binary", **PIXELS})
         items, todo = [], []
         for px, w, h, c, fmt in zip(cols["image"], cols["width"], cols["height"], cols["channels"], cols["format"]):
