@@ -84,19 +84,11 @@ class Requests(logging.Handler):
             self.count += 1
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--objects", type=int, default=1000)
-    ap.add_argument("--mb", type=float, default=1.0, help="uncompressed MB per object")
-    ap.add_argument("--rounds", type=int, default=1, help="runs of each system, alternating")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-
+def start_store():
+    """moto's S3 server on loopback with a request counter, a `bench` bucket, and the environment
+    a gpuetl process needs to reach it: (server, counter, env, s3fs filesystem)."""
     import s3fs
     from moto.server import ThreadedMotoServer
-
-    sys.path.insert(0, str(ROOT))
-    from gpuetl.samples import write_access_logs
 
     counter = Requests()
     logging.getLogger("werkzeug").addHandler(counter)
@@ -109,6 +101,21 @@ def main() -> int:
            "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": str(ROOT)}
     fs = s3fs.S3FileSystem(key="bench", secret="bench", client_kwargs={"endpoint_url": env["AWS_ENDPOINT_URL"]})
     fs.mkdir("bench")
+    return server, counter, env, fs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--objects", type=int, default=1000)
+    ap.add_argument("--mb", type=float, default=1.0, help="uncompressed MB per object")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each system, alternating")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    sys.path.insert(0, str(ROOT))
+    from gpuetl.samples import write_access_logs
+
+    server, counter, env, fs = start_store()
 
     lines = max(1, int(args.mb * 1e6 / 205))            # ~205 bytes per generated line
     raw_bytes = gz_bytes = 0

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import resource
 import statistics
@@ -29,6 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from bench_object_storage import start_store  # noqa: E402  (the same loopback store)
 
 PIPELINE = """\
 version: 1
@@ -40,18 +41,6 @@ steps:
 shard: {count: 4, key: [ip], shuffle: true, seed: 0, splits: {train: 0.9, val: 0.1}}
 sink: {path: "s3://bench/out", mode: overwrite}
 """
-
-
-class Requests(logging.Handler):
-    """Counts the requests moto's server logs (werkzeug logs one line per request)."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.count = 0
-
-    def emit(self, record):
-        if '" ' in record.getMessage():
-            self.count += 1
 
 
 def cpu(usage) -> float:
@@ -72,23 +61,10 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
-    import s3fs
-    from moto.server import ThreadedMotoServer
-
     sys.path.insert(0, str(ROOT))
     from gpuetl.samples import write_access_logs
 
-    counter = Requests()
-    logging.getLogger("werkzeug").addHandler(counter)
-    logging.getLogger("werkzeug").setLevel(logging.INFO)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-           "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": str(ROOT)}
-    fs = s3fs.S3FileSystem(key="bench", secret="bench", client_kwargs={"endpoint_url": env["AWS_ENDPOINT_URL"]})
-    fs.mkdir("bench")
+    server, counter, env, fs = start_store()
     dask_cli = str(Path(sys.executable).with_name("dask"))
     lines = max(1, int(args.mb * 1e6 / 205))
     raw = 0
