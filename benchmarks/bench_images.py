@@ -105,16 +105,10 @@ def _dataset(data: Path, name: str, n: int, cores: int) -> Path:
 
 
 def _write_chunk(args) -> None:
-    import numpy as np
-
-    from gpuetl.samples import IMAGE_CLASSES, photo_like
+    from gpuetl.samples import write_images
 
     folder, start, stop, size = args
-    for i in range(start, stop):
-        label = IMAGE_CLASSES[i % len(IMAGE_CLASSES)]
-        p = Path(folder) / label / f"{label}-{i:06d}.jpg"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        photo_like(np.random.default_rng([0, i]), *size).save(p, "JPEG", quality=90)
+    write_images(folder, stop - start, size=size, start=start)
 
 
 FEW = 20     # a run on this many images measures each system's fixed cost (start, imports, cluster)

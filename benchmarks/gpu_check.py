@@ -279,16 +279,10 @@ IMAGES_GOAL = 10_000          # images/s on the GPU backend (issue: H200, warm c
 
 def _write_photos(args) -> None:
     """One chunk of the generated set (a worker process of make_photos)."""
-    import numpy as np
-
-    from gpuetl.samples import IMAGE_CLASSES, photo_like
+    from gpuetl.samples import write_images
 
     folder, start, stop, size = args
-    for i in range(start, stop):
-        label = IMAGE_CLASSES[i % len(IMAGE_CLASSES)]
-        path = Path(folder) / label / f"{label}-{i:06d}.jpg"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        photo_like(np.random.default_rng([0, i]), *size).save(path, "JPEG", quality=90)
+    write_images(folder, stop - start, size=size, start=start)
 
 
 def make_photos(data: Path, n: int, copies: int, size: tuple[int, int]) -> tuple[Path, Path, int]:

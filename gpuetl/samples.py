@@ -600,11 +600,13 @@ def photo_like(rng: np.random.Generator, width: int, height: int):
 
 
 def write_images(out_dir, n: int, *, size: tuple[int, int] = (500, 375), seed: int = 0,
-                 classes=IMAGE_CLASSES, quality: int = 90) -> list[tuple[Path, int]]:
-    """n JPEGs in <out_dir>/<class>/<class>-NNNNN.jpg (ImageFolder layout), deterministic."""
+                 classes=IMAGE_CLASSES, quality: int = 90, start: int = 0) -> list[tuple[Path, int]]:
+    """n JPEGs in <out_dir>/<class>/<class>-NNNNN.jpg (ImageFolder layout), deterministic: image i
+    is the same whatever chunk writes it, so a large set can be written in chunks (`start`) on
+    several processes."""
     out = Path(out_dir)
     written = []
-    for i in range(n):
+    for i in range(start, start + n):
         label = classes[i % len(classes)]
         rng = np.random.default_rng([seed, i])
         p = out / label / f"{label}-{i:05d}.jpg"
