@@ -258,6 +258,13 @@ class Backend(ABC):
     def fixed_width(self, col: Any) -> tuple[Any, Any]:
         """(xp uint64 array of the values' bits, xp bool valid mask) for a non-string column."""
 
+    def image_step(self, step: str, df: Any, *args: Any) -> Any:
+        """The image step `step` (steps/images.py: decode, resize, center_crop, convert, encode,
+        phash) run on the backend's own form of the pixels, kept where the backend keeps them
+        between steps: (frame, bad mask or None, reasons or None) as the step's quarantine; None:
+        the step runs the per-image kernels on host bytes."""
+        return None
+
     @abstractmethod
     def string_buffers(self, col: Any) -> tuple[Any, Any, Any]:
         """(xp int64 offsets of n+1, xp uint8 UTF-8 bytes, xp bool valid mask) of a string column."""

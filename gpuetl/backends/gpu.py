@@ -419,6 +419,12 @@ class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
         return cudf.DataFrame({name: _from_arrow(table.column(name).combine_chunks(), type_name_of(table.column(name).type))
                                for name in table.column_names})
 
+    def image_step(self, step: str, df, *args):
+        """The pixels stay in the device column from decode to encode (backends/gpu_images.py)."""
+        from . import gpu_images
+
+        return gpu_images.run_step(self, step, df, *args)
+
     def to_host(self, values):
         """For the shared code's bookkeeping (status and stage columns, split ids): counted."""
         if isinstance(values, cp.ndarray):

@@ -1,22 +1,30 @@
-"""Image work on the GPU, a batch at a time: nvImageCodec decodes JPEGs into device memory
-(nvJPEG: the GPU's hardware JPEG decoder where it has one, else nvJPEG's CUDA decoder), CV-CUDA
-resizes them with antialiasing (`hq_resize`), nvImageCodec encodes JPEGs (nvJPEG's encoder). The
-steps (steps/images.py) call the `*_many` functions here on the GPU backend; a step without one
-here (center_crop, convert, phash) uses the CPU's per-image function. Results are host bytes, as on
-the CPU, so shards and quarantine rows look the same; a problem with one image is a BadImage in
-its place, never an exception.
+"""Image work on the GPU, a batch at a time, with the pixels kept on the device from decode to
+encode: nvImageCodec decodes JPEGs into device memory (nvJPEG: the GPU's hardware JPEG decoder
+where it has one, else nvJPEG's CUDA decoder), CV-CUDA resizes them with antialiasing
+(`hq_resize_into`), CuPy crops, converts and hashes them, nvImageCodec encodes JPEGs (nvJPEG's
+encoder). A problem with one image is a BadImage in its place, never an exception.
+
+Between steps the pixels are the frame's `image` column as the GPU backend holds it: a cuDF
+binary column in device memory (HWC uint8, described by `width`, `height`, `channels`, `format`
+"raw"), so a step reads each image as a CuPy view of that column's bytes and writes its results
+as one new device column (`run_step`, called through `GpuBackend.image_step`). What crosses to
+the host, each through the host-transfer ledger with its reason: the file bytes nvImageCodec
+decodes (it reads host memory only: `CodeStream` takes bytes or a numpy array), staged in pinned
+memory one batch at a time; the encoded JPEG bytes (nvImageCodec's encoder writes host
+`CodeStream`s); the rows' offsets and sizes; and the pixels of the few images Pillow handles.
 
 What the device does not do the same way as Pillow goes to Pillow (backends/cpu_images.py), one
 image at a time, counted in the backend's fallbacks (`gpu_support.count_fallback`) so a test that
 expects the device path sees it: PNG and WebP (nvImageCodec has no GPU decoder for them), CMYK and
 12-bit JPEGs, a JPEG whose bytes do not end with its end-of-image marker (truncated: Pillow decides,
 so the quarantine reason is the CPU backend's), anything nvJPEG could not decode, PNG and WebP
-encoding. The EXIF orientation (the source reads it, the same number on both backends) and the
-conversion to `L` or `RGBA` are done here with array operations written as Pillow does them, not
-by nvImageCodec, whose conventions could differ.
+encoding. The EXIF orientation (the source reads it, the same number on both backends), the
+conversions between L, RGB and RGBA, the centre crop and the pHash's DCT are array operations
+written as Pillow and cpu_images do them, for any array module (numpy in the tests, CuPy here).
 
-Imported only on the GPU backend (like gpu.py); the calls are bound against the installed
-releases without a GPU (tests/backends/test_gpu_images_api.py) and run on a GPU in
+`decode_many`, `resize_many` and `encode_many` are the same device work on host items (the CPU
+kernels' form), for the kernel parity tests. The calls are bound against the installed releases
+without a GPU (tests/backends/test_gpu_images_api.py) and run on a GPU in
 tests/backends/test_gpu_images.py. Pixel values may differ from Pillow's within the bounds the
 parity test checks (PSNR >= 35 dB, mean absolute difference <= 2).
 """
@@ -49,7 +57,7 @@ IMAGE_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cvcuda.TensorBatch.pushback", 1, ()),
     ("cvcuda.Tensor.cuda", 0, ()),
     ("cvcuda.as_tensor", 2, ()),
-    ("cvcuda.hq_resize", 2, ("antialias", "interpolation", "roi")),
+    ("cvcuda.hq_resize_into", 2, ("antialias", "interpolation", "roi")),
 ]
 IMAGE_ENUMS = ["nvidia.nvimgcodec.ColorSpec.SRGB", "nvidia.nvimgcodec.QualityType.QUALITY",
                "nvidia.nvimgcodec.ChromaSubsampling.CSS_420", "nvidia.nvimgcodec.ChromaSubsampling.CSS_444",
@@ -161,6 +169,62 @@ def to_mode(rgb, mode: str, xp):
     return grey.astype(xp.uint8)[..., None]
 
 
+def center_crop_array(a, tw: int, th: int, xp):
+    """The centre tw x th of an H x W x C array as cpu_images.center_crop cuts it (no padding)."""
+    h, w, _ = a.shape
+    cw, ch = min(tw, w), min(th, h)
+    left, top = (w - cw) // 2, (h - ch) // 2
+    return xp.ascontiguousarray(a[top:top + ch, left:left + cw])
+
+
+def convert_array(a, mode: str, xp):
+    """An H x W x C array (C: 1 L, 3 RGB, 4 RGBA) in `mode` (RGB or L) as cpu_images.convert does it:
+    L from RGB or RGBA is Pillow's integer luma (alpha ignored, as Pillow's convert("L")); RGB from L
+    repeats the grey; RGB from RGBA is the picture over white, Pillow's paste with the alpha as mask
+    (v * a + 255 * (255 - a), divided by 255 rounding as Pillow's DIV255)."""
+    c = a.shape[2]
+    if mode == "L":
+        return a if c == 1 else to_mode(a[..., :3], "L", xp)
+    if c == 3:
+        return a
+    if c == 1:
+        return xp.ascontiguousarray(xp.broadcast_to(a, a.shape[:2] + (3,)))
+    alpha = a[..., 3:4].astype(xp.uint32)
+    t = a[..., :3].astype(xp.uint32) * alpha + 255 * (255 - alpha) + 128
+    return (((t >> 8) + t) >> 8).astype(xp.uint8)
+
+
+def phash_values(small, xp):
+    """cpu_images.phash's DCT and median for a stack of 32 x 32 grey images (n x 32 x 32 uint8):
+    the 8 x 8 lowest frequencies against their median, the bits first to last as the high to low
+    bits of an int64 (numpy's packbits read big-endian)."""
+    a = small.astype(xp.float64)
+    basis = xp.asarray(cpu_images._DCT)
+    low = (basis @ a @ basis.T)[:, :8, :8].reshape(len(a), 64)
+    bits = low > xp.median(low, axis=1, keepdims=True)
+    weights = xp.left_shift(xp.uint64(1), xp.arange(63, -1, -1, dtype=xp.uint64))
+    return (bits.astype(xp.uint64) * weights).sum(axis=1, dtype=xp.uint64).view(xp.int64)
+
+
+# The host-transfer ledger's reasons for this module's copies to the host.
+SENT_FILE_BYTES = "images: file bytes to pinned host memory (nvImageCodec decodes from host memory)"
+SENT_ENCODED = "images: encoded JPEG bytes (nvImageCodec's encoder writes host memory)"
+SENT_CONTROL = "images: the rows' offsets and sizes"
+SENT_PILLOW = "images: pixels for Pillow (the counted fallbacks)"
+SENT_PIXELS = "images: pixels to host (decode_many, resize_many: host items)"
+
+
+def _upload(result):
+    """A host result (pixels, w, h, c) of a CPU kernel as an H x W x C device array; a BadImage as it is."""
+    import cupy as cp
+    import numpy as np
+
+    if isinstance(result, Exception):
+        return result
+    pixels, w, h, c = result
+    return cp.asarray(np.frombuffer(pixels, np.uint8).reshape(h, w, c))
+
+
 def _host_decode(item, resize_to, why: str):
     _count(why)
     data, mode, orientation, draft = item
@@ -170,37 +234,47 @@ def _host_decode(item, resize_to, why: str):
         return err
 
 
-def _to_host(arrays: list) -> list:
-    """Device pixel arrays -> (pixels, w, h, c) with host pixels: one copy for all of them
-    (through the backend's host-transfer ledger), each image a memoryview into it."""
+def _decode_device(items, resize_to=None) -> list:
+    """items: (host bytes, mode, orientation, draft size or None). One H x W x C device array or
+    BadImage per item. JPEGs are decoded on the device in batches (draft is a Pillow form of
+    scaling: the device decodes at full size and resizes); resize_to: (how, W, H, filter) of the
+    resize right after decode, done on the device. Pillow's results (counted) are uploaded."""
     import cupy as cp
 
-    from .gpu import to_host_copy
-
-    if not arrays:
-        return []
-    host = memoryview(to_host_copy(cp.concatenate([a.ravel() for a in arrays]), "images: pixels to host"))
-    out, start = [], 0
-    for a in arrays:
-        h, w, c = a.shape
-        out.append((host[start:start + a.size], w, h, c))
-        start += a.size
-    return out
-
-
-def _to_device(items: list) -> list:
-    """Host (pixels, w, h, c) -> H x W x C device arrays: one copy for all of them."""
-    import cupy as cp
-    import numpy as np
-
-    if not items:
-        return []
-    flat = cp.asarray(np.concatenate([np.frombuffer(px, np.uint8) for px, *_ in items]))
-    out, start = [], 0
-    for _, w, h, c in items:
-        out.append(flat[start:start + w * h * c].reshape(h, w, c))
-        start += w * h * c
-    cp.cuda.Device().synchronize()                 # the copy is done before another library's stream reads it
+    nv, decoder, _ = _codecs()
+    out: list = [None] * len(items)
+    device: list[tuple[int, object]] = []
+    for i, item in enumerate(items):
+        if not item[0]:                            # no bytes: the CPU kernel's reason, nothing to decode
+            out[i] = _upload(_cpu(cpu_images.decode, item))
+            continue
+        stream, why = device_route(item[0], nv)
+        if why:
+            out[i] = _upload(_host_decode(item, resize_to, why))
+        else:
+            device.append((i, stream))
+    params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
+    sizes = [s.width * s.height * 3 for _, s in device]
+    for start, stop in _batches(sizes):
+        chunk = device[start:stop]
+        try:
+            images, missing = decoder.decode([s for _, s in chunk], params=params), HOST_UNDECODED
+        except RuntimeError:                       # not one image's fault that could be told apart
+            images, missing = [None] * len(chunk), HOST_BATCH
+        arrays, where = [], []
+        for (i, _), img in zip(chunk, images):
+            if img is None:
+                out[i] = _upload(_host_decode(items[i], resize_to, missing))
+                continue
+            _, mode, orientation, _ = items[i]
+            rgb = cp.asarray(img.cuda())           # H x W x 3 (rows may be padded: asarray keeps the strides)
+            arrays.append(to_mode(orient(rgb, orientation, cp), mode, cp))
+            where.append(i)
+        if resize_to is not None:
+            arrays = _resize_on_device(arrays, *resize_to)
+        for i, a in zip(where, arrays):
+            out[i] = a
+    cp.cuda.Device().synchronize()                 # nvImageCodec and CV-CUDA work on their own streams
     return out
 
 
@@ -216,55 +290,12 @@ def _batches(sizes: list[int]):
         yield start, len(sizes)
 
 
-def decode_many(items, resize_to=None):
-    """items: (bytes, mode, orientation, draft size or None). JPEGs are decoded on the device in
-    batches (draft is a Pillow form of scaling: the device decodes at full size and resizes);
-    resize_to: (how, W, H, filter) of the resize right after decode (steps/images.Decode), done on
-    the device before the pixels leave it."""
-    import cupy as cp
-
-    nv, decoder, _ = _codecs()
-    out: list = [None] * len(items)
-    device: list[tuple[int, object]] = []
-    for i, item in enumerate(items):
-        if not item[0]:                            # no bytes: the CPU kernel's reason, nothing to decode
-            out[i] = _cpu(cpu_images.decode, item)
-            continue
-        stream, why = device_route(item[0], nv)
-        if why:
-            out[i] = _host_decode(item, resize_to, why)
-        else:
-            device.append((i, stream))
-    params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
-    sizes = [s.width * s.height * 3 for _, s in device]
-    for start, stop in _batches(sizes):
-        chunk = device[start:stop]
-        try:
-            images, missing = decoder.decode([s for _, s in chunk], params=params), HOST_UNDECODED
-        except RuntimeError:                       # not one image's fault that could be told apart
-            images, missing = [None] * len(chunk), HOST_BATCH
-        arrays, where = [], []
-        for (i, _), img in zip(chunk, images):
-            if img is None:
-                out[i] = _host_decode(items[i], resize_to, missing)
-                continue
-            _, mode, orientation, _ = items[i]
-            rgb = cp.asarray(img.cuda())           # H x W x 3 (rows may be padded: asarray keeps the strides)
-            arrays.append(to_mode(orient(rgb, orientation, cp), mode, cp))
-            where.append(i)
-        if resize_to is not None:
-            arrays = _resize_on_device(arrays, *resize_to)
-        cp.cuda.Device().synchronize()             # nvImageCodec and CV-CUDA work on their own streams
-        for i, result in zip(where, _to_host(arrays)):
-            out[i] = result
-    return out
-
-
 def _resize_on_device(arrays: list, how: str, tw: int, th: int, filter: str) -> list:
     """fit | fill | stretch as cpu_images.resize: the same size and source region
     (cpu_images.resize_geometry; hq_resize takes the region as a fractional ROI (lowH, lowW,
-    highH, highW) in pixel edges, as Pillow's box), resampled by CV-CUDA's antialiased hq_resize,
-    one call per channel count. Arrays already at the size are returned as they are."""
+    highH, highW) in pixel edges, as Pillow's box), resampled by CV-CUDA's antialiased
+    hq_resize_into, one call per channel count, into outputs CuPy allocates (from the RMM pool
+    where the worker routes CuPy through RMM). Arrays already at the size are returned as they are."""
     import cupy as cp
     import cvcuda
 
@@ -278,105 +309,87 @@ def _resize_on_device(arrays: list, how: str, tw: int, th: int, filter: str) -> 
             continue
         roi = (0.0, 0.0, float(h), float(w)) if box is None else (box[1], box[0], box[3], box[2])
         todo.setdefault(c, []).append((i, (oh, ow), roi))
-    for group in todo.values():
-        batch = cvcuda.TensorBatch(len(group))
-        for i, _, _ in group:
-            batch.pushback(cvcuda.as_tensor(arrays[i], "HWC"))
+    for c, group in todo.items():
+        src, dst = cvcuda.TensorBatch(len(group)), cvcuda.TensorBatch(len(group))
+        results = [cp.empty((oh, ow, c), dtype=cp.uint8) for _, (oh, ow), _ in group]
+        for (i, _, _), result in zip(group, results):
+            src.pushback(cvcuda.as_tensor(cp.ascontiguousarray(arrays[i]), "HWC"))
+            dst.pushback(cvcuda.as_tensor(result, "HWC"))
         try:
-            resized = cvcuda.hq_resize(batch, [size for _, size, _ in group], antialias=True, interpolation=interp,
-                                       roi=[roi for _, _, roi in group])
+            cvcuda.hq_resize_into(dst, src, antialias=True, interpolation=interp, roi=[roi for _, _, roi in group])
         except (RuntimeError, ValueError):         # CV-CUDA's errors: each image to Pillow, counted
             _count(HOST_RESIZE, len(group))
-            for i, _, _ in group:
-                out[i] = _pillow_resize(arrays[i], how, tw, th, filter)
-            continue
-        for (i, _, _), tensor in zip(group, resized):
-            out[i] = cp.asarray(tensor.cuda())
+            results = [_pillow_resize(arrays[i], how, tw, th, filter) for i, _, _ in group]
+        for (i, _, _), result in zip(group, results):
+            out[i] = result
     return out
 
 
 def _pillow_resize(array, how: str, tw: int, th: int, filter: str):
     """One device image resized by cpu_images.resize, back on the device."""
-    import cupy as cp
-    import numpy as np
-
     from .gpu import to_host_copy
 
     h, w, c = array.shape
-    pixels, ow, oh, c = cpu_images.resize(to_host_copy(array, "images: pixels to host").tobytes(), w, h, c,
-                                          how, tw, th, filter)
-    return cp.asarray(np.frombuffer(pixels, np.uint8).reshape(oh, ow, c))
+    return _upload(cpu_images.resize(to_host_copy(array, SENT_PILLOW).tobytes(), w, h, c, how, tw, th, filter))
 
 
-def resize_many(items, how: str, tw: int, th: int, filter: str):
-    """Host pixels (pixels, w, h, c) resized on the device (`_resize_on_device`); pixels already at
-    the size are handed on unchanged, as on the CPU."""
+def _phash_device(arrays: list):
+    """cpu_images.phash of device arrays: grey (convert_array), 32 x 32 by the device resize
+    (Lanczos, antialiased, the whole picture), then phash_values. A device int64 array."""
     import cupy as cp
 
-    out: list = [None] * len(items)
-    todo = []
-    for i, (pixels, w, h, c) in enumerate(items):
-        try:
-            check_raw(pixels, w, h, c)
-        except BadImage as err:
-            out[i] = err
-            continue
-        if resize_geometry(w, h, how, tw, th)[0] == (w, h):
-            out[i] = (pixels, w, h, c)
-        else:
-            todo.append(i)
-    for start, stop in _batches([len(items[i][0]) for i in todo]):
-        chunk = todo[start:stop]
-        arrays = _resize_on_device(_to_device([items[i] for i in chunk]), how, tw, th, filter)
-        cp.cuda.Device().synchronize()
-        for i, result in zip(chunk, _to_host(arrays)):
-            out[i] = result
-    return out
+    if not arrays:
+        return cp.zeros(0, dtype=cp.int64)
+    grey = [convert_array(a, "L", cp) for a in arrays]
+    small = _resize_on_device(grey, "stretch", 32, 32, "lanczos")
+    return phash_values(cp.stack([s[..., 0] for s in small]), cp)
 
 
-def encode_many(items, fmt: str, quality: int):
-    """JPEG through nvImageCodec (nvJPEG's encoder; 4:2:0 below quality 95, 4:4:4 from 95, grey
-    for one channel, as the CPU encodes; baseline, standard Huffman tables). raw: the bytes as
-    they are; PNG and WebP: Pillow, counted."""
-    import cupy as cp
+def _encode_device(arrays: list, fmt: str, quality: int) -> list:
+    """Device arrays (or BadImages, passed on) encoded: one host bytes per image (or BadImage).
+    JPEG through nvImageCodec (nvJPEG's encoder; 4:2:0 below quality 95, 4:4:4 from 95, grey
+    for one channel, as the CPU encodes; baseline, standard Huffman tables), its output counted in
+    the ledger; PNG and WebP by Pillow, counted."""
+    from .gpu import to_host_copy
+    from .gpu_support import count_host_bytes
 
+    out: list = list(arrays)
     if fmt != "jpeg":
-        if fmt != "raw":
-            _count(HOST_ENCODE, len(items))
-        return [_cpu(cpu_images.encode, item, fmt, quality) for item in items]
+        todo = [i for i, a in enumerate(arrays) if not isinstance(a, Exception)]
+        _count(HOST_ENCODE, len(todo))
+        for i in todo:
+            h, w, c = arrays[i].shape
+            out[i] = _cpu(cpu_images.encode, (to_host_copy(arrays[i], SENT_PILLOW).tobytes(), w, h, c), fmt, quality)
+        return out
     nv, _, encoder = _codecs()
-    out: list = [None] * len(items)
-    todo: dict[int, list[int]] = {}                 # channels -> rows
-    for i, (pixels, w, h, c) in enumerate(items):
-        try:
-            check_raw(pixels, w, h, c)
-        except BadImage as err:
-            out[i] = err
+    groups: dict[int, list[int]] = {}             # channels -> rows
+    for i, a in enumerate(arrays):
+        if isinstance(a, Exception):
             continue
-        if c == 4:
+        if a.shape[2] == 4:
             out[i] = BadImage("JPEG has no alpha channel: add `convert: RGB` before encode")
-            continue
-        todo.setdefault(c, []).append(i)
-    css = (nv.ChromaSubsampling.CSS_420 if quality < 95 else nv.ChromaSubsampling.CSS_444)
-    for c, rows in todo.items():
+        else:
+            groups.setdefault(a.shape[2], []).append(i)
+    css = nv.ChromaSubsampling.CSS_420 if quality < 95 else nv.ChromaSubsampling.CSS_444
+    for c, rows in groups.items():
         params = nv.EncodeParams(quality_type=nv.QualityType.QUALITY, quality_value=float(quality),
                                  chroma_subsampling=nv.ChromaSubsampling.CSS_GRAY if c == 1 else css,
                                  jpeg_encode_params=nv.JpegEncodeParams(progressive=False, optimized_huffman=False))
-        for start, stop in _batches([len(items[i][0]) for i in rows]):
+        for start, stop in _batches([arrays[i].size for i in rows]):
             chunk = rows[start:stop]
-            arrays = _to_device([items[i] for i in chunk])
             try:
-                streams = encoder.encode([nv.as_image(a) for a in arrays], "jpeg", params=params)
+                streams = encoder.encode([nv.as_image(arrays[i]) for i in chunk], "jpeg", params=params)
             except RuntimeError:                   # the whole batch: each image to Pillow, counted
                 streams = [None] * len(chunk)
             for i, stream in zip(chunk, streams):
                 if stream is None:
                     _count(HOST_UNENCODED)
-                    out[i] = _cpu(cpu_images.encode, items[i], fmt, quality)
+                    h, w, c = arrays[i].shape
+                    out[i] = _cpu(cpu_images.encode, (to_host_copy(arrays[i], SENT_PILLOW).tobytes(), w, h, c),
+                                  fmt, quality)
                 else:
                     out[i] = bytes(stream)
-            del arrays
-    cp.cuda.Device().synchronize()
+                    count_host_bytes(SENT_ENCODED, len(out[i]))
     return out
 
 
@@ -385,3 +398,266 @@ def _cpu(func, item, *args):
         return func(*item, *args)
     except BadImage as err:
         return err
+
+
+# -- host items (the CPU kernels' form): the kernel parity tests --------------------------------
+
+def _to_host(results: list) -> list:
+    """Device arrays -> (pixels, w, h, c) with host pixels: one copy for all of them (through
+    the host-transfer ledger), each image a memoryview into it; BadImages as they are."""
+    import cupy as cp
+
+    from .gpu import to_host_copy
+
+    arrays = [a for a in results if not isinstance(a, Exception)]
+    if not arrays:
+        return list(results)
+    host = memoryview(to_host_copy(cp.concatenate([a.ravel() for a in arrays]), SENT_PIXELS))
+    out, start = [], 0
+    for a in results:
+        if isinstance(a, Exception):
+            out.append(a)
+            continue
+        h, w, c = a.shape
+        out.append((host[start:start + a.size], w, h, c))
+        start += a.size
+    return out
+
+
+def _items_to_device(items: list) -> list:
+    """Host (pixels, w, h, c) -> H x W x C device arrays (BadImage where they are not raw pixels)."""
+    out = []
+    for pixels, w, h, c in items:
+        try:
+            check_raw(pixels, w, h, c)
+        except BadImage as err:
+            out.append(err)
+            continue
+        out.append(_upload((pixels, w, h, c)))
+    return out
+
+
+def decode_many(items, resize_to=None):
+    """`_decode_device` with the pixels brought to the host."""
+    return _to_host(_decode_device(items, resize_to))
+
+
+def resize_many(items, how: str, tw: int, th: int, filter: str):
+    """Host pixels resized on the device; pixels already at the size are handed on unchanged."""
+    out: list = list(items)
+    arrays = _items_to_device(items)
+    todo = [i for i, a in enumerate(arrays)
+            if isinstance(a, Exception) or resize_geometry(a.shape[1], a.shape[0], how, tw, th)[0] != a.shape[1::-1]]
+    done = _to_host(_resize_on_device_checked([arrays[i] for i in todo], how, tw, th, filter))
+    for i, r in zip(todo, done):
+        out[i] = r
+    return out
+
+
+def _resize_on_device_checked(arrays: list, how: str, tw: int, th: int, filter: str) -> list:
+    """_resize_on_device of the arrays, BadImages passed on, in batches of BATCH_IMAGES / BATCH_BYTES."""
+    import cupy as cp
+
+    out = list(arrays)
+    rows = [i for i, a in enumerate(arrays) if not isinstance(a, Exception)]
+    for start, stop in _batches([arrays[i].size for i in rows]):
+        chunk = rows[start:stop]
+        for i, r in zip(chunk, _resize_on_device([arrays[i] for i in chunk], how, tw, th, filter)):
+            out[i] = r
+    cp.cuda.Device().synchronize()
+    return out
+
+
+def encode_many(items, fmt: str, quality: int):
+    """Host pixels encoded on the device (`_encode_device`); raw: the bytes as they are."""
+    if fmt == "raw":
+        return [_cpu(cpu_images.encode, item, fmt, quality) for item in items]
+    return _encode_device(_items_to_device(items), fmt, quality)
+
+
+# -- the frame: steps/images.py's steps with the pixels kept in the device column ---------------
+
+PIXEL_COLUMNS = ("width", "height", "channels", "format")
+
+
+class _Frame:
+    """One frame's `image` column on the device: each row's bytes as a CuPy view of the column's
+    buffer (None for a null), with the rows' offsets and the pixel columns on the host."""
+
+    def __init__(self, backend, df, names=PIXEL_COLUMNS):
+        from .gpu import to_host_copy
+
+        offsets, data, valid = backend.string_buffers(df["image"])
+        self.backend, self.df, self.data = backend, df, data
+        self.offsets = to_host_copy(offsets, SENT_CONTROL).astype("int64")
+        valid = to_host_copy(valid, SENT_CONTROL)
+        self.views = [data[self.offsets[i]:self.offsets[i + 1]] if valid[i] else None for i in range(len(df))]
+        self.meta = {n: to_host_copy(df[n], SENT_CONTROL).to_pylist() for n in names}
+
+    def pixels(self, step: str) -> list:
+        """Each row as an H x W x C device view, or the BadImage the CPU step gives it."""
+        out: list = []
+        for view, w, h, c, fmt in zip(self.views, *(self.meta[n] for n in PIXEL_COLUMNS)):
+            if fmt != "raw":
+                out.append(BadImage(f"{step} needs decoded pixels (this image is {fmt}): put decode before it"))
+            elif view is None or None in (w, h, c) or c not in cpu_images.MODES or view.size != w * h * c:
+                out.append(BadImage(f"not raw pixels of {w}x{h}x{c} (decode before this step)"))
+            else:
+                out.append(view.reshape(h, w, c))
+        return out
+
+    def on_host(self, rows: list[int]) -> list:
+        """The rows' bytes in pinned host memory, one copy per call (nvImageCodec and Pillow read
+        host memory): a memoryview each (empty for a null)."""
+        import cupy as cp
+        import numpy as np
+
+        from .gpu_support import count_host_bytes
+
+        spans = [(self.offsets[i], self.offsets[i + 1]) if self.views[i] is not None else (0, 0) for i in rows]
+        total = sum(hi - lo for lo, hi in spans)
+        staged = np.frombuffer(cp.cuda.alloc_pinned_memory(max(total, 1)), np.uint8, total)
+        pos, out = 0, []
+        for lo, hi in spans:                       # rows of a frame are in order: few, large copies
+            cp.asnumpy(self.data[lo:hi], out=staged[pos:pos + hi - lo])
+            out.append(memoryview(staged[pos:pos + hi - lo]))
+            pos += hi - lo
+        count_host_bytes(SENT_FILE_BYTES, total)
+        return out
+
+    def result(self, results: list, keep_format: str | None = "raw", sizes=None):
+        """(frame, bad mask or None, reasons or None) as steps/images.py's _apply: a row with a
+        device array (or host bytes: encoded) takes it, with its size and `keep_format`; a row with
+        a BadImage keeps what it had and is quarantined with the reason. `sizes`: the pixel columns
+        to start from (decode: none yet)."""
+        import cupy as cp
+        import numpy as np
+
+        backend, index = self.backend, self.df.index
+        cols = {n: list(v) for n, v in (sizes or self.meta).items()}
+        reasons: list = [None] * len(results)
+        pieces: list = list(self.views)
+        encoded = [i for i, r in enumerate(results) if isinstance(r, (bytes, bytearray))]
+        if encoded:                                # one upload for the step's encoded bytes
+            flat = cp.asarray(np.frombuffer(b"".join(results[i] for i in encoded), np.uint8))
+            pos = 0
+            for i in encoded:
+                pieces[i], pos = flat[pos:pos + len(results[i])], pos + len(results[i])
+        for i, r in enumerate(results):
+            if isinstance(r, Exception):
+                reasons[i] = str(r)
+                continue
+            if not isinstance(r, (bytes, bytearray)):
+                pieces[i] = r.reshape(-1)
+                cols["height"][i], cols["width"][i], cols["channels"][i] = r.shape
+            if keep_format:
+                cols["format"][i] = keep_format
+        out = self.df.assign(image=_device_column(backend, pieces, index),
+                             **{n: backend.series(cols[n], "string" if n == "format" else "int32", index=index)
+                                for n in PIXEL_COLUMNS})
+        return _verdict(backend, out, reasons)
+
+
+def _device_column(backend, pieces: list, index):
+    """A binary column over one new device buffer holding the pieces (device byte arrays; None:
+    null) in order."""
+    import cupy as cp
+    import numpy as np
+
+    from .gpu import _strings_from_buffers
+
+    bounds = np.zeros(len(pieces) + 1, np.int64)
+    np.cumsum([0 if p is None else p.size for p in pieces], out=bounds[1:])
+    parts = [p for p in pieces if p is not None and p.size]
+    buf = cp.concatenate(parts) if parts else cp.zeros(0, dtype=cp.uint8)
+    col = backend.series(_strings_from_buffers(buf, cp.asarray(bounds), len(pieces)), "binary", index=index)
+    if any(p is None for p in pieces):
+        col = col.where(backend.series([p is not None for p in pieces], "bool", index=index))
+    return col
+
+
+def _verdict(backend, df, reasons: list):
+    if not any(reasons):
+        return df, None, None
+    index = df.index
+    return (df, backend.series([r is not None for r in reasons], "bool", index=index),
+            backend.series(reasons, "string", index=index))
+
+
+def _each(arrays: list, func) -> list:
+    return [a if isinstance(a, Exception) else func(a) for a in arrays]
+
+
+def _decode_step(backend, df, mode: str, resize_to=None):
+    frame = _Frame(backend, df, names=("orientation",))
+    orientations = frame.meta["orientation"]
+    results: list = [None] * len(df)
+    for start, stop in _batches([0 if v is None else v.size for v in frame.views]):   # file bytes a batch
+        rows = list(range(start, stop))
+        data = frame.on_host(rows)
+        items = [(d, mode, orientations[i] or 1, None) for d, i in zip(data, rows)]
+        for i, r in zip(rows, _decode_device(items, resize_to)):
+            results[i] = r
+    empty = {n: [None] * len(df) for n in PIXEL_COLUMNS}
+    return frame.result(results, sizes=empty)
+
+
+def _resize_step(backend, df, how: str, tw: int, th: int, filter: str):
+    frame = _Frame(backend, df)
+    return frame.result(_resize_on_device_checked(frame.pixels("resize"), how, tw, th, filter))
+
+
+def _center_crop_step(backend, df, tw: int, th: int):
+    import cupy as cp
+
+    frame = _Frame(backend, df)
+    return frame.result(_each(frame.pixels("center_crop"), lambda a: center_crop_array(a, tw, th, cp)))
+
+
+def _convert_step(backend, df, mode: str):
+    import cupy as cp
+
+    frame = _Frame(backend, df)
+    return frame.result(_each(frame.pixels("convert"), lambda a: convert_array(a, mode, cp)))
+
+
+def _encode_step(backend, df, fmt: str, quality: int):
+    frame = _Frame(backend, df)
+    pixels = frame.pixels("encode")
+    if fmt == "raw":                              # the bytes stay as they are, on the device
+        return frame.result(pixels, keep_format="raw")
+    return frame.result(_encode_device(pixels, fmt, quality), keep_format=fmt)
+
+
+def _phash_step(backend, df, column: str):
+    """Raw rows hashed from the column; encoded rows decoded to L first (as the CPU step)."""
+    import cupy as cp
+
+    frame = _Frame(backend, df)
+    arrays: list = []
+    encoded = [i for i, fmt in enumerate(frame.meta["format"]) if fmt != "raw"]
+    for i, a in enumerate(frame.pixels("phash")):
+        arrays.append(a if frame.meta["format"][i] == "raw" else None)
+    if encoded:
+        decoded = _decode_device([(d, "L", 1, None) for d in frame.on_host(encoded)])
+        for i, a in zip(encoded, decoded):
+            arrays[i] = a
+    rows = [i for i, a in enumerate(arrays) if not isinstance(a, Exception)]
+    hashes = cp.zeros(len(df), dtype=cp.int64)
+    if rows:
+        hashes[cp.asarray(rows)] = _phash_device([arrays[i] for i in rows])
+    values = backend.series(hashes, "int64", index=df.index)
+    if len(rows) < len(df):                       # the rows without a hash: null, quarantined
+        values = values.where(backend.series([not isinstance(a, Exception) for a in arrays], "bool", index=df.index))
+    reasons = [str(a) if isinstance(a, Exception) else None for a in arrays]
+    return _verdict(backend, df.assign(**{column: values}), reasons)
+
+
+STEPS = {"decode": _decode_step, "resize": _resize_step, "center_crop": _center_crop_step,
+         "convert": _convert_step, "encode": _encode_step, "phash": _phash_step}
+
+
+def run_step(backend, step: str, df, *args):
+    """steps/images.py's `step` on the frame, the pixels kept in the device column
+    (GpuBackend.image_step): (frame, bad mask or None, reasons or None)."""
+    return STEPS[step](backend, df, *args)

@@ -119,6 +119,9 @@ def _raw_pixels(df, backend, step: str) -> tuple[list, list]:
 def _pixel_step(df, backend, step: str, name: str, *args):
     from ..backends import cpu_images
 
+    on_backend = backend.image_step(name, df, *args)      # the GPU keeps the pixels on the device
+    if on_backend is not None:
+        return on_backend
     items, reasons = _raw_pixels(df, backend, step)
     todo = [i for i, r in enumerate(reasons) if r is None]
     done = _kernel(backend, name)([items[i] for i in todo], *args)
@@ -213,6 +216,9 @@ class Decode(_ImageRaw, RowStep):
     def quarantine(self, df, backend):
         from ..backends import cpu_images
 
+        done = backend.image_step("decode", df, self.params.mode, self.resize_to)
+        if done is not None:
+            return done
         cols = _columns(df, backend, {"image": "binary", "orientation": "int8", "orig_width": "int32",
                                       "orig_height": "int32"})
         drafts = [cpu_images.draft_size(w, h, o, self.target) if self.target and w else None
@@ -345,6 +351,9 @@ class Encode(_ImageRaw, RowStep):
     def quarantine(self, df, backend):
         from ..backends import cpu_images
 
+        done = backend.image_step("encode", df, self.params.format, self.params.quality)
+        if done is not None:
+            return done
         items, reasons = _raw_pixels(df, backend, "encode")
         todo = [i for i, r in enumerate(reasons) if r is None]
         done = _kernel(backend, "encode")([items[i] for i in todo], self.params.format, self.params.quality)
@@ -385,6 +394,9 @@ class Phash(_ImageRaw, RowStep):
     def quarantine(self, df, backend):
         from ..backends import cpu_images
 
+        done = backend.image_step("phash", df, self.params.column)
+        if done is not None:
+            return done
         cols = _columns(df, backend, {"image": "binary", **PIXELS})
         items, todo = [], []
         for px, w, h, c, fmt in zip(cols["image"], cols["width"], cols["height"], cols["channels"], cols["format"]):

@@ -15,6 +15,8 @@ import sys
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
 from PIL import Image, JpegImagePlugin
 
@@ -27,7 +29,8 @@ except Exception as err:            # noqa: BLE001 (not installed, or a broken i
                 allow_module_level=True)
 
 from gpuetl.backends import cpu_images, gpu_images  # noqa: E402
-from gpuetl.backends.gpu_support import fallback_counts, reset_tallies  # noqa: E402
+from gpuetl.backends.cpu import CpuBackend  # noqa: E402
+from gpuetl.backends.gpu_support import HOST_BYTES, count_host_bytes, fallback_counts, reset_tallies  # noqa: E402
 from imagedata import image_bytes, jpeg_bytes  # noqa: E402
 
 PIL_FILTER = {"NEAREST": Image.Resampling.NEAREST, "LINEAR": Image.Resampling.BILINEAR,
@@ -106,23 +109,67 @@ def _as_tensor(array, layout):
     return array
 
 
+def _hq_resize_into(dst, src, *, antialias, interpolation, roi):
+    sizes = [a.shape[:2] for a in dst]
+    for out, done in zip(dst, _hq_resize(src, sizes, antialias=antialias, interpolation=interpolation, roi=roi)):
+        out[...] = done.array
+    return dst
+
+
+def _asnumpy(a, out=None):
+    if out is None:
+        return np.array(a)
+    np.copyto(out, a)
+    return out
+
+
+def _to_host_copy(host_bytes):
+    def to_host_copy(values, reason):
+        out = pa.Array.from_pandas(values) if isinstance(values, pd.Series) else np.array(values)
+        host_bytes.append((reason, out.nbytes))     # a frame's column: Arrow, as the GPU backend gives it
+        count_host_bytes(reason, out.nbytes)
+        return out
+    return to_host_copy
+
+
+def _strings_from_buffers(buf, bounds, n):
+    """gpu._strings_from_buffers on the host: a binary column over buf, element i buf[bounds[i]:bounds[i+1]]."""
+    assert len(bounds) == n + 1 and bounds[0] == 0 and bounds[-1] == len(buf)
+    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(np.asarray(bounds, np.int64)),
+                                                                 pa.py_buffer(np.ascontiguousarray(buf))])
+    return CpuBackend().series(arr.cast(pa.binary()), "binary")
+
+
+class EmulatedGpu(CpuBackend):
+    """The CPU backend (pandas frames) running the image steps through gpu_images.run_step, as
+    GpuBackend.image_step does: the frame path's code with numpy for CuPy."""
+
+    def image_step(self, step, df, *args):
+        return gpu_images.run_step(self, step, df, *args)
+
+    def string_buffers(self, col):              # binary too (the CPU's casts to string, for text)
+        arr = pa.Array.from_pandas(col).cast(pa.large_binary())
+        _, offsets, data = arr.buffers()
+        return (np.frombuffer(offsets, np.int64)[arr.offset:arr.offset + len(arr) + 1],
+                np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8),
+                arr.is_valid().to_numpy(zero_copy_only=False))
+
+
 @pytest.fixture
 def emulated(monkeypatch):
     """The stand-ins in place of cupy, cvcuda, gpu.to_host_copy and the codecs; the tallies zeroed."""
     host_bytes = []
-    cupy = SimpleNamespace(asarray=np.asarray, ascontiguousarray=np.ascontiguousarray, concatenate=np.concatenate,
-                           full=np.full, uint8=np.uint8, uint32=np.uint32,
-                           cuda=SimpleNamespace(Device=lambda: SimpleNamespace(synchronize=lambda: None)))
-    cvcuda = SimpleNamespace(TensorBatch=_TensorBatch, as_tensor=_as_tensor, hq_resize=_hq_resize,
+    cupy = SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
+    cupy.asnumpy = _asnumpy
+    cupy.cuda = SimpleNamespace(Device=lambda: SimpleNamespace(synchronize=lambda: None),
+                                alloc_pinned_memory=lambda n: bytearray(n))
+    cvcuda = SimpleNamespace(TensorBatch=_TensorBatch, as_tensor=_as_tensor, hq_resize_into=_hq_resize_into,
                              Interp=SimpleNamespace(**{k: k for k in ("NEAREST", "LINEAR", "CUBIC", "LANCZOS")}))
-
-    def to_host_copy(values, reason):
-        host_bytes.append((reason, values.nbytes))
-        return np.array(values)
 
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setitem(sys.modules, "cvcuda", cvcuda)
-    monkeypatch.setitem(sys.modules, "gpuetl.backends.gpu", SimpleNamespace(to_host_copy=to_host_copy))
+    monkeypatch.setitem(sys.modules, "gpuetl.backends.gpu",
+                        SimpleNamespace(to_host_copy=_to_host_copy(host_bytes), _strings_from_buffers=_strings_from_buffers))
     decoder = StandInDecoder()
     nv = SimpleNamespace(**{name: getattr(nvimgcodec, name) for name in dir(nvimgcodec) if not name.startswith("_")})
     monkeypatch.setattr(gpu_images._LOCAL, "codecs", (nv, decoder, StandInEncoder()), raising=False)
@@ -148,7 +195,7 @@ def test_decode_equals_the_cpu_kernel_for_orientations_modes_and_grey(emulated, 
     for got, item in zip(gpu_images.decode_many(items), items):
         _same(got, cpu_images.decode(item[0], item[1], item[2]))
     assert fallback_counts() == {}
-    assert [reason for reason, _ in emulated.host_bytes] == ["images: pixels to host"]      # one copy per batch
+    assert [reason for reason, _ in emulated.host_bytes] == [gpu_images.SENT_PIXELS]      # one copy per batch
 
 
 @pytest.mark.parametrize("how, filter", [("fill", "bicubic"), ("fit", "lanczos"), ("stretch", "bilinear"),
@@ -238,7 +285,7 @@ def test_a_library_failing_a_whole_batch_sends_it_to_pillow_counted(emulated, mo
     assert fallback_counts() == {gpu_images.HOST_BATCH: 3}
 
     reset_tallies()
-    monkeypatch.setattr(sys.modules["cvcuda"], "hq_resize", fails)
+    monkeypatch.setattr(sys.modules["cvcuda"], "hq_resize_into", fails)
     decoded = [cpu_images.decode(d, "RGB", 1) for d in datas]
     for got, w in zip(gpu_images.resize_many(decoded, *target), want):
         _same(got, w)
@@ -249,3 +296,106 @@ def test_a_library_failing_a_whole_batch_sends_it_to_pillow_counted(emulated, mo
     monkeypatch.setattr(encoder, "encode", fails)
     assert gpu_images.encode_many(decoded, "jpeg", 90) == [cpu_images.encode(*d, "jpeg", 90) for d in decoded]
     assert fallback_counts() == {gpu_images.HOST_UNENCODED: 3}
+
+
+# -- the frame path: the steps with the pixels kept in the (device) column -------------------------
+
+def _frame(datas, orientations=None):
+    """A frame as an images source hands it to decode."""
+    n = len(datas)
+    cpu = CpuBackend()
+    return pd.DataFrame({"key": cpu.series([f"k{i}" for i in range(n)], "string"),
+                         "image": cpu.series(pa.array(datas, pa.binary()), "binary"),
+                         "orientation": cpu.series(orientations or [1] * n, "int8"),
+                         "orig_width": cpu.series([0] * n, "int32"), "orig_height": cpu.series([0] * n, "int32")})
+
+
+def _chain(steps, df, backend):
+    """The steps' quarantine, one after another, the rows they quarantine taken out: (frame, reasons by key)."""
+    import gpuetl.steps.images  # noqa: F401 - registers the image steps
+    from gpuetl.steps.base import STEPS
+
+    built = [STEPS[name].from_raw(raw) for step in steps for name, raw in step.items()]
+    reasons = {}
+    for i, step in enumerate(built):
+        step = step.look_ahead(built[i + 1:])
+        df, bad, why = step.quarantine(df, backend)
+        if bad is not None:
+            mask = bad.to_numpy(dtype=bool)
+            reasons.update(zip(df["key"][mask], why[mask]))
+            df = df[~mask]
+        df = step.transform(df, backend)
+    return df, reasons
+
+
+def _rows(df):
+    return [{k: (bytes(v) if isinstance(v, (bytes, memoryview)) else v) for k, v in r.items()}
+            for r in pa.Table.from_pandas(df, preserve_index=False).to_pylist()]
+
+
+GOOD = [jpeg_bytes(90, 60, seed=1), jpeg_bytes(61, 47, seed=2), jpeg_bytes(40, 30, seed=3)]
+
+
+@pytest.mark.parametrize("steps", [
+    [{"decode": {"mode": "RGB", "draft": False}}, {"resize": {"size": 24, "mode": "fill"}}, {"center_crop": 20},
+     {"convert": "L"}, {"phash": {}}, {"encode": "raw"}],
+    [{"decode": {"mode": "RGBA", "draft": False}}, {"center_crop": [33, 25]}, {"convert": "RGB"},
+     {"resize": {"size": [16, 12], "mode": "fit", "filter": "lanczos"}}, {"encode": "raw"}, {"phash": {}}],
+    [{"decode": {"mode": "L", "draft": False}}, {"convert": "RGB"}, {"phash": {"column": "h"}}, {"encode": "png"}],
+])
+def test_frame_steps_equal_the_cpu_steps_and_only_control_and_file_bytes_reach_the_host(emulated, steps):
+    exif = [_exif_jpeg(o) for o in (3, 6)]
+    datas = [*GOOD, *exif, GOOD[0][: len(GOOD[0]) // 2], b"garbage", image_bytes(Image.new("RGBA", (9, 7)), "PNG")]
+    orientations = [1, 1, 1, 3, 6, 1, 1, 1]
+    want, want_bad = _chain(steps, _frame(datas, orientations), CpuBackend())
+    got, got_bad = _chain(steps, _frame(datas, orientations), EmulatedGpu())
+    assert got_bad == want_bad and len(want_bad) == 2            # the truncated JPEG and the garbage
+    assert _rows(got) == _rows(want)
+    png = steps[-1] == {"encode": "png"}
+    assert fallback_counts() == {gpu_images.HOST_UNFINISHED: 1, gpu_images.HOST_FORMAT: 2,
+                                 **({gpu_images.HOST_ENCODE: 6} if png else {})}
+    # pixels never (but for Pillow's PNG encoder): the rows' offsets and sizes, and the file bytes
+    # nvImageCodec reads from host memory
+    assert set(HOST_BYTES) == {gpu_images.SENT_CONTROL, gpu_images.SENT_FILE_BYTES,
+                               *([gpu_images.SENT_PILLOW] if png else [])}
+    assert HOST_BYTES[gpu_images.SENT_FILE_BYTES] == sum(map(len, datas))
+
+
+def test_frame_steps_refuse_what_the_cpu_steps_refuse(emulated):
+    """A step before decode, pixels whose sizes do not add up, an RGBA JPEG, phash of encoded bytes."""
+    steps = [{"decode": {"mode": "RGBA", "draft": False}}, {"encode": "jpeg"}]
+    want, want_bad = _chain(steps, _frame(GOOD), CpuBackend())
+    got, got_bad = _chain(steps, _frame(GOOD), EmulatedGpu())
+    assert got_bad == want_bad and len(got_bad) == 3 and all("alpha" in r for r in got_bad.values())
+    for steps in ([{"resize": {"size": 8}}], [{"center_crop": 8}], [{"convert": "L"}], [{"encode": "png"}]):
+        df = _frame(GOOD).assign(width=CpuBackend().series([90, 1, 40], "int32"),
+                                 height=CpuBackend().series([60, 1, 30], "int32"),
+                                 channels=CpuBackend().series([3, 3, 3], "int32"),
+                                 format=CpuBackend().series(["jpeg", "raw", None], "string"))
+        want, want_bad = _chain(steps, df, CpuBackend())
+        got, got_bad = _chain(steps, df.copy(), EmulatedGpu())
+        assert got_bad == want_bad and len(got_bad) == 3, (steps, got_bad)
+    df = _frame(GOOD).assign(width=CpuBackend().series([0] * 3, "int32"), height=CpuBackend().series([0] * 3, "int32"),
+                             channels=CpuBackend().series([0] * 3, "int32"),
+                             format=CpuBackend().series(["jpeg"] * 3, "string"))
+    want, _ = _chain([{"phash": {}}], df, CpuBackend())
+    got, _ = _chain([{"phash": {}}], df.copy(), EmulatedGpu())
+    assert list(got["phash"]) == list(want["phash"])              # decoded to L on the device, then hashed
+    assert set(HOST_BYTES) == {gpu_images.SENT_CONTROL, gpu_images.SENT_FILE_BYTES}
+
+
+def test_frame_jpeg_encode_counts_only_the_encoded_bytes(emulated):
+    steps = [{"decode": {"draft": False}}, {"resize": {"size": 24, "mode": "fill"}}, {"encode": {"format": "jpeg"}}]
+    got, bad = _chain(steps, _frame(GOOD), EmulatedGpu())
+    assert not bad and list(got["format"]) == ["jpeg"] * 3
+    sent = dict(HOST_BYTES)
+    assert sent[gpu_images.SENT_ENCODED] == sum(len(bytes(b)) for b in got["image"])
+    assert set(sent) == {gpu_images.SENT_CONTROL, gpu_images.SENT_FILE_BYTES, gpu_images.SENT_ENCODED}
+    assert fallback_counts() == {}
+
+
+def test_batches_bound_the_staged_file_bytes(emulated, monkeypatch):
+    monkeypatch.setattr(gpu_images, "BATCH_IMAGES", 2)
+    got, bad = _chain([{"decode": {"draft": False}}], _frame(GOOD), EmulatedGpu())
+    assert not bad and emulated.decoder.batches == [2, 1]
+    assert HOST_BYTES[gpu_images.SENT_FILE_BYTES] == sum(map(len, GOOD))
