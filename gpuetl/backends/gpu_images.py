@@ -36,7 +36,7 @@ import threading
 from . import cpu_images
 from .cpu_images import BadImage, check_raw, resize_geometry
 
-# Every nvImageCodec and CV-CUDA call made here, with the positional-argument count and the
+# Every nvImageCodec, CV-CUDA and (beyond what numpy shares) CuPy call made here, with the positional-argument count and the
 # keywords passed (as gpu.RAPIDS_CALLS): tests/backends/test_gpu_images_api.py binds each against
 # the installed release's signature (nvImageCodec's docstrings; CV-CUDA's .pyi stub, as CV-CUDA
 # does not import without a GPU), and checks the enum members named.
@@ -58,6 +58,13 @@ IMAGE_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cvcuda.Tensor.cuda", 0, ()),
     ("cvcuda.as_tensor", 2, ()),
     ("cvcuda.hq_resize_into", 2, ("antialias", "interpolation", "roi")),
+    # the CuPy calls beyond numpy's common ground (the frame path's staging, phash, outputs)
+    ("cupy.cuda.alloc_pinned_memory", 1, ()),
+    ("cupy.asnumpy", 1, ("out",)),
+    ("cupy.empty", 1, ("dtype",)),
+    ("cupy.broadcast_to", 2, ()),
+    ("cupy.stack", 1, ()),
+    ("cupy.median", 1, ("axis", "keepdims")),
 ]
 IMAGE_ENUMS = ["nvidia.nvimgcodec.ColorSpec.SRGB", "nvidia.nvimgcodec.QualityType.QUALITY",
                "nvidia.nvimgcodec.ChromaSubsampling.CSS_420", "nvidia.nvimgcodec.ChromaSubsampling.CSS_444",
@@ -202,7 +209,7 @@ def phash_values(small, xp):
     basis = xp.asarray(cpu_images._DCT)
     low = (basis @ a @ basis.T)[:, :8, :8].reshape(len(a), 64)
     bits = low > xp.median(low, axis=1, keepdims=True)
-    weights = xp.left_shift(xp.uint64(1), xp.arange(63, -1, -1, dtype=xp.uint64))
+    weights = xp.uint64(1) << xp.arange(63, -1, -1, dtype=xp.uint64)
     return (bits.astype(xp.uint64) * weights).sum(axis=1, dtype=xp.uint64).view(xp.int64)
 
 

@@ -94,9 +94,26 @@ def _stub_signatures(dotted: str) -> list[inspect.Signature]:
     return out
 
 
+def _cupy_signatures(dotted: str) -> list[inspect.Signature]:
+    """A CuPy function's signature; a Cython one's from its docstring's first line (embedsignature:
+    `alloc_pinned_memory(size_t size)`, C types dropped)."""
+    obj = pytest.importorskip("cupy")
+    for name in dotted.split(".")[1:]:
+        obj = getattr(obj, name)
+    try:
+        return [inspect.signature(obj)]
+    except (TypeError, ValueError):
+        found = re.match(rf"{obj.__name__}\((.*)\)", (obj.__doc__ or "").strip())
+        if not found:
+            return []
+        return [_signature_from_text(", ".join(p.split()[-1] for p in found.group(1).split(",") if p.strip()))]
+
+
 def _signatures(dotted: str) -> list[inspect.Signature]:
     if dotted.startswith("cvcuda."):
         return _stub_signatures(dotted.split(".", 1)[1])
+    if dotted.startswith("cupy."):
+        return _cupy_signatures(dotted)
     obj = nvimgcodec
     for name in dotted.removeprefix("nvidia.nvimgcodec.").split("."):
         obj = getattr(obj, name)

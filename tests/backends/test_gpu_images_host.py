@@ -65,3 +65,43 @@ def test_the_fill_region_stays_inside_the_image_for_every_size():
                 assert (ow, oh) == (t, t) and 0 <= left <= right <= w and 0 <= top <= bottom <= h, (w, h, t)
     rotated = bytes(375 * 500 * 3)                          # a 500x375 photo after EXIF orientation 6
     assert cpu_images.resize(rotated, 375, 500, 3, "fill", 96, 96, "bicubic")[1:] == (96, 96, 3)
+
+
+def _random_pixels(seed: int, w: int, h: int, c: int) -> bytes:
+    a = np.random.default_rng(seed).integers(0, 256, (h, w, c), dtype=np.uint8)
+    if c == 4:
+        a[0, :5, 3] = [0, 1, 128, 254, 255]               # the alpha's edge values
+    return a.tobytes()
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_convert_is_the_cpu_kernels(channels, mode):
+    """RGBA -> RGB over white (Pillow's paste, rounded as its DIV255), RGB/RGBA -> L (Pillow's luma,
+    alpha ignored), L -> RGB (repeated): byte for byte."""
+    pixels = _random_pixels(channels, 13, 7, channels)
+    want = cpu_images.convert(pixels, 13, 7, channels, mode)
+    got = gpu_images.convert_array(np.frombuffer(pixels, np.uint8).reshape(7, 13, channels), mode, np)
+    assert (got.shape[1], got.shape[0], got.shape[2]) == want[1:]
+    assert got.tobytes() == bytes(want[0])
+
+
+@pytest.mark.parametrize("w, h, tw, th", [(13, 7, 5, 3), (13, 7, 4, 4), (8, 8, 20, 3), (5, 9, 5, 9), (6, 6, 1, 1)])
+def test_center_crop_is_the_cpu_kernels(w, h, tw, th):
+    pixels = _random_pixels(w * h, w, h, 3)
+    want = cpu_images.center_crop(pixels, w, h, 3, tw, th)
+    got = gpu_images.center_crop_array(np.frombuffer(pixels, np.uint8).reshape(h, w, 3), tw, th, np)
+    assert got.flags.c_contiguous and (got.shape[1], got.shape[0]) == want[1:3] and got.tobytes() == bytes(want[0])
+
+
+def test_phash_bits_are_the_cpu_kernels():
+    """The DCT, median and bit order of cpu_images.phash, for a batch of 32 x 32 grey images (a 32 x 32
+    grey image is the CPU's own input to the DCT: its resize to 32 x 32 returns it as it is)."""
+    rng = np.random.default_rng(7)
+    stack = rng.integers(0, 256, (40, 32, 32), dtype=np.uint8)
+    stack[1] = 0                                           # flat: every bit 0
+    stack[2] = np.arange(32, dtype=np.uint8)[None, :] * 8  # a ramp
+    got = gpu_images.phash_values(stack, np)
+    want = [cpu_images.phash(a.tobytes(), 32, 32, 1) for a in stack]
+    assert got.dtype == np.int64 and got.tolist() == want
+    assert any(v < 0 for v in want)                        # the top bit set: int64 wraps as the CPU's
