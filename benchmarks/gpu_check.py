@@ -25,6 +25,8 @@ soon as it finishes, so a call cut short still reports what it got:
                         out) on the GPU backend (its images_on_gpu switch on) on ONE warm
                         LocalCUDACluster, after a warm-up run; images/s from Pipeline.run to its
                         return (_SUCCESS written), goal >= 10,000; counts, fallbacks, host bytes
+                        (image_host_bytes: the image path's ledger entries; pixels_stayed_on_device:
+                        only offsets/sizes, file bytes for nvImageCodec and encoded JPEGs crossed)
 
     PYTHONPATH=$PWD:/tmp/site python3 benchmarks/gpu_check.py --out $OUT
     python3 benchmarks/gpu_check.py --smoke        # the whole script on the CPU backend, tiny
@@ -372,13 +374,25 @@ def images_job(data: Path, out_root: Path, n: int, copies: int, smoke: bool) -> 
         seconds = time.perf_counter() - t2
     images = result.counts["rows_in"]
     fallbacks = result.manifest.get("fallbacks", {})
+    by_reason = result.manifest.get("host_transfer", {}).get("by_reason", {})
+    image_bytes = {reason: n for reason, n in by_reason.items() if reason.startswith("images:")}
     return {"backend": backend.name, "image_libraries": image_libraries(), "all_on_device": not fallbacks, "images": images, "copies": copies, "generated": n,
             "input_bytes": copy_bytes * copies, "seconds": seconds, "images_per_s": images / seconds,
             "goal_images_per_s": IMAGES_GOAL, "meets_goal": images / seconds >= IMAGES_GOAL,
             "generate_seconds": generate_seconds, "cluster_start_seconds": start_seconds,
             "warmup_seconds": warmup_seconds, "counts": result.counts,
             "fallbacks": fallbacks, "host_transfer": result.manifest.get("host_transfer", {}),
+            "image_host_bytes": image_bytes, "pixels_stayed_on_device": pixels_stayed_on_device(image_bytes),
             "shards": len(result.shards), "versions": result.manifest.get("versions")}
+
+
+def pixels_stayed_on_device(image_bytes: dict[str, int]) -> bool:
+    """The GPU image path's ledger entries are only the rows' offsets and sizes, the file bytes
+    nvImageCodec reads from host memory and the encoded JPEG bytes (backends/gpu_images.py): no
+    step copied pixels out. True on the CPU backend (no ledger)."""
+    from gpuetl.backends import gpu_images
+
+    return set(image_bytes) <= {gpu_images.SENT_CONTROL, gpu_images.SENT_FILE_BYTES, gpu_images.SENT_ENCODED}
 
 
 def machine() -> dict:
@@ -482,7 +496,8 @@ def main(argv=None) -> int:
         n, copies = (12, 2) if args.smoke else (args.images, args.image_copies)
         try:
             images = report.write("09_images", images_job(Path(args.data), out_root, n, copies, args.smoke))
-            print(json.dumps({k: images[k] for k in ("images", "seconds", "images_per_s", "meets_goal")}, default=str))
+            print(json.dumps({k: images[k] for k in ("images", "seconds", "images_per_s", "meets_goal",
+                                                     "pixels_stayed_on_device")}, default=str))
         except Exception as err:           # noqa: BLE001 (reported in its JSON)
             report.write("09_images", {"error": f"{type(err).__name__}: {err}"})
             images_ok = False

@@ -235,3 +235,31 @@ def test_bad_and_unusual_images_quarantined_with_the_cpu_reasons(tmp_path):
     assert [r["key"] for r in rows_of(tmp_path / "out-gpu")] == [r["key"] for r in rows_of(tmp_path / "out-cpu")]
     assert gpu.manifest["fallbacks"] == {gpu_images.HOST_UNFINISHED: 1, gpu_images.HOST_CHANNELS: 1,
                                          gpu_images.HOST_FORMAT: 2}
+
+
+def test_pixels_stay_on_the_device_from_decode_to_encode(tmp_path, capsys):
+    """decode -> resize -> center_crop -> convert -> phash -> encode on the device: no fallback; the
+    ledger's image entries are the rows' offsets and sizes, the file bytes nvImageCodec reads from
+    host memory and the encoded JPEG bytes, never pixels; the rows and phashes as the CPU's within
+    the bounds (phash differences printed)."""
+    _parity_set(tmp_path)
+    steps = [{"decode": {"mode": "RGB", "draft": False}}, {"resize": {"size": 240, "mode": "fill"}},
+             {"center_crop": 224}, {"convert": "L"}, {"phash": {}}, {"encode": {"format": "jpeg", "quality": 90}}]
+    cpu = _run(tmp_path, "cpu", steps, "out-cpu")
+    gpu = _run(tmp_path, _gpu(), steps, "out-gpu")
+    assert gpu.manifest["fallbacks"] == {}, gpu.manifest["fallbacks"]
+    assert gpu.counts == cpu.counts
+    by_reason = gpu.manifest["host_transfer"]["by_reason"]
+    images = {r for r in by_reason if r.startswith("images:")}
+    assert images == {gpu_images.SENT_CONTROL, gpu_images.SENT_FILE_BYTES, gpu_images.SENT_ENCODED}, by_reason
+    c_rows, g_rows = rows_of(tmp_path / "out-cpu"), rows_of(tmp_path / "out-gpu")
+    assert by_reason[gpu_images.SENT_ENCODED] == sum(len(r["image"]) for r in g_rows)
+    assert by_reason[gpu_images.SENT_CONTROL] < by_reason[gpu_images.SENT_ENCODED]
+    assert [(r["key"], r["width"], r["height"], r["channels"], r["format"]) for r in g_rows] == \
+        [(r["key"], r["width"], r["height"], r["channels"], r["format"]) for r in c_rows]
+    _compare([(pixels(c), pixels(g)) for c, g in zip(c_rows, g_rows)], "device chain, grey 224 JPEG", capsys)
+    differ = sum(c["phash"] != g["phash"] for c, g in zip(c_rows, g_rows))
+    bits = [bin((c["phash"] ^ g["phash"]) & (2**64 - 1)).count("1") for c, g in zip(c_rows, g_rows)]
+    with capsys.disabled():
+        print(f"[images parity] device phash differs on {differ}/{len(c_rows)} rows, at most {max(bits)} bits")
+    assert max(bits) <= 8                          # near-identical pictures: few bits
