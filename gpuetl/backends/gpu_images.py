@@ -329,6 +329,8 @@ def _resize_on_device(arrays: list, how: str, tw: int, th: int, filter: str) -> 
             results = [_pillow_resize(arrays[i], how, tw, th, filter) for i, _, _ in group]
         for (i, _, _), result in zip(group, results):
             out[i] = result
+    if todo:
+        cp.cuda.Device().synchronize()             # CV-CUDA works on its own stream; CuPy reads next
     return out
 
 
@@ -514,20 +516,28 @@ class _Frame:
         return out
 
     def on_host(self, rows: list[int]) -> list:
-        """The rows' bytes in pinned host memory, one copy per call (nvImageCodec and Pillow read
-        host memory): a memoryview each (empty for a null)."""
+        """The rows' bytes in pinned host memory (nvImageCodec and Pillow read host memory): one
+        copy for each run of consecutive rows (a decode batch is one run), a memoryview each
+        (empty for a null)."""
         import cupy as cp
         import numpy as np
 
         from .gpu_support import count_host_bytes
 
-        spans = [(self.offsets[i], self.offsets[i + 1]) if self.views[i] is not None else (0, 0) for i in rows]
-        total = sum(hi - lo for lo, hi in spans)
+        runs: list[list[int]] = []
+        for i in rows:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        at = self.offsets
+        total = int(sum(at[run[-1] + 1] - at[run[0]] for run in runs))
         staged = np.frombuffer(cp.cuda.alloc_pinned_memory(max(total, 1)), np.uint8, total)
         pos, out = 0, []
-        for lo, hi in spans:                       # rows of a frame are in order: few, large copies
+        for run in runs:
+            lo, hi = at[run[0]], at[run[-1] + 1]
             cp.asnumpy(self.data[lo:hi], out=staged[pos:pos + hi - lo])
-            out.append(memoryview(staged[pos:pos + hi - lo]))
+            out += [memoryview(staged[pos + at[i] - lo:pos + at[i + 1] - lo]) for i in run]
             pos += hi - lo
         count_host_bytes(SENT_FILE_BYTES, total)
         return out
