@@ -619,23 +619,34 @@ def _decode_step(backend, df, mode: str, resize_to=None):
     return frame.result(results, sizes=empty)
 
 
+def _pixel_result(frame: _Frame, pixels: list, results: list):
+    """frame.result, or the frame as it is where every row's pixels came back unchanged (a resize
+    after the decode that did it, a convert to the mode the pixels have): no copy of the column."""
+    if all(r is p for r, p in zip(results, pixels)) and not any(isinstance(p, Exception) for p in pixels):
+        return frame.df, None, None
+    return frame.result(results)
+
+
 def _resize_step(backend, df, how: str, tw: int, th: int, filter: str):
     frame = _Frame(backend, df)
-    return frame.result(_resize_on_device_checked(frame.pixels("resize"), how, tw, th, filter))
+    pixels = frame.pixels("resize")
+    return _pixel_result(frame, pixels, _resize_on_device_checked(pixels, how, tw, th, filter))
 
 
 def _center_crop_step(backend, df, tw: int, th: int):
     import cupy as cp
 
     frame = _Frame(backend, df)
-    return frame.result(_each(frame.pixels("center_crop"), lambda a: center_crop_array(a, tw, th, cp)))
+    pixels = frame.pixels("center_crop")
+    return frame.result(_each(pixels, lambda a: center_crop_array(a, tw, th, cp)))
 
 
 def _convert_step(backend, df, mode: str):
     import cupy as cp
 
     frame = _Frame(backend, df)
-    return frame.result(_each(frame.pixels("convert"), lambda a: convert_array(a, mode, cp)))
+    pixels = frame.pixels("convert")
+    return _pixel_result(frame, pixels, _each(pixels, lambda a: convert_array(a, mode, cp)))
 
 
 def _encode_step(backend, df, fmt: str, quality: int):

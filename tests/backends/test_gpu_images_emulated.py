@@ -399,3 +399,15 @@ def test_batches_bound_the_staged_file_bytes(emulated, monkeypatch):
     got, bad = _chain([{"decode": {"draft": False}}], _frame(GOOD), EmulatedGpu())
     assert not bad and emulated.decoder.batches == [2, 1]
     assert HOST_BYTES[gpu_images.SENT_FILE_BYTES] == sum(map(len, GOOD))
+
+
+def test_a_step_that_changes_no_pixels_hands_the_frame_on_without_a_copy(emulated):
+    """A resize after the decode that did it, a convert to the mode the pixels have."""
+    decoded, bad = _chain([{"decode": {"draft": False}}, {"resize": {"size": 24, "mode": "fill"}}], _frame(GOOD),
+                          EmulatedGpu())
+    assert not bad and list(decoded["width"]) == [24] * 3
+    for step in ({"resize": {"size": 24, "mode": "fill"}}, {"convert": "RGB"}):
+        got, bad = _chain([step], decoded, EmulatedGpu())
+        assert got is decoded and not bad
+    got, _ = _chain([{"convert": "L"}], decoded, EmulatedGpu())
+    assert got is not decoded and list(got["channels"]) == [1] * 3
