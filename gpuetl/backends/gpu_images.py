@@ -60,7 +60,8 @@ IMAGE_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cvcuda.hq_resize_into", 2, ("antialias", "interpolation", "roi")),
     # the CuPy calls beyond numpy's common ground (the frame path's staging, phash, outputs)
     ("cupy.cuda.alloc_pinned_memory", 1, ()),
-    ("cupy.asnumpy", 1, ("out",)),
+    ("cupy.asnumpy", 1, ("stream", "out", "blocking")),
+    ("cupy.cuda.Stream", 0, ()),
     ("cupy.empty", 1, ("dtype",)),
     ("cupy.broadcast_to", 2, ()),
     ("cupy.stack", 1, ()),
@@ -515,10 +516,12 @@ class _Frame:
                 out.append(view.reshape(h, w, c))
         return out
 
-    def on_host(self, rows: list[int]) -> list:
+    def on_host(self, rows: list[int], stream=None):
         """The rows' bytes in pinned host memory (nvImageCodec and Pillow read host memory): one
-        copy for each run of consecutive rows (a decode batch is one run), a memoryview each
-        (empty for a null)."""
+        copy for each run of consecutive rows (a decode batch is one run). Returns a function
+        that gives a memoryview per row (empty for a null) once the copies are done: with a CuPy
+        `stream` they are queued on it and run while the caller does other work (the decode of
+        the batch before)."""
         import cupy as cp
         import numpy as np
 
@@ -536,11 +539,16 @@ class _Frame:
         pos, out = 0, []
         for run in runs:
             lo, hi = at[run[0]], at[run[-1] + 1]
-            cp.asnumpy(self.data[lo:hi], out=staged[pos:pos + hi - lo])
+            cp.asnumpy(self.data[lo:hi], stream=stream, out=staged[pos:pos + hi - lo], blocking=stream is None)
             out += [memoryview(staged[pos + at[i] - lo:pos + at[i + 1] - lo]) for i in run]
             pos += hi - lo
         count_host_bytes(SENT_FILE_BYTES, total)
-        return out
+
+        def ready() -> list:
+            if stream is not None:
+                stream.synchronize()
+            return out
+        return ready
 
     def result(self, results: list, keep_format: str | None = "raw", sizes=None):
         """(frame, bad mask or None, reasons or None) as steps/images.py's _apply: a row with a
@@ -606,12 +614,19 @@ def _each(arrays: list, func) -> list:
 
 
 def _decode_step(backend, df, mode: str, resize_to=None):
+    """Batches of file bytes (BATCH_IMAGES, BATCH_BYTES) staged in pinned memory, the next
+    batch's copy queued on its own stream while this batch decodes."""
+    import cupy as cp
+
     frame = _Frame(backend, df, names=("orientation",))
     orientations = frame.meta["orientation"]
     results: list = [None] * len(df)
-    for start, stop in _batches([0 if v is None else v.size for v in frame.views]):   # file bytes a batch
-        rows = list(range(start, stop))
-        data = frame.on_host(rows)
+    batches = [list(range(*b)) for b in _batches([0 if v is None else v.size for v in frame.views])]
+    copies = cp.cuda.Stream()     # blocking: it waits for what the default stream wrote into the column
+    ahead = frame.on_host(batches[0], copies) if batches else None
+    for k, rows in enumerate(batches):
+        data = ahead()
+        ahead = frame.on_host(batches[k + 1], copies) if k + 1 < len(batches) else None
         items = [(d, mode, orientations[i] or 1, None) for d, i in zip(data, rows)]
         for i, r in zip(rows, _decode_device(items, resize_to)):
             results[i] = r
@@ -667,7 +682,7 @@ def _phash_step(backend, df, column: str):
     for i, a in enumerate(frame.pixels("phash")):
         arrays.append(a if frame.meta["format"][i] == "raw" else None)
     if encoded:
-        decoded = _decode_device([(d, "L", 1, None) for d in frame.on_host(encoded)])
+        decoded = _decode_device([(d, "L", 1, None) for d in frame.on_host(encoded)()])
         for i, a in zip(encoded, decoded):
             arrays[i] = a
     rows = [i for i, a in enumerate(arrays) if not isinstance(a, Exception)]

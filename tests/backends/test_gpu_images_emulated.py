@@ -116,10 +116,25 @@ def _hq_resize_into(dst, src, *, antialias, interpolation, roi):
     return dst
 
 
-def _asnumpy(a, out=None):
+class _Stream:
+    """A CuPy stream whose queued copies are done when it is synchronized (as on a device)."""
+
+    def __init__(self):
+        self.queued = []
+
+    def synchronize(self):
+        for out, a in self.queued:
+            np.copyto(out, a)
+        self.queued.clear()
+
+
+def _asnumpy(a, stream=None, out=None, blocking=True):
     if out is None:
         return np.array(a)
-    np.copyto(out, a)
+    if blocking:
+        np.copyto(out, a)
+    else:
+        stream.queued.append((out, a))
     return out
 
 
@@ -161,7 +176,7 @@ def emulated(monkeypatch):
     host_bytes = []
     cupy = SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     cupy.asnumpy = _asnumpy
-    cupy.cuda = SimpleNamespace(Device=lambda: SimpleNamespace(synchronize=lambda: None),
+    cupy.cuda = SimpleNamespace(Device=lambda: SimpleNamespace(synchronize=lambda: None), Stream=_Stream,
                                 alloc_pinned_memory=lambda n: bytearray(n))
     cvcuda = SimpleNamespace(TensorBatch=_TensorBatch, as_tensor=_as_tensor, hq_resize_into=_hq_resize_into,
                              Interp=SimpleNamespace(**{k: k for k in ("NEAREST", "LINEAR", "CUBIC", "LANCZOS")}))
