@@ -36,10 +36,11 @@ import threading
 from . import cpu_images
 from .cpu_images import BadImage, check_raw, resize_geometry
 
-# Every nvImageCodec, CV-CUDA and (beyond what numpy shares) CuPy call made here, with the positional-argument count and the
-# keywords passed (as gpu.RAPIDS_CALLS): tests/backends/test_gpu_images_api.py binds each against
-# the installed release's signature (nvImageCodec's docstrings; CV-CUDA's .pyi stub, as CV-CUDA
-# does not import without a GPU), and checks the enum members named.
+# Every nvImageCodec, CV-CUDA and (beyond what numpy shares) CuPy call made here, with the
+# positional-argument count and the keywords passed (as gpu.RAPIDS_CALLS):
+# tests/backends/test_gpu_images_api.py binds each against the installed release's signature
+# (nvImageCodec's docstrings; CV-CUDA's .pyi stub, as CV-CUDA does not import without a GPU;
+# CuPy's own), and checks the enum members named.
 IMAGE_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("nvidia.nvimgcodec.Backend", 1, ("load_hint", "load_hint_policy")),
     ("nvidia.nvimgcodec.Decoder", 0, ("backends",)),
@@ -55,7 +56,6 @@ IMAGE_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("nvidia.nvimgcodec.Encoder.encode", 2, ("params",)),
     ("cvcuda.TensorBatch", 1, ()),
     ("cvcuda.TensorBatch.pushback", 1, ()),
-    ("cvcuda.Tensor.cuda", 0, ()),
     ("cvcuda.as_tensor", 2, ()),
     ("cvcuda.hq_resize_into", 2, ("antialias", "interpolation", "roi")),
     # the CuPy calls beyond numpy's common ground (the frame path's staging, phash, outputs)
@@ -74,7 +74,7 @@ IMAGE_ENUMS = ["nvidia.nvimgcodec.ColorSpec.SRGB", "nvidia.nvimgcodec.QualityTyp
                "nvidia.nvimgcodec.LoadHintPolicy.FIXED",
                "cvcuda.Interp.NEAREST", "cvcuda.Interp.LINEAR", "cvcuda.Interp.CUBIC", "cvcuda.Interp.LANCZOS"]
 
-# Pillow's filter -> CV-CUDA's hq_resize interpolation. hq_resize takes NEAREST, LINEAR, CUBIC,
+# Pillow's filter -> CV-CUDA's hq_resize(_into) interpolation. hq_resize takes NEAREST, LINEAR, CUBIC,
 # LANCZOS and GAUSSIAN (CV-CUDA's OpHQResize.h). CUBIC is Catmull-Rom (a = -0.5) and LANCZOS is
 # Lanczos-3, as Pillow's; with antialias, LINEAR is a triangle filter widened by the scale, as
 # Pillow's bilinear. Box and Hamming have no hq_resize kernel: the triangle filter is the nearest.
@@ -93,7 +93,7 @@ HOST_ENCODE = "images: PNG/WebP encoded on the host"
 HOST_UNENCODED = "images: JPEG nvJPEG could not encode, encoded on the host"
 
 BATCH_IMAGES = 256                    # images on the device at once (one nvImageCodec batch)
-BATCH_BYTES = 1 << 29                 # and at most this many decoded pixel bytes
+BATCH_BYTES = 1 << 29                 # and at most this many bytes (decoded pixels; file bytes staged)
 _JPEG_START, _JPEG_END = b"\xff\xd8\xff", b"\xff\xd9"
 _LOCAL = threading.local()            # a decoder and an encoder per thread: they are not shared
 

@@ -1,12 +1,16 @@
 """backends/gpu_images.py's own code run without a GPU: the device libraries' work is stood in
 for by Pillow and numpy, written from their documentation (nvImageCodec decodes a list of
-CodeStreams to H x W x 3 sRGB images or None; CV-CUDA's hq_resize takes a TensorBatch, one
-(height, width) per tensor and a ROI (lowH, lowW, highH, highW) in pixel edges; the encoder takes
-quality and chroma subsampling from EncodeParams), while nvImageCodec's real header parser and
-parameter classes are used (marker gpu_api: `make gpu-api`). With Pillow behind the stand-ins the
-results must equal the CPU kernels' byte for byte, so the routing, batching, ROI order, the
-orientation and mode conversion, the copies to and from the device and the fallback counting are
-checked before the first GPU run; the device's own pixels are tests/backends/test_gpu_images.py's."""
+CodeStreams to H x W x 3 sRGB images or None; CV-CUDA's hq_resize_into fills a TensorBatch of
+outputs, taking a ROI (lowH, lowW, highH, highW) in pixel edges per image; the encoder takes
+quality and chroma subsampling from EncodeParams; CuPy is numpy, a stream's queued copies land
+when it is synchronized), while nvImageCodec's real header parser and parameter classes are used
+(marker gpu_api: `make gpu-api`). With Pillow behind the stand-ins the results must equal the CPU
+kernels' byte for byte, so the routing, batching, ROI order, the orientation and mode conversion,
+the crop and phash, the copies to and from the device and the fallback counting are checked
+before the first GPU run: the host-item kernels (`decode_many`...) and the steps' frame path
+(`run_step`, on a CPU backend whose image_step is the GPU's), row for row against the CPU steps
+with the host-transfer ledger holding no pixels. The device's own pixels are
+tests/backends/test_gpu_images.py's."""
 
 from __future__ import annotations
 
