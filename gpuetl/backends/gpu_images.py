@@ -214,6 +214,8 @@ def phash_values(small, xp):
     return (bits.astype(xp.uint64) * weights).sum(axis=1, dtype=xp.uint64).view(xp.int64)
 
 
+NO_ALPHA = "JPEG has no alpha channel: add `convert: RGB` before encode"        # the CPU kernel's reason
+
 # The host-transfer ledger's reasons for this module's copies to the host.
 SENT_FILE_BYTES = "images: file bytes to pinned host memory (nvImageCodec decodes from host memory)"
 SENT_ENCODED = "images: encoded JPEG bytes (nvImageCodec's encoder writes host memory)"
@@ -377,7 +379,7 @@ def _encode_device(arrays: list, fmt: str, quality: int) -> list:
         if isinstance(a, Exception):
             continue
         if a.shape[2] == 4:
-            out[i] = BadImage("JPEG has no alpha channel: add `convert: RGB` before encode")
+            out[i] = BadImage(NO_ALPHA)
         else:
             groups.setdefault(a.shape[2], []).append(i)
     css = nv.ChromaSubsampling.CSS_420 if quality < 95 else nv.ChromaSubsampling.CSS_444
@@ -665,10 +667,17 @@ def _convert_step(backend, df, mode: str):
 
 
 def _encode_step(backend, df, fmt: str, quality: int):
+    """As the CPU step: raw hands the bytes on as they are (no copy: the column already holds
+    them); a JPEG of four channels is refused before its bytes are checked."""
     frame = _Frame(backend, df)
     pixels = frame.pixels("encode")
-    if fmt == "raw":                              # the bytes stay as they are, on the device
-        return frame.result(pixels, keep_format="raw")
+    if fmt == "raw":
+        reasons = [str(p) if isinstance(p, Exception) and f != "raw" else None
+                   for p, f in zip(pixels, frame.meta["format"])]
+        return _verdict(backend, df, reasons)
+    if fmt == "jpeg":
+        pixels = [BadImage(NO_ALPHA) if f == "raw" and c == 4 else p
+                  for p, f, c in zip(pixels, frame.meta["format"], frame.meta["channels"])]
     return frame.result(_encode_device(pixels, fmt, quality), keep_format=fmt)
 
 
