@@ -262,4 +262,4 @@ def test_pixels_stay_on_the_device_from_decode_to_encode(tmp_path, capsys):
     bits = [bin((c["phash"] ^ g["phash"]) & (2**64 - 1)).count("1") for c, g in zip(c_rows, g_rows)]
     with capsys.disabled():
         print(f"[images parity] device phash differs on {differ}/{len(c_rows)} rows, at most {max(bits)} bits")
-    assert max(bits) <= 8                          # near-identical pictures: few bits
+    assert max(bits) <= 12                         # a wrong bit order or DCT would differ in ~32
