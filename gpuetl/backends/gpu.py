@@ -35,6 +35,7 @@ from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micr
                           remote_record_span, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_records import GpuRecordsMixin
+from .gpu_spill import GpuSpillMixin
 from .gpu_text import GpuTextMixin
 
 # Every RAPIDS call this backend makes, with the positional-argument count and the keywords it
@@ -148,6 +149,17 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
                                        "rmm_allocator_external_lib_list", "device_memory_limit",
                                        "enable_cudf_spill", "protocol", "dashboard_address",
                                        "silence_logs", "CUDA_VISIBLE_DEVICES")),
+    # gpu_spill.py: spill pieces on the device
+    ("cudf.DataFrame.to_parquet", 1, ("compression", "index")),
+    ("cudf.read_parquet", 1, ("columns",)),
+    ("cudf.DataFrame.take", 1, ()),
+    ("cudf.DataFrame.reset_index", 0, ("drop",)),
+    ("cudf.core.accessors.string.StringMethods.byte_count", 0, ()),
+    ("pylibcudf.sorting.stable_sorted_order", 3, ()),
+    ("cupy.argsort", 1, ()),
+    ("cupy.searchsorted", 2, ("side",)),
+    ("cupy.bincount", 1, ("weights", "minlength")),
+    ("cupy.stack", 1, ()),
 ]
 
 # Enum members and constants the backend names (tests/backends/test_gpu_api.py resolves each).
@@ -158,6 +170,7 @@ RAPIDS_CONSTANTS: list[str] = [
     "pylibcudf.io.types.StatisticsFreq.STATISTICS_ROWGROUP", "pylibcudf.io.types.DictionaryPolicy.ADAPTIVE",
     "pylibcudf.io.types.CompressionType.NONE", "pylibcudf.io.types.CompressionType.ZSTD",
     "pylibcudf.strings.regex_flags.RegexFlags.DOTALL", "pylibcudf.strings.regex_flags.RegexFlags.DEFAULT",
+    "pylibcudf.types.Order.ASCENDING", "pylibcudf.types.NullOrder.AFTER",
 ]
 
 # The backend's own regexes (libcudf dialect; tests/backends/test_gpu_api.py compiles each).
@@ -214,7 +227,7 @@ def _flag(values, reason: str = "control: any()") -> bool:
     return bool(hit.get() if isinstance(hit, cp.ndarray) else hit)
 
 
-class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
+class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     name = "gpu"
 
     xp = cp

@@ -1,0 +1,140 @@
+"""Spill pieces on the device (Backend.spill_*; sinks/spill.py and sinks/parquet.py use them).
+
+Mixed into GpuBackend (gpu.py). A partition's rows stay a cuDF frame from the map task to the
+shard writer: they are grouped, counted and ordered on the device, and a piece is written and
+read as Parquet by libcudf, whose local file sink and source are KvikIO file handles (GDS where
+the file system has it, else KvikIO's POSIX path and its bounce buffers, which the manifest
+reports under host_transfer.reads). No piece byte passes through gpuetl's own host memory, so
+the host-transfer ledger holds none, except a piece in the run store (a cluster without a shared
+disk: sinks/runstore.py), which reaches the task as a host file and is counted per read. What
+does come to the host is control: split boundaries, a shard's stretch of a piece, the order
+hash's span, and each piece's histogram of bytes per placement bucket (docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import cudf
+import cupy as cp
+import numpy as np
+import pylibcudf as plc
+
+from ..sinks.layout import BUCKET_BITS, BUCKETS, COARSE_BITS
+from ..sinks.spill import PLACE, local_piece, read_ipc
+from ..types import ARROW_TYPES, Schema
+from .gpu_support import count_host_bytes
+
+
+class GpuSpillMixin:
+    """Backend.spill_* on cuDF frames (a piece: a cuDF DataFrame with a fresh RangeIndex)."""
+
+    spill_suffix = ".parquet"
+
+    def spill_piece(self, df, schema: Schema):
+        return self.conform(df, schema).reset_index(drop=True)
+
+    def spill_groups(self, piece, split: np.ndarray, ranged: bool) -> dict:
+        present = np.unique(split)
+        if ranged:
+            # the CPU's gather (sinks.spill.arrow_groups): by split, then by the placement hash's
+            # top bits, input order kept within a group (CuPy's argsort is stable)
+            from .gpu import _device_values
+
+            coarse = (_device_values(piece[PLACE]) >> cp.uint64(64 - COARSE_BITS)).astype(cp.uint16)
+            key = (cp.asarray(split).astype(cp.uint16) << cp.uint16(COARSE_BITS)) | coarse
+            piece = piece.take(cp.argsort(key)).reset_index(drop=True)
+            ordered = np.sort(split, kind="stable")
+            if len(present) == 1:
+                return {int(present[0]): piece}
+            bounds = np.searchsorted(ordered, np.concatenate([present, [present[-1] + 1]]), side="left")
+            return {int(s): piece.iloc[int(a):int(b)].reset_index(drop=True)
+                    for s, a, b in zip(present, bounds[:-1], bounds[1:])}
+        if len(present) == 1:
+            return {int(present[0]): piece}
+        where = cp.asarray(split)
+        return {int(s): piece[cudf.Series(where == s, index=piece.index)].reset_index(drop=True) for s in present}
+
+    def spill_histogram(self, piece, schema: Schema) -> np.ndarray:
+        """sinks.spill.arrow_histogram on the device: each row's bytes (fixed widths plus string
+        byte lengths) summed per bucket. The sums are of whole numbers, exact in float64, so
+        they equal the CPU's whatever order the device adds them in."""
+        from .gpu import _device_values, to_host_copy
+
+        size = cp.zeros(len(piece), dtype=cp.int64)
+        fixed = 0
+        for name, t in schema.items():
+            if t in ("string", "binary"):
+                size += piece[name].str.byte_count().fillna(0).astype("int64").values
+            else:
+                fixed += max(ARROW_TYPES[t].bit_width // 8, 1)
+        buckets = (_device_values(piece[PLACE]) >> cp.uint64(64 - BUCKET_BITS)).astype(cp.int64)
+        hist = cp.bincount(buckets, weights=(size + fixed).astype(cp.float64), minlength=BUCKETS)
+        return to_host_copy(hist, "control: bytes per placement bucket")
+
+    def write_spill(self, piece, path: str) -> None:
+        """Uncompressed Parquet (a piece lives for one run) written by libcudf into a partial
+        file, then renamed: a retried task never leaves half a piece."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        partial = path + ".partial"
+        piece.to_parquet(partial, compression=None, index=False)
+        os.replace(partial, path)
+
+    def read_spill(self, path: str, columns: list[str] | None = None):
+        local = local_piece(path)
+        if local != path:
+            count_host_bytes("spill: run-store piece read through a host file", os.path.getsize(local))
+        if not local.endswith(".parquet"):          # a host Arrow piece: a run begun on the CPU, resumed here
+            table = read_ipc(local)
+            return self.from_arrow(table.select(columns) if columns is not None else table)
+        return cudf.read_parquet(local, columns=columns)
+
+    def spill_range(self, piece, lo_bucket: int, hi_bucket: int):
+        """sinks.layout.hash_range on the device: two binary searches over the coarse groups,
+        whose results (16 bytes) come to the host to slice the frame."""
+        from .gpu import _device_values, _flag, to_host_copy
+
+        if not len(piece):
+            return piece, None
+        place = _device_values(piece[PLACE])
+        groups = (place >> cp.uint64(64 - COARSE_BITS)).astype(cp.uint16)
+        shift = BUCKET_BITS - COARSE_BITS
+        top = len(place) if hi_bucket >= BUCKETS else None
+        wanted = [lo_bucket >> shift] + ([] if top is not None else [((hi_bucket - 1) >> shift) + 1])
+        found = to_host_copy(cp.searchsorted(groups, cp.asarray(wanted, dtype=cp.uint16), side="left"),
+                             "control: a shard's stretch of a piece")
+        start = int(found[0])
+        stop = max(int(found[1]) if top is None else top, start)
+        window = place[start:stop]
+        mine = window >= cp.uint64(lo_bucket << (64 - BUCKET_BITS))
+        if top is None:
+            mine &= window < cp.uint64(hi_bucket << (64 - BUCKET_BITS))
+        rows = piece.iloc[start:stop].reset_index(drop=True)
+        return rows, (mine if _flag(~mine, "control: rows outside the shard") else None)
+
+    def spill_column(self, piece, name: str):
+        from .gpu import _device_values
+
+        return _device_values(piece[name])
+
+    def spill_filter(self, piece, mask):
+        return piece[cudf.Series(mask, index=piece.index)].reset_index(drop=True)
+
+    def spill_concat(self, pieces: list):
+        return cudf.concat(pieces, ignore_index=True)
+
+    def spill_sort(self, piece, keys: list[str]):
+        """Stable, as the CPU's sort_indices: rows with equal keys keep their order."""
+        n = len(keys)
+        order = plc.sorting.stable_sorted_order(plc.Table([piece[k].to_pylibcudf()[0] for k in keys]),
+                                                [plc.types.Order.ASCENDING] * n, [plc.types.NullOrder.AFTER] * n)
+        return piece.take(cudf.Series.from_pylibcudf(order)).reset_index(drop=True)
+
+    def spill_span(self, piece, name: str):
+        from .gpu import _device_values, to_host_copy
+
+        if not len(piece):
+            return None
+        values = _device_values(piece[name])
+        low, high = to_host_copy(cp.stack([values.min(), values.max()]), "control: order-hash span")
+        return int(low), int(high)
