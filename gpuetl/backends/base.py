@@ -136,6 +136,12 @@ class Backend(ABC):
     def from_arrow(self, table: pa.Table) -> Any:
         ...
 
+    def host_table(self, df: Any, schema: Schema, reason: str) -> pa.Table:
+        """to_arrow() for rows that must reach the host (the quarantine's raw records, key frames
+        set aside on disk): a device backend counts them in its host-transfer ledger under
+        `reason`."""
+        return self.to_arrow(df, schema)
+
     def to_host(self, values: Any):
         """A numpy array from an xp array (no-op on the CPU)."""
         return values

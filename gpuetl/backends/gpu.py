@@ -314,10 +314,15 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             yield cluster
 
     def to_pandas(self, obj):
-        return obj.to_pandas()
+        """Small results read row by row (tallies, a first bad row, quarantined rows kept as
+        JSON, exact dedupe's repeats): counted."""
+        out = obj.to_pandas()
+        count_host_bytes("to_pandas: tallies and rows read in Python", int(np.sum(out.memory_usage(deep=True))))
+        return out
 
     def to_pylist(self, col) -> list:
-        return col.to_arrow().to_pylist()
+        """The few values an expression checks in Python (int64 products near the limit): counted."""
+        return to_host_copy(col, "to_pylist: values checked in Python").to_pylist()
 
     def keep_rows(self, df, split):
         """Streamed in this process, the rows stay on the device until libcudf encodes them."""
@@ -422,8 +427,10 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         return df[live], quarantined, tallies
 
     def to_arrow(self, df, schema: Schema) -> pa.Table:
-        arrays = [_to_arrow(df[name], "to_arrow: frame to host Arrow").cast(ARROW_TYPES[t])
-                  for name, t in schema.items()]
+        return self.host_table(df, schema, "to_arrow: frame to host Arrow")
+
+    def host_table(self, df, schema: Schema, reason: str) -> pa.Table:
+        arrays = [_to_arrow(df[name], reason).cast(ARROW_TYPES[t]) for name, t in schema.items()]
         return pa.Table.from_arrays(arrays, schema=pa.schema([(n, ARROW_TYPES[t]) for n, t in schema.items()]))
 
     def from_arrow(self, table: pa.Table):

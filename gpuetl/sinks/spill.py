@@ -244,8 +244,8 @@ def write_ipc(table: pa.Table, path: str) -> None:
 
 
 def _write_quarantine(bad, partition, tmp_dir, file_names, stage_names, backend) -> str:
-    table = backend.to_arrow(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: "binary", REASON: "string",
-                                   STAGE: "int16"})
+    table = backend.host_table(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: "binary", REASON: "string",
+                                     STAGE: "int16"}, "quarantine: records set aside")
     fi = table.column(FILE_INDEX).to_numpy()
     names = np.asarray(file_names, dtype=object)
     stages = np.asarray(stage_names, dtype=object)
