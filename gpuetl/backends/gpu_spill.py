@@ -21,8 +21,8 @@ import numpy as np
 import pylibcudf as plc
 
 from ..sinks.layout import BUCKET_BITS, BUCKETS, COARSE_BITS
-from ..sinks.spill import PLACE, local_piece, read_ipc
-from ..types import ARROW_TYPES, Schema
+from ..sinks.spill import NESTED_ROW_BYTES, PLACE, local_piece, read_ipc
+from ..types import ARROW_TYPES, Schema, is_nested
 from .gpu_support import count_host_bytes
 
 
@@ -66,6 +66,8 @@ class GpuSpillMixin:
         for name, t in schema.items():
             if t in ("string", "binary"):
                 size += piece[name].str.byte_count().fillna(0).astype("int64").values
+            elif is_nested(t):
+                fixed += NESTED_ROW_BYTES
             else:
                 fixed += max(ARROW_TYPES[t].bit_width // 8, 1)
         buckets = (_device_values(piece[PLACE]) >> cp.uint64(64 - BUCKET_BITS)).astype(cp.int64)

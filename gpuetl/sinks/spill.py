@@ -178,8 +178,12 @@ def _ours(tmp_dir: str, path: str) -> bool:
     return stat.S_ISREG(mode)
 
 
+NESTED_ROW_BYTES = 8     # what a list or struct value counts for in the row-size estimate
+
+
 def _row_bytes(table: pa.Table, schema: Schema) -> np.ndarray:
-    """Each row's size in memory: fixed widths plus string lengths (used to cut shards by bytes)."""
+    """Each row's size in memory: fixed widths plus string lengths (used to cut shards by bytes);
+    a nested value (list, struct) counts NESTED_ROW_BYTES, an estimate every backend makes alike."""
     size = np.zeros(table.num_rows, dtype=np.float64)
     for name in schema:
         col = table.column(name)
@@ -188,6 +192,8 @@ def _row_bytes(table: pa.Table, schema: Schema) -> np.ndarray:
             import pyarrow.compute as pc
 
             size += pc.fill_null(pc.binary_length(col), 0).to_numpy().astype(np.float64)
+        elif pa.types.is_nested(col.type):
+            size += NESTED_ROW_BYTES
         else:
             size += max(col.type.bit_width // 8, 1)
     return size
