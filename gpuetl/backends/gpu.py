@@ -153,6 +153,7 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.DataFrame.to_parquet", 1, ("compression", "index")),
     ("cudf.read_parquet", 1, ("columns",)),
     ("cudf.DataFrame.take", 1, ()),
+    ("cudf.core.series.DatetimeProperties.tz_localize", 1, ()),
     ("cudf.DataFrame.reset_index", 0, ("drop",)),
     ("cudf.core.accessors.string.StringMethods.byte_count", 0, ()),
     ("pylibcudf.sorting.stable_sorted_order", 3, ()),

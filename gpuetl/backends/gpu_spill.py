@@ -89,7 +89,14 @@ class GpuSpillMixin:
         if not local.endswith(".parquet"):          # a host Arrow piece: a run begun on the CPU, resumed here
             table = read_ipc(local)
             return self.from_arrow(table.select(columns) if columns is not None else table)
-        return cudf.read_parquet(local, columns=columns)
+        frame = cudf.read_parquet(local, columns=columns)
+        for name in frame.columns:
+            # Parquet keeps UTC microseconds; the backend's timestamp dtype carries the zone, and
+            # a naive column would send the shard writer's conform() to a host cast
+            dtype = frame[name].dtype
+            if dtype.kind == "M" and getattr(dtype, "tz", None) is None:
+                frame[name] = frame[name].dt.tz_localize("UTC")
+        return frame
 
     def spill_range(self, piece, lo_bucket: int, hi_bucket: int):
         """sinks.layout.hash_range on the device: two binary searches over the coarse groups,

@@ -89,6 +89,7 @@ def test_a_piece_round_trips_through_parquet_on_the_device(gpu, tmp_path):
     back = gpu.read_spill(path)
     assert worker_tallies()["host_bytes"] == {}                 # device -> file -> device
     assert _arrow(back).equals(_arrow(frames[CPU]))
+    assert dict(back.dtypes) == dict(frames[gpu].dtypes)        # the zone kept: no host cast in the writer
     some = gpu.read_spill(path, [PLACE, ORDER])
     assert list(some.columns) == [PLACE, ORDER]
     assert cp.asnumpy(gpu.spill_column(some, ORDER)).tolist() == frames[CPU].column(ORDER).to_pylist()
