@@ -26,6 +26,33 @@ from ..types import ARROW_TYPES, Schema, is_nested
 from .gpu_support import count_host_bytes
 
 
+def group_order(place, split, xp):
+    """The row order of sinks.spill.arrow_groups for ranged pieces, in any array module: by
+    split, then by the placement hash's top bits, input order kept within a group (numpy's
+    stable argsort; CuPy's argsort is always stable)."""
+    coarse = (place >> xp.uint64(64 - COARSE_BITS)).astype(xp.uint16)
+    key = (split.astype(xp.uint16) << xp.uint16(COARSE_BITS)) | coarse
+    return xp.argsort(key, kind="stable") if xp is np else xp.argsort(key)
+
+
+def stretch(place, lo_bucket: int, hi_bucket: int, xp, to_host):
+    """sinks.layout.hash_range in any array module: (start, stop, mask of the rows in buckets
+    [lo, hi) within that stretch). One binary search call over the coarse groups; its two
+    results come to the host through `to_host`."""
+    groups = (place >> xp.uint64(64 - COARSE_BITS)).astype(xp.uint16)
+    shift = BUCKET_BITS - COARSE_BITS
+    top = len(place) if hi_bucket >= BUCKETS else None
+    wanted = [lo_bucket >> shift] + ([] if top is not None else [((hi_bucket - 1) >> shift) + 1])
+    found = to_host(xp.searchsorted(groups, xp.asarray(wanted, dtype=xp.uint16), side="left"))
+    start = int(found[0])
+    stop = max(int(found[1]) if top is None else top, start)
+    window = place[start:stop]
+    mine = window >= xp.uint64(lo_bucket << (64 - BUCKET_BITS))
+    if top is None:
+        mine &= window < xp.uint64(hi_bucket << (64 - BUCKET_BITS))
+    return start, stop, mine
+
+
 class GpuSpillMixin:
     """Backend.spill_* on cuDF frames (a piece: a cuDF DataFrame with a fresh RangeIndex)."""
 
@@ -41,9 +68,7 @@ class GpuSpillMixin:
             # top bits, input order kept within a group (CuPy's argsort is stable)
             from .gpu import _device_values
 
-            coarse = (_device_values(piece[PLACE]) >> cp.uint64(64 - COARSE_BITS)).astype(cp.uint16)
-            key = (cp.asarray(split).astype(cp.uint16) << cp.uint16(COARSE_BITS)) | coarse
-            piece = piece.take(cp.argsort(key)).reset_index(drop=True)
+            piece = piece.take(group_order(_device_values(piece[PLACE]), cp.asarray(split), cp)).reset_index(drop=True)
             ordered = np.sort(split, kind="stable")
             if len(present) == 1:
                 return {int(present[0]): piece}
@@ -99,25 +124,14 @@ class GpuSpillMixin:
         return frame
 
     def spill_range(self, piece, lo_bucket: int, hi_bucket: int):
-        """sinks.layout.hash_range on the device: two binary searches over the coarse groups,
-        whose results (16 bytes) come to the host to slice the frame."""
+        """sinks.layout.hash_range on the device (stretch): 16 bytes come to the host to slice
+        the frame, and one to say whether every row of the stretch is the shard's."""
         from .gpu import _device_values, _flag, to_host_copy
 
         if not len(piece):
             return piece, None
-        place = _device_values(piece[PLACE])
-        groups = (place >> cp.uint64(64 - COARSE_BITS)).astype(cp.uint16)
-        shift = BUCKET_BITS - COARSE_BITS
-        top = len(place) if hi_bucket >= BUCKETS else None
-        wanted = [lo_bucket >> shift] + ([] if top is not None else [((hi_bucket - 1) >> shift) + 1])
-        found = to_host_copy(cp.searchsorted(groups, cp.asarray(wanted, dtype=cp.uint16), side="left"),
-                             "control: a shard's stretch of a piece")
-        start = int(found[0])
-        stop = max(int(found[1]) if top is None else top, start)
-        window = place[start:stop]
-        mine = window >= cp.uint64(lo_bucket << (64 - BUCKET_BITS))
-        if top is None:
-            mine &= window < cp.uint64(hi_bucket << (64 - BUCKET_BITS))
+        start, stop, mine = stretch(_device_values(piece[PLACE]), lo_bucket, hi_bucket, cp,
+                                    lambda found: to_host_copy(found, "control: a shard's stretch of a piece"))
         rows = piece.iloc[start:stop].reset_index(drop=True)
         return rows, (mine if _flag(~mine, "control: rows outside the shard") else None)
 
