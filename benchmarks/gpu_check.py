@@ -2,7 +2,9 @@
 """The GPU check: everything a lent GPU machine should run, in one call, in priority order.
 
 Each section writes its JSON under --out (default $OUT, else benchmarks/results/gpu_check/) as
-soon as it finishes, so a call cut short still reports what it got:
+soon as it finishes, so a call cut short still reports what it got. A section starts only when
+its estimated seconds (estimates(), listed in 00_machine.json) fit in what is left of --budget
+(560 s: one 600 s device call); otherwise its JSON says it was skipped:
 
   01_tests.json         pytest -m gpu tests/ (all of them: backend, parity through sync and the
                         cluster, steps' GPU kernels), with the summary line and the failures
@@ -13,7 +15,10 @@ soon as it finishes, so a call cut short still reports what it got:
   04_gpu_<size>.json    the access-log job (benchmarks/access_logs.yaml) on the GPU backend, each
                         size on ONE warm LocalCUDACluster (start-up timed on its own), timed from
                         Pipeline.run to its return (_SUCCESS written); rows, GB/s, host bytes per
-                        input byte (the manifest's host_transfer), fallbacks, worker peak RSS
+                        input byte (the manifest's host_transfer), fallbacks, worker peak RSS;
+  04_gpu_shuffled_<size> then the smallest size again with 8 shuffled shards on the same cluster:
+                        every row through the spill pieces; spill_host_bytes (goal 0: the pieces
+                        stay device frames in Parquet files, backends/gpu_spill.py)
   05_cpu.json           the same job on the CPU backend on all cores, comparison size
   06_polars.json        polars' scan -> regex -> sink_parquet (bench_access_logs.py's worker)
   07_summary.json       the ratios against the goals (docs/gpu.md)
@@ -167,9 +172,15 @@ def read_bandwidth(src: Path, device: bool, repeats: int = 3) -> dict:
     return {"bytes": size, "seconds": best, "gbps": size / best / 1e9, "path": how}
 
 
+SHUFFLE = ["shard.count=8", "shard.shuffle=true", "shard.seed=1"]
+
+
 def job_series(backend: str, files: list[tuple[int, Path]], out_root: Path, report: Report, prefix: str,
-               smoke: bool) -> list[dict]:
-    """The access-log job at each size on one warm cluster; a JSON per size as it finishes."""
+               smoke: bool, shuffled: bool = False) -> list[dict]:
+    """The access-log job at each size on one warm cluster; a JSON per size as it finishes.
+    shuffled: then the smallest size again with 8 shuffled shards (<prefix>_shuffled_<size>):
+    every row goes through the spill pieces (on a GPU: device frames in Parquet files, which
+    should put no spill bytes in the host-transfer ledger)."""
     import resource
 
     from distributed import Client, LocalCluster
@@ -190,11 +201,14 @@ def job_series(backend: str, files: list[tuple[int, Path]], out_root: Path, repo
     with cluster_cm as cluster, Client(cluster) as client:
         client.run(lambda: None)
         start_seconds = time.perf_counter() - t0
-        for size, src in files:
-            name = f"{prefix}_{label(size)}"
+        runs = [(size, src, []) for size, src in files]
+        if shuffled:
+            runs.append((*min(files), SHUFFLE))
+        for size, src, extra in runs:
+            name = f"{prefix}_{'shuffled_' if extra else ''}{label(size)}"
             try:
                 pipeline = Pipeline.from_file(HERE / "access_logs.yaml", overrides=[
-                    f"source.path={src}", f"sink.path={out_root / name}", "sink.mode=overwrite"])
+                    f"source.path={src}", f"sink.path={out_root / name}", "sink.mode=overwrite", *extra])
                 started = time.perf_counter()
                 result = pipeline.run(backend=backend, client=client)
                 seconds = time.perf_counter() - started
@@ -206,6 +220,9 @@ def job_series(backend: str, files: list[tuple[int, Path]], out_root: Path, repo
                          "host_transfer": result.manifest.get("host_transfer", {}),
                          "io": result.manifest.get("io"), "versions": result.manifest.get("versions"),
                          "shards": [(s["path"], s["rows"], s["sha256"]) for s in result.shards]}
+                if extra:
+                    moved = entry["host_transfer"].get("by_reason", {})
+                    entry["spill_host_bytes"] = sum(n for r, n in moved.items() if r.startswith(("spill", "to_arrow")))
             except Exception as err:       # noqa: BLE001 (reported, and the next size still runs)
                 entry = {"error": f"{type(err).__name__}: {err}"}
             results.append(report.write(name, entry))
@@ -426,12 +443,53 @@ def summary(r: Report, compare: int) -> dict:
             out["gpu_vs_polars"] = gpu["gbps"] / pol["gbps"]
         if "gbps" in read:
             out["gpu_vs_read"] = gpu["gbps"] / read["gbps"]
-    rss = {k.split("_", 2)[2]: v["worker_peak_rss"] for k, v in s.items() if k.startswith("04_gpu_") and "worker_peak_rss" in v}
+    rss = {k.split("_", 2)[2]: v["worker_peak_rss"] for k, v in s.items()
+           if k.startswith("04_gpu_") and "shuffled" not in k and "worker_peak_rss" in v}
     out["worker_peak_rss_by_size"] = rss
+    shuffled = [v for k, v in s.items() if k.startswith("04_gpu_shuffled_") and "gbps" in v]
+    if shuffled:
+        out["shuffled_gbps"] = shuffled[0]["gbps"]
+        out["shuffled_spill_host_bytes"] = shuffled[0]["spill_host_bytes"]      # goal: 0 (pieces stay on the device)
     if "gbps" in gpu and "shards" in cpu:
         out["same_rows_as_cpu"] = [x[1] for x in gpu["shards"]] == [x[1] for x in cpu["shards"]]
     out["tests"] = s.get("01_tests", {}).get("summary")
     return out
+
+
+GB = 1e9
+
+
+def estimates(sizes: list[int], compare: int, records: int, images: int, copies: int, tests_timeout: int) -> dict:
+    """Device-machine seconds each section should take at these sizes, pessimistic (rates well
+    under the goals; benchmarks/README.md gives the reasoning). A section starts only when its
+    estimate fits in what is left of --budget; otherwise its JSON says it was skipped."""
+    big = sorted(set(sizes) | {compare})
+    return {
+        "01_tests": tests_timeout,
+        "02_inputs": 30 * min(big) / GB + sum(big[1:]) / GB + 5,        # generate ~30 s/GB, copy ~1 GB/s
+        "03_read": 3 * compare / (2 * GB) + 2,
+        "04_gpu": 25 + sum(sizes) / GB + 2 * min(sizes) / GB,         # cluster start, >= 1 GB/s, the shuffled run
+        "05_cpu": 10 + compare / (0.5 * GB),                           # 16 cores at ~30 MB/s each
+        "06_polars": 5 + compare / (0.5 * GB),
+        "08_records": 15 + 2 * records / 10e6 + 2 * records / 20e6,   # 2 CPU runs ~10 MB/s, generated ~20 MB/s
+        "09_images": (20 + images * copies / 2000 + images / 1000) if images else 0,   # warm-up, >= 2,000 images/s
+    }
+
+
+class Budget:
+    """What is left of --budget seconds, from the start of the script."""
+
+    def __init__(self, seconds: float, report: Report):
+        self.seconds, self.report, self.t0 = seconds, report, time.perf_counter()
+
+    def left(self) -> float:
+        return self.seconds - (time.perf_counter() - self.t0)
+
+    def fits(self, name: str, estimate: float) -> bool:
+        if estimate <= self.left():
+            return True
+        self.report.write(name, {"skipped": f"needs about {estimate:.0f} s; {self.left():.0f} s of --budget left"})
+        return False
 
 
 def main(argv=None) -> int:
@@ -441,61 +499,76 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default="/tmp/gpuetl-check")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tests", default="tests/", help="what `pytest -m gpu` runs ('' to skip)")
-    ap.add_argument("--timeout", type=int, default=300,
-                    help="seconds for the test section (the device tool allows 600 s a call: the rest is the benchmark's)")
+    ap.add_argument("--timeout", type=int, default=240,
+                    help="at most this many seconds for the test section (less where the GPU job would not fit)")
+    ap.add_argument("--budget", type=int, default=560,
+                    help="seconds for the whole script (the device tool allows 600 s a call): a section whose "
+                         "estimate does not fit in what is left is skipped, saying so in its JSON")
     ap.add_argument("--smoke", action="store_true", help="CPU backend, tiny sizes: checks the script itself")
-    ap.add_argument("--records-size", default="256MB", help="JSON lines and CSV files for the record readers' section")
+    ap.add_argument("--records-size", default="128MB", help="JSON lines and CSV files for the record readers' section")
     ap.add_argument("--images", type=int, default=10_000, help="photos generated for 09_images (0: skip it)")
     ap.add_argument("--image-copies", type=int, default=10, help="times the photos are listed (09_images)")
     args = ap.parse_args(argv)
 
     backend = "cpu" if args.smoke else "gpu"
     if args.smoke:
-        sizes, compare = [100_000, 200_000], 200_000
+        sizes, compare, records = [100_000, 200_000], 200_000, 100_000
+        n_images, copies = (12, 2) if args.images else (0, 0)
     else:
         sizes, compare = [size_of(x) for x in args.sizes.split(",") if x], size_of(args.compare_size)
+        records, n_images, copies = size_of(args.records_size), args.images, args.image_copies
     out = Path(args.out or os.environ.get("OUT") or HERE / "results" / "gpu_check")
     report = Report(out)
+    budget = Budget(args.budget, report)
+    plan = estimates(sizes, compare, records, n_images, copies, args.timeout)
     report.write("00_machine", {**machine(), "backend": backend, "sizes": sizes, "compare_size": compare,
-                                "smoke": args.smoke})
+                                "smoke": args.smoke, "budget_seconds": args.budget, "estimated_seconds": plan})
     # smoke: the section's code runs, on one small module (the whole suite is `make test`'s job)
     tests = "tests/backends/test_gpu_support.py" if args.smoke and args.tests == "tests/" else args.tests
     if tests:
-        report.write("01_tests", run_tests(tests.split(), args.timeout))
+        # the tests first, but never so long that the GPU job (02-04) no longer fits after them
+        after = plan["02_inputs"] + plan["03_read"] + plan["04_gpu"]
+        report.write("01_tests", run_tests(tests.split(), max(30, int(min(args.timeout, budget.left() - after)))))
+    if not budget.fits("02_inputs", plan["02_inputs"]):
+        return 1
     try:
         files = make_inputs(Path(args.data), [*sizes, compare])
         report.write("02_inputs", {label(k): {"path": str(v), "bytes": v.stat().st_size} for k, v in files.items()})
     except Exception as err:               # noqa: BLE001
         report.write("02_inputs", {"error": f"{type(err).__name__}: {err}"})
         return 1
-    try:
-        report.write("03_read", read_bandwidth(files[compare], device=not args.smoke))
-    except Exception as err:               # noqa: BLE001
-        report.write("03_read", {"error": f"{type(err).__name__}: {err}"})
+    if budget.fits("03_read", plan["03_read"]):
+        try:
+            report.write("03_read", read_bandwidth(files[compare], device=not args.smoke))
+        except Exception as err:           # noqa: BLE001
+            report.write("03_read", {"error": f"{type(err).__name__}: {err}"})
     out_root = Path(args.data) / "out"
-    try:
-        job_series(backend, [(s, files[s]) for s in sizes], out_root, report, "04_gpu", args.smoke)
-    except Exception as err:               # noqa: BLE001 (the cluster did not start)
-        report.write("04_gpu", {"error": f"{type(err).__name__}: {err}"})
-    try:
-        report.write("05_cpu", job_series("cpu", [(compare, files[compare])], out_root, report, "05_cpu_run",
-                                          args.smoke)[0])
-    except Exception as err:               # noqa: BLE001
-        report.write("05_cpu", {"error": f"{type(err).__name__}: {err}"})
-    report.write("06_polars", polars_job(files[compare], out_root / "polars", timeout=600))
+    if budget.fits("04_gpu", plan["04_gpu"]):
+        try:
+            job_series(backend, [(s, files[s]) for s in sizes], out_root, report, "04_gpu", args.smoke, shuffled=True)
+        except Exception as err:           # noqa: BLE001 (the cluster did not start)
+            report.write("04_gpu", {"error": f"{type(err).__name__}: {err}"})
+    if budget.fits("05_cpu", plan["05_cpu"]):
+        try:
+            report.write("05_cpu", job_series("cpu", [(compare, files[compare])], out_root, report, "05_cpu_run",
+                                              args.smoke)[0])
+        except Exception as err:           # noqa: BLE001
+            report.write("05_cpu", {"error": f"{type(err).__name__}: {err}"})
+    if budget.fits("06_polars", plan["06_polars"]):
+        report.write("06_polars", polars_job(files[compare], out_root / "polars",
+                                             timeout=max(10, int(budget.left()))))
     result = report.write("07_summary", summary(report, compare))
     print(json.dumps(result, indent=2, default=str))
-    try:
-        report.write("08_records", records_job(backend, Path(args.data), out_root,
-                                               100_000 if args.smoke else size_of(args.records_size)))
-    except Exception as err:               # noqa: BLE001
-        report.write("08_records", {"error": f"{type(err).__name__}: {err}"})
+    if budget.fits("08_records", plan["08_records"]):
+        try:
+            report.write("08_records", records_job(backend, Path(args.data), out_root, records))
+        except Exception as err:           # noqa: BLE001
+            report.write("08_records", {"error": f"{type(err).__name__}: {err}"})
     tests_ok = report.sections.get("01_tests", {}).get("ok", True)
     images_ok = True
-    if args.images:
-        n, copies = (12, 2) if args.smoke else (args.images, args.image_copies)
+    if n_images and budget.fits("09_images", plan["09_images"]):
         try:
-            images = report.write("09_images", images_job(Path(args.data), out_root, n, copies, args.smoke))
+            images = report.write("09_images", images_job(Path(args.data), out_root, n_images, copies, args.smoke))
             print(json.dumps({k: images[k] for k in ("images", "seconds", "images_per_s", "meets_goal",
                                                      "pixels_stayed_on_device")}, default=str))
         except Exception as err:           # noqa: BLE001 (reported in its JSON)

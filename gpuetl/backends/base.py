@@ -136,6 +136,12 @@ class Backend(ABC):
     def from_arrow(self, table: pa.Table) -> Any:
         ...
 
+    def host_table(self, df: Any, schema: Schema, reason: str) -> pa.Table:
+        """to_arrow() for rows that must reach the host (the quarantine's raw records, key frames
+        set aside on disk): a device backend counts them in its host-transfer ledger under
+        `reason`."""
+        return self.to_arrow(df, schema)
+
     def to_host(self, values: Any):
         """A numpy array from an xp array (no-op on the CPU)."""
         return values
@@ -202,6 +208,81 @@ class Backend(ABC):
         from ..sinks.parquet import ShardWriter
 
         return ShardWriter(path, schema, options, task)
+
+    # -- spill pieces (sinks/spill.py sets them aside, sinks/parquet.py reads them back) --------
+    # A piece is one partition's rows of one split, held between the map tasks and the shard
+    # writers, in this backend's own form: host Arrow tables in IPC files here (the functions
+    # in sinks/spill.py), device frames in Parquet files on a GPU (gpu_spill.py). Shared code
+    # only hands pieces to these methods, to a shard writer, and takes their len().
+    spill_suffix: str = ".arrow"
+
+    def spill_piece(self, df: Any, schema: Schema) -> Any:
+        """The live rows, with exactly `schema`'s columns and types, as a piece."""
+        return self.to_arrow(df, schema)
+
+    def spill_groups(self, piece: Any, split: np.ndarray, ranged: bool) -> dict[int, Any]:
+        """{split id: that split's rows}. `split`: each row's split id (host int8). ranged: each
+        split's rows grouped by the top 8 bits of the placement hash, input order kept within a
+        group (sinks.layout.hash_range reads a shard's stretch of it); else in input order."""
+        from ..sinks.spill import arrow_groups
+
+        return arrow_groups(piece, split, ranged)
+
+    def spill_histogram(self, piece: Any, schema: Schema) -> np.ndarray:
+        """Bytes in memory of the piece's rows (the columns of `schema`) per placement-hash
+        bucket: float64 of length sinks.layout.BUCKETS, equal on every backend."""
+        from ..sinks.spill import arrow_histogram
+
+        return arrow_histogram(piece, schema)
+
+    def write_spill(self, piece: Any, path: str) -> None:
+        """Write a piece to a local path (atomically: a retried task never leaves half a one)."""
+        from ..sinks.spill import write_ipc
+
+        write_ipc(piece, path)
+
+    def read_spill(self, path: str, columns: list[str] | None = None) -> Any:
+        """A piece written by any backend's write_spill (the file's suffix says which form), or
+        a URL in the run store (fetched into the task's folder), as this backend's piece."""
+        from ..sinks.spill import read_ipc
+
+        table = read_ipc(path)
+        return table.select(columns) if columns is not None else table
+
+    def spill_range(self, piece: Any, lo_bucket: int, hi_bucket: int) -> tuple[Any, Any]:
+        """The stretch of a ranged piece holding the rows of placement buckets [lo, hi) (no
+        copy) and which of its rows those are (an xp bool array, or None: all)."""
+        from ..sinks.layout import hash_range
+        from ..sinks.spill import PLACE
+
+        if not len(piece):
+            return piece, None
+        start, stop, mine = hash_range(piece.column(PLACE).to_numpy(), lo_bucket, hi_bucket)
+        return piece.slice(start, stop - start), mine
+
+    def spill_column(self, piece: Any, name: str) -> Any:
+        """A fixed-width, never-null bookkeeping column of a piece as an xp array."""
+        return piece.column(name).to_numpy()
+
+    def spill_filter(self, piece: Any, mask: Any) -> Any:
+        """The rows of a piece where the xp bool `mask` is true."""
+        return piece.filter(pa.array(mask))
+
+    def spill_concat(self, pieces: list) -> Any:
+        return pa.concat_tables(pieces)
+
+    def spill_sort(self, piece: Any, keys: list[str]) -> Any:
+        """The piece's rows ordered by `keys`, ascending (stable)."""
+        import pyarrow.compute as pc
+
+        return piece.take(pc.sort_indices(piece, sort_keys=[(k, "ascending") for k in keys]))
+
+    def spill_span(self, piece: Any, name: str) -> tuple[int, int] | None:
+        """(smallest, largest) of a uint64 bookkeeping column of a piece; None when it is empty."""
+        if not len(piece):
+            return None
+        values = piece.column(name).to_numpy()
+        return int(values.min()), int(values.max())
 
     def read_block(self, files: list, ranges: tuple) -> Any:
         """Read a partition's byte ranges into one buffer of whole records (sources.ranges.Block)."""

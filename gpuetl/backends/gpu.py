@@ -35,6 +35,7 @@ from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micr
                           remote_record_span, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_records import GpuRecordsMixin
+from .gpu_spill import GpuSpillMixin
 from .gpu_text import GpuTextMixin
 
 # Every RAPIDS call this backend makes, with the positional-argument count and the keywords it
@@ -148,6 +149,18 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
                                        "rmm_allocator_external_lib_list", "device_memory_limit",
                                        "enable_cudf_spill", "protocol", "dashboard_address",
                                        "silence_logs", "CUDA_VISIBLE_DEVICES")),
+    # gpu_spill.py: spill pieces on the device
+    ("cudf.DataFrame.to_parquet", 1, ("compression", "index")),
+    ("cudf.read_parquet", 1, ("columns",)),
+    ("cudf.DataFrame.take", 1, ()),
+    ("cudf.core.series.DatetimeProperties.tz_localize", 1, ()),
+    ("cudf.DataFrame.reset_index", 0, ("drop",)),
+    ("cudf.core.accessors.string.StringMethods.byte_count", 0, ()),
+    ("pylibcudf.sorting.stable_sorted_order", 3, ()),
+    ("cupy.argsort", 1, ()),
+    ("cupy.searchsorted", 2, ("side",)),
+    ("cupy.bincount", 1, ("weights", "minlength")),
+    ("cupy.stack", 1, ()),
 ]
 
 # Enum members and constants the backend names (tests/backends/test_gpu_api.py resolves each).
@@ -158,6 +171,7 @@ RAPIDS_CONSTANTS: list[str] = [
     "pylibcudf.io.types.StatisticsFreq.STATISTICS_ROWGROUP", "pylibcudf.io.types.DictionaryPolicy.ADAPTIVE",
     "pylibcudf.io.types.CompressionType.NONE", "pylibcudf.io.types.CompressionType.ZSTD",
     "pylibcudf.strings.regex_flags.RegexFlags.DOTALL", "pylibcudf.strings.regex_flags.RegexFlags.DEFAULT",
+    "pylibcudf.types.Order.ASCENDING", "pylibcudf.types.NullOrder.AFTER",
 ]
 
 # The backend's own regexes (libcudf dialect; tests/backends/test_gpu_api.py compiles each).
@@ -214,7 +228,7 @@ def _flag(values, reason: str = "control: any()") -> bool:
     return bool(hit.get() if isinstance(hit, cp.ndarray) else hit)
 
 
-class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
+class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     name = "gpu"
 
     xp = cp
@@ -301,10 +315,15 @@ class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
             yield cluster
 
     def to_pandas(self, obj):
-        return obj.to_pandas()
+        """Small results read row by row (tallies, a first bad row, quarantined rows kept as
+        JSON, exact dedupe's repeats): counted."""
+        out = obj.to_pandas()
+        count_host_bytes("to_pandas: tallies and rows read in Python", int(np.sum(out.memory_usage(deep=True))))
+        return out
 
     def to_pylist(self, col) -> list:
-        return col.to_arrow().to_pylist()
+        """The few values an expression checks in Python (int64 products near the limit): counted."""
+        return to_host_copy(col, "to_pylist: values checked in Python").to_pylist()
 
     def keep_rows(self, df, split):
         """Streamed in this process, the rows stay on the device until libcudf encodes them."""
@@ -409,8 +428,10 @@ class GpuBackend(GpuRecordsMixin, GpuTextMixin, Backend):
         return df[live], quarantined, tallies
 
     def to_arrow(self, df, schema: Schema) -> pa.Table:
-        arrays = [_to_arrow(df[name], "to_arrow: frame to host Arrow").cast(ARROW_TYPES[t])
-                  for name, t in schema.items()]
+        return self.host_table(df, schema, "to_arrow: frame to host Arrow")
+
+    def host_table(self, df, schema: Schema, reason: str) -> pa.Table:
+        arrays = [_to_arrow(df[name], reason).cast(ARROW_TYPES[t]) for name, t in schema.items()]
         return pa.Table.from_arrays(arrays, schema=pa.schema([(n, ARROW_TYPES[t]) for n, t in schema.items()]))
 
     def from_arrow(self, table: pa.Table):

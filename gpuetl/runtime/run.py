@@ -429,8 +429,6 @@ def _map_partitions(plan, maps: dict, finished: dict, executor, run_tmp: Path, o
     """Run the map tasks, taking their results in partition order (at most a few ahead of the
     one taken). With `stream`, each one's pieces go to its split's writer as it arrives:
     (results, the shards written); else (results, None)."""
-    from ..sinks.spill import read_ipc
-
     sink = get_sink(plan.spec.sink.type)
     tasks = _shard_tasks(plan.layout, [], plan.output_schema, options, sink) if stream else []
     writers = {t.split: sink.shard_writer(backend, str(run_tmp / "data" / t.relpath), plan.output_schema, options, t)
@@ -446,7 +444,7 @@ def _map_partitions(plan, maps: dict, finished: dict, executor, run_tmp: Path, o
             results.append(result)
             if stream:
                 for split, path in sorted(result.pieces.items()):
-                    writers[split].write(read_ipc(path))
+                    writers[split].write(backend.read_spill(path))
                 for split, table in sorted(result.tables.items()):
                     writers[split].write(table)
                 result.tables = {}           # written: let the memory go

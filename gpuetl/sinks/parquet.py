@@ -61,48 +61,52 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
     partition order, which is input order: unshuffled rows are written piece by piece (each
     piece's slice put back in input order); shuffled rows are ordered by their order hash, in
     turns over disjoint ranges of it (rows with equal hashes share a turn), each turn holding
-    about SHARD_BATCH_BYTES. `backend`: whose Parquet writer encodes the shard
-    (Backend.shard_writer; default pyarrow's)."""
-    make = backend.shard_writer if backend is not None else ShardWriter
-    writer = make(os.path.join(tmp_dir, "data", task.relpath), schema, options, task)
+    about SHARD_BATCH_BYTES. `backend`: whose pieces these are (Backend.read_spill and the
+    spill_* methods) and whose Parquet writer encodes the shard (default: the CPU's)."""
+    if backend is None:
+        from ..backends import get_backend
+
+        backend = get_backend("cpu")
+    writer = backend.shard_writer(os.path.join(tmp_dir, "data", task.relpath), schema, options, task)
     if layout.in_input_order:               # one shard per split: each piece is in input order
         for path in pieces:
-            writer.write(read_ipc(path))
+            writer.write(backend.read_spill(path))
         return writer.close()
-    input_order = [(FILE_INDEX, "ascending"), (OFFSET, "ascending")]
+    input_order = [FILE_INDEX, OFFSET]
     if not layout.shuffle:
         for path in pieces:
-            table = _slice_of(read_ipc(path), task, layout.ranged)
-            if table.num_rows:
-                writer.write(table.take(pc.sort_indices(table, sort_keys=input_order)))
+            piece = _slice_of(backend, backend.read_spill(path), task, layout.ranged)
+            if len(piece):
+                writer.write(backend.spill_sort(piece, input_order))
         return writer.close()
     turns = max(1, math.ceil(task.row_bytes / SHARD_BATCH_BYTES))
-    edges = _turn_edges(pieces, task, layout.ranged, turns)
+    edges = _turn_edges(backend, pieces, task, layout.ranged, turns)
+    xp = backend.xp
     for lo, hi in zip(edges, edges[1:]):
-        tables = []
+        gathered = []
         for path in pieces:
-            table, mine = _range_of(read_ipc(path), task, layout.ranged)
-            if table.num_rows and turns > 1:
-                order = table.column(ORDER).to_numpy()
-                turn = order >= np.uint64(lo)
+            piece, mine = _range_of(backend, backend.read_spill(path), task, layout.ranged)
+            if len(piece) and turns > 1:
+                order = backend.spill_column(piece, ORDER)
+                turn = order >= xp.uint64(lo)
                 if hi is not None:
-                    turn &= order < np.uint64(hi)
+                    turn &= order < xp.uint64(hi)
                 mine = turn if mine is None else mine & turn
             if mine is not None:
-                table = table.filter(pa.array(mine))
-            if table.num_rows:
-                tables.append(table)
-        if tables:
-            table = pa.concat_tables(tables)
-            del tables
-            ordered = table.take(pc.sort_indices(table, sort_keys=[(ORDER, "ascending"), *input_order]))
-            del table                # a turn holds its rows about twice: the gathered ones, then in order
+                piece = backend.spill_filter(piece, mine)
+            if len(piece):
+                gathered.append(piece)
+        if gathered:
+            rows = backend.spill_concat(gathered) if len(gathered) > 1 else gathered[0]
+            del gathered
+            ordered = backend.spill_sort(rows, [ORDER, *input_order])
+            del rows                 # a turn holds its rows about twice: the gathered ones, then in order
             writer.write(ordered)
             del ordered
     return writer.close()
 
 
-def _turn_edges(pieces: list[str], task: ShardTask, ranged: bool, turns: int) -> list:
+def _turn_edges(backend, pieces: list[str], task: ShardTask, ranged: bool, turns: int) -> list:
     """The bounds of the order hash of each turn: equal widths between the smallest and the
     largest order hash among the shard's rows. Without a shard.key the order hash is the
     placement hash, so a shard's rows span only its own stretch of it: turns over the whole
@@ -111,31 +115,28 @@ def _turn_edges(pieces: list[str], task: ShardTask, ranged: bool, turns: int) ->
         return [0, None]
     low, high = None, None
     for path in pieces:
-        table, mine = _range_of(read_ipc(path).select([PLACE, ORDER]), task, ranged)
-        order = table.column(ORDER).to_numpy()
-        if mine is not None:
-            order = order[mine]
-        if len(order):
-            low = int(order.min()) if low is None else min(low, int(order.min()))
-            high = int(order.max()) if high is None else max(high, int(order.max()))
+        piece = _slice_of(backend, backend.read_spill(path, [PLACE, ORDER]), task, ranged)
+        span = backend.spill_span(piece, ORDER)
+        if span is not None:
+            low = span[0] if low is None else min(low, span[0])
+            high = span[1] if high is None else max(high, span[1])
     if low is None:
         return [0, None]
     return [low + (high + 1 - low) * k // turns for k in range(turns)] + [None]
 
 
-def _slice_of(table: pa.Table, task: ShardTask, ranged: bool) -> pa.Table:
+def _slice_of(backend, piece, task: ShardTask, ranged: bool):
     """The rows of a spilled piece that belong to the shard (its placement-hash range)."""
-    table, mine = _range_of(table, task, ranged)
-    return table if mine is None else table.filter(pa.array(mine))
+    piece, mine = _range_of(backend, piece, task, ranged)
+    return piece if mine is None else backend.spill_filter(piece, mine)
 
 
-def _range_of(table: pa.Table, task: ShardTask, ranged: bool) -> tuple[pa.Table, np.ndarray | None]:
+def _range_of(backend, piece, task: ShardTask, ranged: bool):
     """The stretch of a spilled piece that holds the shard's rows (a slice, no copy) and which of
-    its rows are the shard's (None: all)."""
-    if not ranged or not table.num_rows:
-        return table, None
-    start, stop, mine = hash_range(table.column(PLACE).to_numpy(), task.lo_bucket, task.hi_bucket)
-    return table.slice(start, stop - start), mine
+    its rows are the shard's (an xp bool array; None: all)."""
+    if not ranged or not len(piece):
+        return piece, None
+    return backend.spill_range(piece, task.lo_bucket, task.hi_bucket)
 
 
 class ShardWriter:

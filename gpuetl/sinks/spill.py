@@ -1,11 +1,14 @@
-"""The map side of the sink: each final partition sets its rows aside, per split, in Arrow IPC
-files under the run's temporary folder, and reports what it holds (counts, a histogram of the
-placement hash) so the shards can be cut before anything is written to the dataset."""
+"""The map side of the sink: each final partition sets its rows aside, per split, in piece files
+under the run's temporary folder, and reports what it holds (counts, a histogram of the
+placement hash) so the shards can be cut before anything is written to the dataset. The backend
+holds, orders, counts, writes and reads the pieces (Backend.spill_*: host Arrow IPC on the CPU,
+device frames in Parquet on a GPU); this module decides what goes where."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,16 +29,16 @@ class MapResult:
     partition: int
     tallies: dict[tuple[int, int], int] = field(default_factory=dict)   # (stage, status) -> records
     reasons: dict[str, int] = field(default_factory=dict)               # quarantine reason -> records
-    pieces: dict[int, str] = field(default_factory=dict)                # split -> IPC file
+    pieces: dict[int, str] = field(default_factory=dict)                # split -> piece file
     rows: dict[int, int] = field(default_factory=dict)                  # split -> live rows
     histograms: dict[int, np.ndarray] = field(default_factory=dict)     # split -> bytes per bucket
     quarantine: str | None = None
-    tables: dict[int, pa.Table] = field(default_factory=dict, repr=False)  # split -> rows kept in memory
+    tables: dict[int, Any] = field(default_factory=dict, repr=False)    # split -> rows kept in memory (a piece)
 
 
 def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str,
                     file_names: list[str], stage_names: list[str], backend, in_memory: bool = False) -> MapResult:
-    """in_memory: hand the rows to the caller in the result instead of an IPC file (the streaming
+    """in_memory: hand the rows to the caller in the result instead of a piece file (the streaming
     writer in the same process; a run that cannot be resumed anyway), saving a write and a read
     of every byte. Such a result is not recorded for resume."""
     result = _spill(df, partition, layout=layout, schema=schema, tmp_dir=tmp_dir,
@@ -81,35 +84,17 @@ def _spill(df, partition: int, *, layout: Layout, schema, tmp_dir, file_names, s
     extra = {FILE_INDEX: "int32", OFFSET: "int64", PLACE: "uint64"}
     if order is not None:
         extra[ORDER] = "uint64"
-    whole = backend.to_arrow(live, {**table_cols, **extra})
-    if ranged:
-        # One gather puts the rows in split order and, within a split, grouped by the hash's top
-        # 8 bits (input order kept within a group), so a shard reads one contiguous stretch of
-        # each piece (layout.hash_range) and each split is a slice, not a filtered copy. 256
-        # groups gather with forward-moving cursors: far cheaper than a full sort by hash.
-        key = split_host.astype(np.uint16) << 8 | coarse_of(whole.column(PLACE).to_numpy())
-        whole = whole.take(pa.array(np.argsort(key, kind="stable")))
-        split_host = np.sort(split_host, kind="stable")
-    present = np.unique(split_host)
-    for s in present:
-        if len(present) == 1:
-            table = whole
-        elif ranged:
-            start, stop = np.searchsorted(split_host, [s, s + 1], side="left")
-            table = whole.slice(int(start), int(stop - start))
-        else:               # splits in one shard each: a split's rows in input order
-            table = whole.filter(pa.array(split_host == s))
-        result.rows[int(s)] = table.num_rows
+    piece = backend.spill_piece(live, {**table_cols, **extra})
+    for s, rows in backend.spill_groups(piece, split_host, ranged).items():
+        result.rows[s] = len(rows)
         if in_memory:
-            result.tables[int(s)] = table
+            result.tables[s] = rows
         else:
-            path = os.path.join(tmp_dir, "spill", f"s{int(s)}", f"p{partition:06d}.arrow")
-            _write_ipc(table, path)
-            result.pieces[int(s)] = path
+            path = piece_path(tmp_dir, s, partition, backend.spill_suffix)
+            backend.write_spill(rows, path)
+            result.pieces[s] = path
         if ranged or layout.shuffle:   # where the bytes lie: shards are cut, and shuffled ones written in turns
-            buckets = bucket_of(table.column(PLACE).to_numpy())
-            result.histograms[int(s)] = np.bincount(buckets.astype(np.int64), weights=_row_bytes(table, schema),
-                                                    minlength=BUCKETS)
+            result.histograms[s] = backend.spill_histogram(rows, schema)
     return result
 
 
@@ -149,8 +134,8 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
         return None
     # The state is read back from disk: a piece counts only when it is exactly where this run
     # writes it (never a path taken from the file), a regular file reached without a link.
-    expected = {s: os.path.join(tmp_dir, "spill", f"s{s}", f"p{partition:06d}.arrow") for s in pieces}
-    if pieces != expected or not all(_ours(tmp_dir, p) for p in pieces.values()):
+    if (any(p not in {piece_path(tmp_dir, s, partition, suffix) for suffix in PIECE_SUFFIXES} for s, p in pieces.items())
+            or not all(_ours(tmp_dir, p) for p in pieces.values())):
         return None
     quarantine = state.get("quarantine")
     if quarantine is not None and (quarantine != os.path.join(tmp_dir, "spill", "quarantine", f"p{partition:06d}.arrow")
@@ -193,8 +178,12 @@ def _ours(tmp_dir: str, path: str) -> bool:
     return stat.S_ISREG(mode)
 
 
+NESTED_ROW_BYTES = 8     # what a list or struct value counts for in the row-size estimate
+
+
 def _row_bytes(table: pa.Table, schema: Schema) -> np.ndarray:
-    """Each row's size in memory: fixed widths plus string lengths (used to cut shards by bytes)."""
+    """Each row's size in memory: fixed widths plus string lengths (used to cut shards by bytes);
+    a nested value (list, struct) counts NESTED_ROW_BYTES, an estimate every backend makes alike."""
     size = np.zeros(table.num_rows, dtype=np.float64)
     for name in schema:
         col = table.column(name)
@@ -203,12 +192,56 @@ def _row_bytes(table: pa.Table, schema: Schema) -> np.ndarray:
             import pyarrow.compute as pc
 
             size += pc.fill_null(pc.binary_length(col), 0).to_numpy().astype(np.float64)
+        elif pa.types.is_nested(col.type):
+            size += NESTED_ROW_BYTES
         else:
             size += max(col.type.bit_width // 8, 1)
     return size
 
 
-def _write_ipc(table: pa.Table, path: str) -> None:
+# The files a piece may be in: host Arrow IPC (Backend.write_spill) or a device backend's Parquet
+# (gpu_spill.py); a resumed run on another backend reads either.
+PIECE_SUFFIXES = (".arrow", ".parquet")
+
+
+def piece_path(tmp_dir: str, split: int, partition: int, suffix: str) -> str:
+    """Where a partition's piece of a split is written (load_result accepts nothing else)."""
+    if suffix not in PIECE_SUFFIXES:
+        raise ValueError(f"internal error: spill pieces are {PIECE_SUFFIXES} files, not {suffix!r}")
+    return os.path.join(tmp_dir, "spill", f"s{int(split)}", f"p{partition:06d}{suffix}")
+
+
+def arrow_groups(whole: pa.Table, split: np.ndarray, ranged: bool) -> dict[int, pa.Table]:
+    """Backend.spill_groups for host Arrow pieces."""
+    if ranged:
+        # One gather puts the rows in split order and, within a split, grouped by the hash's top
+        # 8 bits (input order kept within a group), so a shard reads one contiguous stretch of
+        # each piece (layout.hash_range) and each split is a slice, not a filtered copy. 256
+        # groups gather with forward-moving cursors: far cheaper than a full sort by hash.
+        key = split.astype(np.uint16) << 8 | coarse_of(whole.column(PLACE).to_numpy())
+        whole = whole.take(pa.array(np.argsort(key, kind="stable")))
+        split = np.sort(split, kind="stable")
+    present = np.unique(split)
+    groups = {}
+    for s in present:
+        if len(present) == 1:
+            table = whole
+        elif ranged:
+            start, stop = np.searchsorted(split, [s, s + 1], side="left")
+            table = whole.slice(int(start), int(stop - start))
+        else:               # splits in one shard each: a split's rows in input order
+            table = whole.filter(pa.array(split == s))
+        groups[int(s)] = table
+    return groups
+
+
+def arrow_histogram(table: pa.Table, schema: Schema) -> np.ndarray:
+    """Backend.spill_histogram for host Arrow pieces."""
+    buckets = bucket_of(table.column(PLACE).to_numpy())
+    return np.bincount(buckets.astype(np.int64), weights=_row_bytes(table, schema), minlength=BUCKETS)
+
+
+def write_ipc(table: pa.Table, path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".partial"
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -217,8 +250,8 @@ def _write_ipc(table: pa.Table, path: str) -> None:
 
 
 def _write_quarantine(bad, partition, tmp_dir, file_names, stage_names, backend) -> str:
-    table = backend.to_arrow(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: "binary", REASON: "string",
-                                   STAGE: "int16"})
+    table = backend.host_table(bad, {FILE_INDEX: "int32", OFFSET: "int64", RAW: "binary", REASON: "string",
+                                     STAGE: "int16"}, "quarantine: records set aside")
     fi = table.column(FILE_INDEX).to_numpy()
     names = np.asarray(file_names, dtype=object)
     stages = np.asarray(stage_names, dtype=object)
@@ -231,15 +264,27 @@ def _write_quarantine(bad, partition, tmp_dir, file_names, stage_names, backend)
         FILE_INDEX: table.column(FILE_INDEX),
     })
     path = os.path.join(tmp_dir, "spill", "quarantine", f"p{partition:06d}.arrow")
-    _write_ipc(out, path)
+    write_ipc(out, path)
+    return path
+
+
+def local_piece(path: str) -> str:
+    """A piece's local path: one in the object store (a cluster without a shared disk:
+    sinks/runstore.py) is fetched into the task's folder first."""
+    if "://" in path:
+        from .runstore import local_copy
+
+        return local_copy(path)
     return path
 
 
 def read_ipc(path: str) -> pa.Table:
-    """Memory-mapped: a reducer touches only the slice it needs. A piece in the object store (a
-    cluster without a shared disk: sinks/runstore.py) is fetched into the task's folder first."""
-    if "://" in path:
-        from .runstore import local_copy
+    """A spilled piece or quarantine file as host Arrow. IPC is memory-mapped: a reducer touches
+    only the slice it needs. A device backend's Parquet piece is read on the host (a resumed
+    run on the CPU, or the shard-size sample)."""
+    path = local_piece(path)
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
 
-        path = local_copy(path)
+        return pq.read_table(path)
     return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()

@@ -209,7 +209,7 @@ class KeyFrames:
             return
         os.makedirs(self.folder, exist_ok=True)
         path = os.path.join(self.folder, f"p{partition:06d}.arrow")
-        table = backend.to_arrow(frame, self.schema)
+        table = backend.host_table(frame, self.schema, "dedupe: key frames set aside on disk")
         with pa.OSFile(path + ".partial", "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table, max_chunksize=1 << 20)
         os.replace(path + ".partial", path)

@@ -2,6 +2,7 @@
 a tiny size (--smoke): every section runs and writes its JSON, so the script cannot fail on first
 contact with a GPU for a reason a CPU machine could have shown."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ["00_machine", "01_tests", "02_inputs", "03_read", "04_gpu_100KB", "04_gpu_200KB", "05_cpu",
+SECTIONS = ["00_machine", "01_tests", "02_inputs", "03_read", "04_gpu_100KB", "04_gpu_200KB", "04_gpu_shuffled_100KB", "05_cpu",
             "06_polars", "07_summary", "08_records", "09_images"]
 
 
@@ -29,7 +30,24 @@ def test_gpu_check_smoke_writes_every_section(tmp_path):
     summary = written["07_summary"]
     assert summary["same_rows_as_cpu"] is True and summary["gpu_gbps"] > 0
     assert set(summary["worker_peak_rss_by_size"]) == {"100KB", "200KB"}
+    shuffled = written["04_gpu_shuffled_100KB"]
+    assert shuffled["counts"] == written["04_gpu_100KB"]["counts"] and len(shuffled["shards"]) == 8
+    assert summary["shuffled_spill_host_bytes"] == 0
+    estimated = written["00_machine"]["estimated_seconds"]
+    assert set(estimated) >= {"01_tests", "04_gpu", "09_images"} and sum(estimated.values()) < 560
     records = written["08_records"]
     assert records["jsonl_cpu"]["counts"]["quarantined"] > 0 and records["csv_cpu"]["counts"]["rows_out"] > 0
     images = written["09_images"]
     assert images["images"] == 24 and images["images_per_s"] > 0 and images["counts"]["rows_out"] == 24
+
+
+def test_a_section_that_does_not_fit_the_budget_is_skipped_and_says_so(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    out = tmp_path / "out"
+    assert check.main(["--smoke", "--tests", "", "--budget", "1", "--out", str(out), "--data", str(tmp_path)]) == 1
+    written = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert set(written) == {"00_machine", "02_inputs"}
+    assert written["02_inputs"]["skipped"].startswith("needs about")
+    assert not (tmp_path / "out" / "04_gpu_100KB.json").exists()

@@ -1,0 +1,52 @@
+"""The index arithmetic of the device spill (backends/gpu_spill.py: group_order, stretch) run
+with numpy in place of CuPy, against the CPU's own (sinks.spill.arrow_groups, sinks.layout.
+hash_range), on a machine with RAPIDS but no GPU (`make gpu-api`)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+pytestmark = pytest.mark.gpu_api
+
+try:                                        # RAPIDS installed: import it without touching CUDA
+    os.environ.setdefault("RAPIDS_NO_INITIALIZE", "1")
+    from gpuetl.backends import gpu_spill
+except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a broken install)
+    pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
+                allow_module_level=True)
+
+from gpuetl.sinks.layout import BUCKETS, hash_range  # noqa: E402
+from gpuetl.sinks.spill import PLACE, arrow_groups  # noqa: E402
+
+
+def _place(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    place = rng.integers(0, 2**64, n, dtype=np.uint64)
+    place[: n // 4] = place[n // 2]             # ties
+    place[-3:] = [0, 2**64 - 1, 1 << 48]        # the edges of the hash range and of a bucket
+    return place
+
+
+@pytest.mark.parametrize("n", [3, 7, 5000])
+def test_group_order_is_the_cpus(n):
+    place = _place(n, n)
+    split = np.random.default_rng(1).integers(0, 3, n).astype(np.int8)
+    order = gpu_spill.group_order(place, split, np)
+    groups = arrow_groups(pa.table({PLACE: place, "row": np.arange(n)}), split, ranged=True)
+    expected = np.concatenate([groups[s].column("row").to_numpy() for s in sorted(groups)])
+    assert order.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("lo, hi", [(0, BUCKETS), (0, 1), (1, 2), (255, 257), (1000, 30000), (40000, 40001),
+                                    (65535, BUCKETS), (256, 512)])
+def test_stretch_is_hash_range(lo, hi):
+    place = _place(3000, 2)
+    place = place[gpu_spill.group_order(place, np.zeros(len(place), dtype=np.int8), np)]   # a ranged piece
+    start, stop, mine = gpu_spill.stretch(place, lo, hi, np, lambda a: a)
+    want_start, want_stop, want_mine = hash_range(place, lo, hi)
+    assert (start, stop) == (want_start, want_stop)
+    assert mine.tolist() == (want_mine.tolist() if want_mine is not None else [True] * (stop - start))

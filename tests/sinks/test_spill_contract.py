@@ -1,0 +1,130 @@
+"""The spill goes through the backend's declared piece methods (Backend.spill_*, write_spill,
+read_spill): the map side (sinks/spill.py) and the shard writers (sinks/parquet.py) never open a
+piece file or touch a piece's rows themselves, so a backend may keep its pieces in its own form
+(a GPU: device frames in Parquet, backends/gpu_spill.py)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import gpuetl
+from gpuetl.backends.cpu import CpuBackend
+from gpuetl.samples import write_access_logs
+from gpuetl.sinks import parquet, spill
+
+PIECE_METHODS = ("spill_piece", "spill_groups", "spill_histogram", "write_spill", "read_spill", "spill_range",
+                 "spill_column", "spill_filter", "spill_concat", "spill_sort", "spill_span")
+
+
+class Recording(CpuBackend):
+    """The CPU backend, recording each piece method it is asked for (the CPU's own code does the work)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+        self.written: list[str] = []
+
+    def __getattribute__(self, name):
+        attr = super().__getattribute__(name)
+        if name in PIECE_METHODS:
+            calls = super().__getattribute__("calls")
+
+            def recorded(*args, **kwargs):
+                calls.append(name)
+                if name == "write_spill":
+                    super(Recording, self).__getattribute__("written").append(args[1])
+                return attr(*args, **kwargs)
+            return recorded
+        return attr
+
+
+class ParquetPieces(Recording):
+    """Pieces kept in another form and file format (Parquet, as the GPU's are), through the
+    same contract: the shards must not change."""
+
+    spill_suffix = ".parquet"
+
+    def write_spill(self, piece, path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        pq.write_table(piece, path + ".partial")
+        os.replace(path + ".partial", path)
+
+    def read_spill(self, path, columns=None):
+        return pq.read_table(path, columns=columns)
+
+
+SHARDS = {
+    "shuffled by key, splits": {"count": 3, "shuffle": True, "key": ["ip"], "splits": {"train": 0.8, "val": 0.2}},
+    "ranged, unshuffled": {"count": 3},
+    "in input order, splits": {"splits": {"train": 0.5, "val": 0.5}},
+}
+
+
+def _run(tmp_path, name, shard, backend):
+    spec = {"version": 1, "name": "contract", "source": {"type": "text", "path": "access.log", "blocksize": "48KiB"},
+            "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"},
+            "steps": [{"filter": "status < 500"}],
+            "shard": shard, "sink": {"path": name, "row_group_rows": 300, "mode": "resume"}}
+    result = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend=backend, scheduler="sync")
+    c = result.counts
+    assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
+    return result
+
+
+@pytest.mark.parametrize("shard", SHARDS.values(), ids=SHARDS)
+def test_the_spill_goes_through_the_backends_piece_methods(tmp_path, monkeypatch, shard):
+    write_access_logs(tmp_path / "access.log", lines=1500, seed=3)
+    plain = _run(tmp_path, "plain", shard, "cpu")
+    opened = []
+    real_read = spill.read_ipc
+
+    def read_ipc(path):
+        opened.append(path)
+        return real_read(path)
+
+    monkeypatch.setattr(spill, "read_ipc", read_ipc)
+    monkeypatch.setattr(parquet, "read_ipc", read_ipc)
+    monkeypatch.setattr(parquet, "SHARD_BATCH_BYTES", 20_000)       # shuffled shards in several turns
+    for name, backend in (("recorded", Recording()), ("parquet", ParquetPieces())):
+        opened.clear()
+        result = _run(tmp_path, name, shard, backend)
+        assert [s["sha256"] for s in result.shards] == [s["sha256"] for s in plain.shards], name
+        assert result.counts == plain.counts
+        calls = set(backend.calls)
+        assert {"spill_piece", "spill_groups", "write_spill", "read_spill"} <= calls, calls
+        assert backend.written and all(p.endswith(backend.spill_suffix) for p in backend.written)
+        if shard.get("count"):
+            assert "spill_histogram" in calls and "spill_range" in calls
+        if shard.get("shuffle"):
+            assert {"spill_sort", "spill_span", "spill_column", "spill_filter"} <= calls, calls
+        # no piece was opened but through read_spill (the CPU's read_spill reads IPC itself)
+        pieces = [p for p in opened if "quarantine" not in p]
+        assert len(pieces) <= backend.calls.count("read_spill")
+        if isinstance(backend, ParquetPieces):
+            assert pieces == []
+
+
+def test_a_resumed_run_keeps_pieces_in_either_form(tmp_path):
+    """load_result accepts a piece where this run writes it, in the CPU's or a GPU's form."""
+    table = CpuBackend().spill_piece(CpuBackend().xd.DataFrame({spill.PLACE: np.array([1, 2], dtype=np.uint64)}),
+                                     {spill.PLACE: "uint64"})
+    for suffix in spill.PIECE_SUFFIXES:
+        folder = tmp_path / suffix.strip(".")
+        path = spill.piece_path(str(folder), 0, 3, suffix)
+        os.makedirs(os.path.dirname(path))
+        if suffix == ".parquet":
+            pq.write_table(table, path)
+        else:
+            spill.write_ipc(table, path)
+        spill.save_result(spill.MapResult(3, pieces={0: path}, rows={0: 2}), str(folder))
+        loaded = spill.load_result(str(folder), 3)
+        assert loaded is not None and loaded.pieces == {0: path}
+        assert spill.read_ipc(path).column(spill.PLACE).to_pylist() == [1, 2]
+        spill.save_result(spill.MapResult(3, pieces={0: path + ".x"}, rows={0: 2}), str(folder))
+        assert spill.load_result(str(folder), 3) is None             # not where this run writes it
+    with pytest.raises(ValueError, match="spill pieces"):
+        spill.piece_path(str(tmp_path), 0, 3, ".csv")
