@@ -453,7 +453,12 @@ def _map_partitions(plan, maps: dict, finished: dict, executor, run_tmp: Path, o
             watch.partition_done(result)
             if stream:
                 watch.written(sum(result.rows.values()), partition=i)
-        return results, ([writers[t.split].close() for t in tasks] if stream else None)
+        if not stream:
+            return results, None
+        shards = [writers[t.split].close() for t in tasks]
+        for shard in shards:            # the bytes of a streamed shard are known once it closes
+            watch.written(0, shard.bytes)
+        return results, shards
     finally:
         for w in writers.values():
             w.abort()

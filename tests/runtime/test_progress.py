@@ -138,6 +138,8 @@ def test_streamed_run_counts_writes_per_partition(logs):
     assert recorder.final.stages["write"].records == result.counts["rows_out"]
     assert recorder.events.count(("finished", "write shards")) == 1
     assert recorder.final.stages["write"].fraction == 1.0
+    written = sum(shard["bytes"] for shard in result.shards)      # known once the shard closes
+    assert written > 0 and recorder.final.stages["write"].bytes == written
 
 
 def test_api_progress_without_a_terminal_prints_plain_lines(logs, capsys):
