@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
+import signal
 import sys
+import threading
 import time
 
 from .. import __version__
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     tuning.apply()                     # the command's own process-wide settings (GPUETL_NO_TUNING=1: none)
     args = build_parser().parse_args(argv)
     try:
-        code = COMMANDS[args.command](args) or 0
+        with _quiet_interrupt():
+            code = COMMANDS[args.command](args) or 0
         sys.stdout.flush()               # a closed pipe shows here, not at exit
         return code
     except BrokenPipeError:
@@ -113,12 +118,33 @@ def main(argv: list[str] | None = None) -> int:
     except GpuetlError as err:
         return _error(args, f"gpuetl {args.command}: error: {err}", err.exit_code)
     except KeyboardInterrupt:
-        return _error(args, "gpuetl: interrupted; nothing was committed", 130)
+        kept = ("; the finished work is kept: run it again with sink.mode: resume to continue"
+                if getattr(args, "sink_mode", None) == "resume" else "")
+        return _error(args, f"gpuetl: interrupted; nothing was committed{kept}", 130)
     except Exception as err:  # a bug in gpuetl, not the user's mistake: say so, briefly
         if os.environ.get("GPUETL_DEBUG"):
             raise
         return _error(args, f"gpuetl {args.command}: internal error: {type(err).__name__}: {err}\n"
                             "  this is a bug in gpuetl; rerun with GPUETL_DEBUG=1 for the traceback and report it", 1)
+
+
+@contextlib.contextmanager
+def _quiet_interrupt():
+    """Ctrl-C stops the command with one line of ours. The local cluster, stopped mid-task, would
+    also log cancelled tasks with their tracebacks: from the interrupt on, logging is off (the
+    process is ending). The caller's handler comes back after (main() may run inside tests)."""
+    def interrupted(signum, frame):
+        logging.disable(logging.CRITICAL)
+        raise KeyboardInterrupt
+
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler     # not where Ctrl-C is ignored
+    before = signal.signal(signal.SIGINT, interrupted) if ours else None
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, before)
 
 
 def _error(args, message: str, code: int) -> int:
@@ -242,6 +268,7 @@ def cmd_run(args) -> int:
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
     plan = pipeline.plan(backend)
+    args.sink_mode = plan.spec.sink.mode           # what an interrupt leaves behind depends on it
     tuning.arrow_pool(streamed=plan.layout.in_input_order)
     for note in plan.notes:
         log(f"note: {note}")

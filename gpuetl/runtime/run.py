@@ -139,6 +139,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
             if report and isinstance(err, DataError):
                 _failed_report(plan, backend, watch, folder, run_tmp, err, log)
             if mode != "resume":                  # resume keeps finished work for the next try
+                executor.settle()                 # no task of this run writes there any more
                 folder.abandon(run_tmp)
             if isinstance(err, OSError) and _is_write_failure(err, out):
                 raise OutputWriteFailed(
