@@ -335,6 +335,12 @@ def test_verify_and_inspect_on_non_dataset(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no such dataset folder" in err and "no _manifest.json" in err
     no_traceback(err)
+    (tmp_path / "a.yaml").write_text("version: 1\n")
+    for command in ("verify", "inspect", "report"):           # a wrong name on the command line: 2
+        assert main([command, str(tmp_path / "nope")]) == 2
+        assert "no such dataset folder" in capsys.readouterr().err
+        assert main([command, str(tmp_path / "a.yaml")]) == 2
+        assert "a.yaml: a file, not a dataset folder" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the parser

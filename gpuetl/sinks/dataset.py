@@ -22,7 +22,7 @@ from .commit import MANIFEST, SUCCESS, TMP
 def _dataset_folder(out: str | Path) -> Path:
     out = Path(os.path.normpath(os.path.abspath(out)))
     if not out.is_dir():
-        raise SpecError(f"{out}: no such dataset folder")
+        raise SpecError(f"{out}: " + ("a file, not a dataset folder" if out.exists() else "no such dataset folder"))
     return out
 
 
