@@ -213,6 +213,8 @@ def render_text(report: dict) -> str:
     for worker, split in report.get("workers", {}).items():
         lines.append(f"  worker {worker}: " + ", ".join(f"{k} {v:.2f} s" for k, v in split.items()))
     bad = report.get("bad_records", {})
+    if bad.get("kinds"):
+        lines.append(f"  bad records by kind ({bad.get('rows', 0):,} rows):")
     for kind in bad.get("kinds", []):
         lines.append(f"  {kind['count']:>10,} × {kind['kind']}")
         for ex in kind["examples"]:

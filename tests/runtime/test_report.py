@@ -80,6 +80,7 @@ def test_report_as_text_and_opened_in_a_browser(logs, capsys, monkeypatch):
     assert main(["report", str(out)]) == 0
     text = capsys.readouterr().out
     assert "succeeded" in text and "rows in 600" in text and "dedupe" in text and "column status" in text
+    assert f"  bad records by kind ({LINES // BAD_EVERY} rows):\n" in text       # the kinds' lines have a heading
     opened = []
     monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
     assert main(["report", str(out), "--open"]) == 0
