@@ -170,13 +170,14 @@ def write_report(report: dict, folder: Path) -> list[dict]:
 def read_report(out: str | Path) -> tuple[dict, Path | str]:
     """The report of the dataset at out (or of a failed run: a folder under _tmp/ holding one);
     on an object store (s3://...), read from there and its HTML named by URL."""
-    from ..errors import DataError, SpecError
+    from ..errors import DataError
 
+    from ..sinks.dataset import dataset_folder
     from ..storage import filesystem, is_remote, join
 
     remote = is_remote(out)
-    if not remote and not Path(out).is_dir():           # a wrong name on the command line: exit 2, as verify
-        raise SpecError(f"{out}: " + ("a file, not a dataset folder" if Path(out).exists() else "no such dataset folder"))
+    if not remote:
+        dataset_folder(out)            # a wrong name on the command line: exit 2, as verify says it
     path = join(str(out), REPORT_JSON) if remote else Path(out) / REPORT_JSON
     try:
         text = filesystem(str(out)).cat_file(path) if remote else path.read_text()

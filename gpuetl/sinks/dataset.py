@@ -19,7 +19,7 @@ from .base import sink_of_manifest
 from .commit import MANIFEST, SUCCESS, TMP
 
 
-def _dataset_folder(out: str | Path) -> Path:
+def dataset_folder(out: str | Path) -> Path:
     out = Path(os.path.normpath(os.path.abspath(out)))
     if not out.is_dir():
         raise SpecError(f"{out}: " + ("a file, not a dataset folder" if out.exists() else "no such dataset folder"))
@@ -28,7 +28,7 @@ def _dataset_folder(out: str | Path) -> Path:
 
 def read_manifest(out: str | Path) -> tuple[Path, dict]:
     """The manifest, read without changing anything (a pending commit is left for --repair)."""
-    out = _dataset_folder(out)
+    out = dataset_folder(out)
     path = out / MANIFEST
     if not path.exists():
         if commit_protocol.pending_journals(out):
@@ -55,7 +55,7 @@ def repair(out: str | Path, log=lambda *_: None) -> list[str]:
         from .objectstore import repair_remote
 
         return repair_remote(str(out), log)
-    out = _dataset_folder(out)
+    out = dataset_folder(out)
     with commit_protocol.OutputFolder(out, log) as folder:
         return folder.recover()
 
