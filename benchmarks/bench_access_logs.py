@@ -19,9 +19,7 @@ Not a test; nothing here is imported by the package.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import hashlib
-import json
 import os
 import platform
 import re
@@ -32,6 +30,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import side_by_side  # noqa: E402  (the loop and results file every side-by-side benchmark shares)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -383,44 +384,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     src = ensure_input(args.data.resolve(), args.size, args.seed, args.bad_every)
-    input_bytes = src.stat().st_size
-    t = time.perf_counter()
-    lines = warm_and_count(src)
-    print(f"page cache warmed: {input_bytes / 1e6:,.1f} MB, {lines:,} lines read in {time.perf_counter() - t:.2f} s")
+    input_bytes, lines = side_by_side.warm(src, warm_and_count)
     expected = lines - (lines // args.bad_every if args.bad_every > 0 else 0)
-
-    results_dir = args.json.resolve().parent
-    results_dir.mkdir(parents=True, exist_ok=True)
-    results = []
-    for name in args.only or SYSTEMS:
-        out = results_dir / f"out-{name}"
-        log = results_dir / f"{name}.log"
-        print(f"running {name} ...", flush=True)
-        r = _run_system(name, src, out, log, args.timeout)
-        r["input_bytes"] = input_bytes
-        r["log"] = str(log)
-        if r["ok"]:
-            print(f"  {r['seconds']:.2f} s, {r['rows']:,} rows, peak RSS {r['peak_rss_mb']:,.0f} MB", flush=True)
-        else:
-            print(f"  FAILED: {r.get('error', '')[:300]}", flush=True)
-        if not args.keep_output:
-            shutil.rmtree(out, ignore_errors=True)
-        results.append(r)
-
+    results = side_by_side.run_each(args.only or SYSTEMS, lambda name, out, log: _run_system(name, src, out, log, args.timeout),
+                                    args.json.resolve().parent, "", input_bytes, args.keep_output)
     summary = report(results, expected)
-    doc = {
-        "benchmark": "access_logs",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "input": {"path": str(src), "bytes": input_bytes, "lines": lines, "expected_rows": expected,
-                  "seed": args.seed, "bad_every": args.bad_every, "generator": generator_version()},
-        "pattern": PATTERN,
-        "machine": machine_info(),
-        "results": results,
-        **summary,
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"\nwrote {args.json}")
+    side_by_side.write_results(
+        args.json, "access_logs",
+        input={"path": str(src), "bytes": input_bytes, "lines": lines, "expected_rows": expected,
+               "seed": args.seed, "bad_every": args.bad_every, "generator": generator_version()},
+        pattern=PATTERN, machine=machine_info(), results=results, **summary)
     return 0
 
 

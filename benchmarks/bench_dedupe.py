@@ -20,11 +20,8 @@ Not a test; nothing here is imported by the package.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,6 +29,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import bench_access_logs as base  # noqa: E402  (input cache, page-cache warming, runner helpers)
+import side_by_side  # noqa: E402
 
 SYSTEMS = ("pandas", "polars", "gpuetl-cpu")
 PEERS = ("pandas", "polars")
@@ -100,35 +98,23 @@ def main(argv: list[str] | None = None) -> int:
         WORKERS[args.worker](args.input, args.output)
         return 0
 
-    import shutil
-
     src = base.ensure_input(args.data.resolve(), args.size, args.seed, 0)
-    input_bytes = src.stat().st_size
-    t = time.perf_counter()
-    lines = base.warm_and_count(src)
-    print(f"page cache warmed: {input_bytes / 1e6:,.1f} MB, {lines:,} lines read in {time.perf_counter() - t:.2f} s")
-    results_dir = args.json.resolve().parent
-    results_dir.mkdir(parents=True, exist_ok=True)
-    results = []
-    for name in args.only or SYSTEMS:
-        out, log = results_dir / f"dedupe-out-{name}", results_dir / f"dedupe-{name}.log"
-        print(f"running {name} ...", flush=True)
+    input_bytes, lines = side_by_side.warm(src, base.warm_and_count)
+
+    def run(name: str, out: Path, log: Path) -> dict:
         cmd = (base.gpuetl_command(src, out, HERE / "dedupe.yaml") if name == "gpuetl-cpu"
                else base.peer_command(Path(__file__).resolve(), name, src, out))
-        r = base.run_command(name, cmd, out, log, args.timeout)
-        r.update(input_bytes=input_bytes, log=str(log))
-        print(f"  {r['seconds']:.2f} s, {r['rows']:,} rows" if r["ok"] else f"  FAILED: {r.get('error', '')[:300]}", flush=True)
-        if not args.keep_output:
-            shutil.rmtree(out, ignore_errors=True)
-        results.append(r)
+        return base.run_command(name, cmd, out, log, args.timeout)
+
+    results = side_by_side.run_each(args.only or SYSTEMS, run, args.json.resolve().parent, "dedupe-", input_bytes,
+                                    args.keep_output)
     summary = report(results)
-    doc = {"benchmark": "dedupe", "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "input": {"path": str(src), "bytes": input_bytes, "lines": lines, "seed": args.seed,
-                     "generator": base.generator_version()},
-           "task": "parse (apache combined) + type + filter status < 400 + exact dedupe of whole rows (first kept) + zstd Parquet",
-           "machine": base.machine_info(), "results": results, **summary}
-    args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"\nwrote {args.json}")
+    side_by_side.write_results(
+        args.json, "dedupe",
+        input={"path": str(src), "bytes": input_bytes, "lines": lines, "seed": args.seed,
+               "generator": base.generator_version()},
+        task="parse (apache combined) + type + filter status < 400 + exact dedupe of whole rows (first kept) + zstd Parquet",
+        machine=base.machine_info(), results=results, **summary)
     return 0
 
 

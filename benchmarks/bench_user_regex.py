@@ -17,12 +17,8 @@ Not a test; nothing here is imported by the package.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
-import shutil
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -31,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_access_logs as base  # noqa: E402  (input cache, page-cache warming, runner helpers)
+import side_by_side  # noqa: E402
 
 SYSTEMS = ("polars", "gpuetl-cpu")
 PIPELINE = HERE / "user_regex.yaml"
@@ -69,28 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     src = base.ensure_input(args.data.resolve(), args.size, args.seed, 0)
-    input_bytes = src.stat().st_size
-    lines = base.warm_and_count(src)
-    print(f"page cache warmed: {input_bytes / 1e6:,.1f} MB, {lines:,} lines")
-    results_dir = args.json.resolve().parent
-    results_dir.mkdir(parents=True, exist_ok=True)
-    results = []
-    for name in args.only or SYSTEMS:
-        out, log = results_dir / f"user-regex-out-{name}", results_dir / f"user-regex-{name}.log"
-        print(f"running {name} ...", flush=True)
+    input_bytes, lines = side_by_side.warm(src, base.warm_and_count)
+
+    def run(name: str, out: Path, log: Path) -> dict:
         cmd = (base.gpuetl_command(src, out, PIPELINE) if name == "gpuetl-cpu"
                else base.peer_command(Path(__file__).resolve(), name, src, out))
-        r = base.run_command(name, cmd, out, log, args.timeout)
-        r.update(input_bytes=input_bytes, log=str(log))
-        if r["ok"]:
-            r["mb_per_s"] = input_bytes / 1e6 / r["seconds"]
-            print(f"  {r['seconds']:.2f} s, {r['mb_per_s']:.1f} MB/s, {r['rows']:,} rows, "
-                  f"peak RSS {r['peak_rss_mb']:,.0f} MB, CPU {r['cpu_seconds']:.1f} s", flush=True)
-        else:
-            print(f"  FAILED: {r.get('error', '')[:300]}", flush=True)
-        if not args.keep_output:
-            shutil.rmtree(out, ignore_errors=True)
-        results.append(r)
+        return base.run_command(name, cmd, out, log, args.timeout)
+
+    results = side_by_side.run_each(args.only or SYSTEMS, run, args.json.resolve().parent, "user-regex-",
+                                    input_bytes, args.keep_output)
     by = {r["system"]: r for r in results if r["ok"]}
     summary = {}
     if "polars" in by and "gpuetl-cpu" in by:
@@ -99,12 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         summary["schemas"] = {name: r["schema"] for name, r in by.items()}
         print(f"\ngpuetl-cpu / polars = {summary['gpuetl_vs_polars']:.2f}x"
               + ("" if summary["rows_agree"] else "  ROWS DISAGREE"))
-    doc = {"benchmark": "user_regex", "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "input": {"path": str(src), "bytes": input_bytes, "lines": lines, "seed": args.seed,
-                     "generator": base.generator_version()},
-           "pattern": PATTERN, "machine": base.machine_info(), "results": results, **summary}
-    args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"wrote {args.json}")
+    side_by_side.write_results(
+        args.json, "user_regex",
+        input={"path": str(src), "bytes": input_bytes, "lines": lines, "seed": args.seed,
+               "generator": base.generator_version()},
+        pattern=PATTERN, machine=base.machine_info(), results=results, **summary)
     return 0
 
 

@@ -67,7 +67,7 @@ def join(url: str, rel: str) -> str:
 HOOKS: dict = {}
 
 # Clients by scheme, options and the environment they read credentials and endpoints from: a
-# changed AWS_* variable gets a new client, an unchanged one the same (a client costs ~0.5 s).
+# changed AWS_* variable gets a new client, an unchanged one the same (a client is slow to make).
 _CLIENTS: dict = {}
 _ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS", "AZURE_")
 

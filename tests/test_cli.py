@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuetl import samples
-from gpuetl.cli import main
+from gpuetl.cli import build_parser, main
 
 LINES = 2000
 BAD_EVERY = 100          # 20 bad lines: 1% of the input
@@ -88,6 +88,7 @@ def test_validate_good_file(workdir, capsys):
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "valid" in out and "'web-access'" in out and "2 steps" in out
+    assert "1 input file," in out and "1 input files" not in out       # counts read as English
 
 
 def test_validate_bad_file_exit_2_with_located_errors(tmp_path, capsys):
@@ -130,7 +131,7 @@ def test_plan_prints_stages_schemas_partitions_tasks(workdir, capsys):
     blocks = -(-size // (128 * 1024))
     last = size - (blocks - 1) * 128 * 1024            # the last two blocks halved (ranges.taper)
     partitions = blocks + (blocks >= 4) * (1 + (last > 64 * 1024))
-    assert "pipeline web-access: 1 input files" in out
+    assert "pipeline web-access: 1 input file," in out
     assert f"partitions: {partitions} (blocksize 128.0 KiB)" in out
     assert re.search(r"stage 0: read-parse", out) and "stage 1: filter" in out and "stage 2: dedupe" in out
     assert "    status: int16" in out and "    time: timestamp" in out
@@ -334,6 +335,12 @@ def test_verify_and_inspect_on_non_dataset(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no such dataset folder" in err and "no _manifest.json" in err
     no_traceback(err)
+    (tmp_path / "a.yaml").write_text("version: 1\n")
+    for command in ("verify", "inspect", "report"):           # a wrong name on the command line: 2
+        assert main([command, str(tmp_path / "nope")]) == 2
+        assert "no such dataset folder" in capsys.readouterr().err
+        assert main([command, str(tmp_path / "a.yaml")]) == 2
+        assert "a.yaml: a file, not a dataset folder" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the parser
@@ -346,6 +353,17 @@ def test_bad_command_line_exit_2(argv, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "usage: gpuetl" in err and "gpuetl: error:" in err
+
+
+def test_every_argument_of_every_command_says_what_it_is():
+    """`gpuetl CMD --help` explains each argument: no bare `file`, `out` or `--set KEY=VALUE`."""
+    import argparse
+
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            assert action.help, f"gpuetl {name}: {action.dest} has no help text"
 
 
 def test_python_m_version():
@@ -366,7 +384,7 @@ def test_console_script_is_installed():
 
 
 def test_validate_checks_steps_against_the_data_when_it_is_there(tmp_path, capsys):
-    from gpuetl.cli import main
+    from gpuetl.cli import build_parser, main
 
     (tmp_path / "a.log").write_text("1 x\n")
     (tmp_path / "p.yaml").write_text(

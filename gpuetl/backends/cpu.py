@@ -40,8 +40,8 @@ def _scratch_pool() -> pa.MemoryPool:
     """Arrow's mimalloc pool, for a batch's short-lived buffers that the same thread frees (the
     trimmed lines: the parser reads them, the batch drops them). A kernel that shrinks its output
     at the end reallocates, and the system allocator, which in-order runs use (cli/tuning.py), reallocates
-    aligned memory by allocating afresh and copying: utf8_rtrim of a 16 MiB batch took ~7 ms with
-    it and ~1.6 ms with mimalloc, which also reuses the previous batch's pages."""
+    aligned memory by allocating afresh and copying; mimalloc does not, and reuses the previous
+    batch's pages (measured in benchmarks/README.md)."""
     try:
         return pa.mimalloc_memory_pool()
     except NotImplementedError:      # a pyarrow built without mimalloc
@@ -115,7 +115,7 @@ class CpuBackend(Backend):
     def batches(self, data: bytes) -> list[tuple[int, memoryview]]:
         """Cache-sized batches cut after a newline (views, no copies). A whole 64 MiB partition
         at once makes every numpy temporary a fresh mmap that the kernel must fault in, and two
-        threads faulting contend: on 1 GB of logs this cut system time from 7.3 s to ~2 s."""
+        threads faulting contend, in system time (benchmarks/README.md)."""
         view = memoryview(data)
         out, start = [], 0
         while len(view) - start > self.batch_bytes * 3 // 2:
@@ -386,7 +386,7 @@ class CpuBackend(Backend):
         return col.dt.day_of_week      # pandas 3 deprecates .dt.weekday
 
     def row_hash(self, columns: list):
-        """polars' row hash (~10x the numpy hash64 here): -0.0 and NaN are made canonical first,
+        """polars' row hash (much faster than the numpy hash64): -0.0 and NaN are made canonical first,
         so values pandas holds equal hash equal."""
         if not polars_available():
             return self.hash64(columns, 0)
@@ -470,7 +470,7 @@ def _plain_integers(arr: pa.Array, type_name: str) -> pa.Array | None:
 
 def _has_any_byte(arr: pa.Array, chars: tuple[bytes, ...]) -> bool:
     """Whether any value holds one of these bytes: one scan of the values' bytes (Arrow's
-    case-insensitive match_substring runs RE2 over each value, ~25x slower). Bytes under null
+    case-insensitive match_substring runs RE2 over each value, far slower). Bytes under null
     slots count too: a false alarm only sends the column down the careful path."""
     if isinstance(arr, pa.ChunkedArray):
         return any(_has_any_byte(chunk, chars) for chunk in arr.chunks)
@@ -482,7 +482,7 @@ def _has_any_byte(arr: pa.Array, chars: tuple[bytes, ...]) -> bool:
     if data_buf is None or offsets[-1] == offsets[0]:
         return False
     data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0]: offsets[-1]]
-    if len(chars) == 1:               # one byte: a comparison, ~10x faster than isin
+    if len(chars) == 1:               # one byte: a comparison, cheaper than isin
         return bool((data == chars[0][0]).any())
     return bool(np.isin(data, np.frombuffer(b"".join(chars), dtype=np.uint8)).any())
 

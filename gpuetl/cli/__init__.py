@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
+import signal
 import sys
+import threading
 import time
 
 from .. import __version__
@@ -22,19 +26,30 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+PIPELINE_FILE = "the pipeline file (YAML)"
+SET_HELP = "override one key of the pipeline file, e.g. --set sink.path=/tmp/out (repeatable)"
+DATASET_FOLDER = "the dataset folder a run wrote (the sink's path), or its s3:// URL"
+
+
+def _count(n: int, word: str) -> str:
+    """'1 file', '3 files'."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpuetl", description="Raw logs to training-ready Parquet, on the GPU or the CPU.")
     parser.add_argument("--version", action="version", version=f"gpuetl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a pipeline file and commit the dataset")
-    run.add_argument("file")
-    run.add_argument("--backend", default="auto", choices=backend_choices())
+    run.add_argument("file", help=PIPELINE_FILE)
+    run.add_argument("--backend", default="auto", choices=backend_choices(),
+                     help="auto (default): the GPU where one is usable, else the CPU")
     run.add_argument("--scheduler", default=None,
                      help="a dask scheduler address; 'local' (default) starts a cluster on this machine; "
                           "'sync' or 'threads' run without a cluster")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override one key of the pipeline file, e.g. --set sink.path=/tmp/out")
+                     help=SET_HELP)
     run.add_argument("--json", action="store_true", help="print the run summary as JSON")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                      help="show each stage's progress on stderr: bars on a terminal, a line every few seconds "
@@ -48,24 +63,24 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("validate", "check a pipeline file; exit 2 with located errors"),
                        ("plan", "print stages, schemas, partitions and tasks")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("file")
-        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+        p.add_argument("file", help=PIPELINE_FILE)
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
         if name == "plan":
             p.add_argument("--backend", default="cpu", choices=backend_choices(),
                            help="also check what this backend runs natively (default cpu)")
 
     preview = sub.add_parser("preview", help="run on the first records in memory and print the rows after each "
                                              "stage and the bad records; writes nothing")
-    preview.add_argument("file")
+    preview.add_argument("file", help=PIPELINE_FILE)
     preview.add_argument("-n", type=_positive, default=20, help="rows to show per stage (default 20)")
-    preview.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    preview.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     preview.add_argument("--backend", default="cpu", choices=backend_choices(), help="default cpu")
 
     inspect = sub.add_parser("inspect", help="what a dataset holds")
-    inspect.add_argument("out")
-    inspect.add_argument("--json", action="store_true")
+    inspect.add_argument("out", help=DATASET_FOLDER)
+    inspect.add_argument("--json", action="store_true", help="print it as JSON")
     verify = sub.add_parser("verify", help="re-check shards against the manifest; exit 1 on mismatch")
-    verify.add_argument("out")
+    verify.add_argument("out", help=DATASET_FOLDER)
     verify.add_argument("--repair", action="store_true",
                         help="first finish a commit that was interrupted (from its checked journal); "
                              "without it verify only reads")
@@ -94,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     tuning.apply()                     # the command's own process-wide settings (GPUETL_NO_TUNING=1: none)
     args = build_parser().parse_args(argv)
     try:
-        code = COMMANDS[args.command](args) or 0
+        with _quiet_interrupt():
+            code = COMMANDS[args.command](args) or 0
         sys.stdout.flush()               # a closed pipe shows here, not at exit
         return code
     except BrokenPipeError:
@@ -102,12 +118,33 @@ def main(argv: list[str] | None = None) -> int:
     except GpuetlError as err:
         return _error(args, f"gpuetl {args.command}: error: {err}", err.exit_code)
     except KeyboardInterrupt:
-        return _error(args, "gpuetl: interrupted; nothing was committed", 130)
+        kept = ("; the finished work is kept: run it again with sink.mode: resume to continue"
+                if getattr(args, "sink_mode", None) == "resume" else "")
+        return _error(args, f"gpuetl: interrupted; nothing was committed{kept}", 130)
     except Exception as err:  # a bug in gpuetl, not the user's mistake: say so, briefly
         if os.environ.get("GPUETL_DEBUG"):
             raise
         return _error(args, f"gpuetl {args.command}: internal error: {type(err).__name__}: {err}\n"
                             "  this is a bug in gpuetl; rerun with GPUETL_DEBUG=1 for the traceback and report it", 1)
+
+
+@contextlib.contextmanager
+def _quiet_interrupt():
+    """Ctrl-C stops the command with one line of ours. The local cluster, stopped mid-task, would
+    also log cancelled tasks with their tracebacks: from the interrupt on, logging is off (the
+    process is ending). The caller's handler comes back after (main() may run inside tests)."""
+    def interrupted(signum, frame):
+        logging.disable(logging.CRITICAL)
+        raise KeyboardInterrupt
+
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler     # not where Ctrl-C is ignored
+    before = signal.signal(signal.SIGINT, interrupted) if ours else None
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, before)
 
 
 def _error(args, message: str, code: int) -> int:
@@ -142,11 +179,11 @@ def cmd_validate(args) -> int:
     try:                      # the schema checks (columns, steps, shard keys) need the inputs' fields
         plan = pipeline.plan()
     except InputsNotFound as err:
-        print(f"{args.file}: valid as a file (pipeline {pipeline.name!r}, {len(pipeline.loaded.steps)} steps); "
+        print(f"{args.file}: valid as a file (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}); "
               f"columns and steps not checked: {err.message}")
         return 0
-    print(f"{args.file}: valid (pipeline {pipeline.name!r}, {len(pipeline.loaded.steps)} steps, "
-          f"{len(plan.files)} input files, {len(plan.output_schema)} output columns)")
+    print(f"{args.file}: valid (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}, "
+          f"{_count(len(plan.files), 'input file')}, {_count(len(plan.output_schema), 'output column')})")
     return 0
 
 
@@ -155,7 +192,7 @@ def cmd_plan(args) -> int:
 
     plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
-    print(f"pipeline {spec.name}: {len(plan.files)} input files, {format_size(plan.input_bytes)}")
+    print(f"pipeline {spec.name}: {_count(len(plan.files), 'input file')}, {format_size(plan.input_bytes)}")
     print(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
     if (multiline := spec.source.multiline) is not None:
         print(f"records: multi-line, each starting at a line matching {multiline.start!r} (at most "
@@ -185,7 +222,7 @@ def cmd_plan(args) -> int:
     moves = f"global steps decided without moving rows: {', '.join(global_steps)}" if global_steps else \
         "no global step"
     print(f"tasks: about {tasks} (the graph's {len(plan.segments)} stage group{'s' if len(plan.segments) != 1 else ''}"
-          f" over {n} partitions, {moves}, then spill and shard writes)")
+          f" over {_count(n, 'partition')}, {moves}, then spill and shard writes)")
     return 0
 
 
@@ -231,12 +268,13 @@ def cmd_run(args) -> int:
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
     plan = pipeline.plan(backend)
+    args.sink_mode = plan.spec.sink.mode           # what an interrupt leaves behind depends on it
     tuning.arrow_pool(streamed=plan.layout.in_input_order)
     for note in plan.notes:
         log(f"note: {note}")
     picked = f"{backend.name}" + (" (auto)" if args.backend == "auto" else "")
-    log(f"gpuetl {__version__}: pipeline {pipeline.name!r}, backend {picked}, {len(plan.files)} files "
-        f"({format_size(plan.input_bytes)}), {len(plan.partitions)} partitions")
+    log(f"gpuetl {__version__}: pipeline {pipeline.name!r}, backend {picked}, {_count(len(plan.files), 'file')} "
+        f"({format_size(plan.input_bytes)}), {_count(len(plan.partitions), 'partition')}")
     started = time.perf_counter()
     watched = sys.stderr.isatty() and not args.quiet    # a dashboard only where someone can open its link
     with open_executor(args.scheduler, backend, quiet=True,
@@ -280,7 +318,7 @@ def print_summary(result, seconds: float) -> None:
         splits.setdefault(shard["split"] or "-", []).append(shard)
     for name, shards in splits.items():
         label = "shards" if name == "-" else f"split {name}"
-        print(f"  {label}: {len(shards)} files, {sum(s['rows'] for s in shards):,} rows, "
+        print(f"  {label}: {_count(len(shards), 'file')}, {sum(s['rows'] for s in shards):,} rows, "
               f"{format_size(sum(s['bytes'] for s in shards))}")
     if result.quarantine:
         print(f"  quarantine: {sum(q['rows'] for q in result.quarantine):,} rows in {result.out_dir}/_quarantine/")
@@ -389,7 +427,7 @@ def cmd_inspect(args) -> int:
     print(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for name, s in info["splits"].items():
-        print(f"  {name}: {s['shards']} shards, {s['rows']:,} rows, {format_size(s['bytes'])}")
+        print(f"  {name}: {_count(s['shards'], 'shard')}, {s['rows']:,} rows, {format_size(s['bytes'])}")
     print("  schema: " + ", ".join(f"{f['name']}: {f['type']}" for f in m["schema"]))
     for row in info["sample"]:
         print("  " + json.dumps(row, default=str, ensure_ascii=False)[:300])
@@ -419,7 +457,7 @@ def cmd_verify(args) -> int:
         print(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
         return 1
     n = len(manifest.get("shards", [])) + len(manifest.get("quarantine", [])) + len(manifest.get("reports", []))
-    print(f"{args.out}: ok, {n} files match the manifest")
+    print(f"{args.out}: ok, {_count(n, 'file')} match{'es' if n == 1 else ''} the manifest")
     return 0
 
 

@@ -39,14 +39,18 @@ class Executor:
                 with _results_of(tasks, on_result):
                     return list(dask.compute(*tasks, scheduler=self.scheduler or "threads"))
             futures = self.client.compute(tasks)
-            if on_result is not None:
-                from distributed import as_completed
+            try:
+                if on_result is not None:
+                    from distributed import as_completed
 
-                for future in as_completed(futures):
-                    if future.status != "finished":
-                        break              # gather raises its error
-                    on_result(future.result())
-            return self.client.gather(futures)
+                    for future in as_completed(futures):
+                        if future.status != "finished":
+                            break              # gather raises its error
+                        on_result(future.result())
+                return self.client.gather(futures)
+            except BaseException:
+                self.client.cancel(futures)    # a failure or Ctrl-C: start none of the rest
+                raise
         except GpuetlError:
             raise
         except Exception as err:       # a worker's error comes back wrapped: unwrap ours
@@ -144,6 +148,22 @@ class Executor:
         finally:
             self.client.cancel(list(pending))
 
+    def settle(self, timeout: float = 30.0) -> None:
+        """After a failure or Ctrl-C, wait (at most `timeout` seconds) until no task occupies a
+        thread of gpuetl's own in-process cluster: a task whose result is no longer wanted runs
+        on, and would write into the run's temporary folder after the run removed it."""
+        if self.client is None or not self.in_process:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                busy = self.client.run(_running_tasks)
+            except Exception:          # the cluster is gone: nothing runs
+                return
+            if not any(busy.values()):
+                return
+            time.sleep(0.02)
+
     def _shared_work(self, tasks: list) -> list:
         """Futures on the keys more than one task needs, held while the tasks are handed over:
         between two submissions the first ones may finish, and the scheduler would release the
@@ -186,6 +206,11 @@ class Executor:
             return True
         addresses = self.client.scheduler_info().get("workers", {})
         return all(a.startswith(("tcp://127.", "inproc://", "tcp://localhost")) for a in addresses)
+
+
+def _running_tasks(dask_worker) -> int:
+    """Tasks holding one of this worker's threads, cancelled ones included (run on the worker)."""
+    return len(dask_worker.state.all_running_tasks)
 
 
 @contextmanager

@@ -172,9 +172,12 @@ def read_report(out: str | Path) -> tuple[dict, Path | str]:
     on an object store (s3://...), read from there and its HTML named by URL."""
     from ..errors import DataError
 
+    from ..sinks.dataset import dataset_folder
     from ..storage import filesystem, is_remote, join
 
     remote = is_remote(out)
+    if not remote:
+        dataset_folder(out)            # a wrong name on the command line: exit 2, as verify says it
     path = join(str(out), REPORT_JSON) if remote else Path(out) / REPORT_JSON
     try:
         text = filesystem(str(out)).cat_file(path) if remote else path.read_text()
@@ -211,6 +214,8 @@ def render_text(report: dict) -> str:
     for worker, split in report.get("workers", {}).items():
         lines.append(f"  worker {worker}: " + ", ".join(f"{k} {v:.2f} s" for k, v in split.items()))
     bad = report.get("bad_records", {})
+    if bad.get("kinds"):
+        lines.append(f"  bad records by kind ({bad.get('rows', 0):,} rows):")
     for kind in bad.get("kinds", []):
         lines.append(f"  {kind['count']:>10,} × {kind['kind']}")
         for ex in kind["examples"]:

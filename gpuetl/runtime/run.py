@@ -139,6 +139,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
             if report and isinstance(err, DataError):
                 _failed_report(plan, backend, watch, folder, run_tmp, err, log)
             if mode != "resume":                  # resume keeps finished work for the next try
+                executor.settle()                 # no task of this run writes there any more
                 folder.abandon(run_tmp)
             if isinstance(err, OSError) and _is_write_failure(err, out):
                 raise OutputWriteFailed(
@@ -451,7 +452,12 @@ def _map_partitions(plan, maps: dict, finished: dict, executor, run_tmp: Path, o
             watch.partition_done(result)
             if stream:
                 watch.written(sum(result.rows.values()), partition=i)
-        return results, ([writers[t.split].close() for t in tasks] if stream else None)
+        if not stream:
+            return results, None
+        shards = [writers[t.split].close() for t in tasks]
+        for shard in shards:            # the bytes of a streamed shard are known once it closes
+            watch.written(0, shard.bytes)
+        return results, shards
     finally:
         for w in writers.values():
             w.abort()

@@ -481,7 +481,7 @@ class OutputFolder:
     def open(self) -> "OutputFolder":
         out = self.out
         if os.path.lexists(out) and not out.is_dir():
-            raise OutputError(f"sink.path: {out} exists and is not a folder")
+            raise OutputError(f"sink.path: {out} " + (f"is a symbolic link to {os.readlink(out)!r}, not a folder" if out.is_symlink() else "exists and is not a folder"))
         missing = []
         for folder in [out, *out.parents]:
             if os.path.lexists(folder):

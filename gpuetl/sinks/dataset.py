@@ -19,16 +19,16 @@ from .base import sink_of_manifest
 from .commit import MANIFEST, SUCCESS, TMP
 
 
-def _dataset_folder(out: str | Path) -> Path:
+def dataset_folder(out: str | Path) -> Path:
     out = Path(os.path.normpath(os.path.abspath(out)))
     if not out.is_dir():
-        raise SpecError(f"{out}: no such dataset folder")
+        raise SpecError(f"{out}: " + ("a file, not a dataset folder" if out.exists() else "no such dataset folder"))
     return out
 
 
 def read_manifest(out: str | Path) -> tuple[Path, dict]:
     """The manifest, read without changing anything (a pending commit is left for --repair)."""
-    out = _dataset_folder(out)
+    out = dataset_folder(out)
     path = out / MANIFEST
     if not path.exists():
         if commit_protocol.pending_journals(out):
@@ -55,7 +55,7 @@ def repair(out: str | Path, log=lambda *_: None) -> list[str]:
         from .objectstore import repair_remote
 
         return repair_remote(str(out), log)
-    out = _dataset_folder(out)
+    out = dataset_folder(out)
     with commit_protocol.OutputFolder(out, log) as folder:
         return folder.recover()
 
@@ -153,6 +153,31 @@ def _entries_problem(manifest: dict) -> str | None:
     return None
 
 
+def check_listed_files(manifest: dict, size_of, sha256_of) -> tuple[set[str] | None, list[Problem]]:
+    """What verify checks wherever the dataset lies: the manifest well formed and consistent, and
+    each file it lists present, of its size and sha256. size_of(rel): the size, None when missing,
+    or why it is not a file of the dataset; sha256_of(rel): its digest. Returns the paths the
+    manifest accounts for (None when it is malformed) and the problems."""
+    malformed = _entries_problem(manifest)
+    if malformed:
+        return None, [Problem(MANIFEST, malformed)]
+    problems = _consistency(manifest)
+    listed = {MANIFEST, SUCCESS}
+    for entry in manifest["shards"] + manifest["quarantine"] + manifest.get("reports", []):
+        rel = entry["path"]
+        listed.add(rel)
+        size = size_of(rel)
+        if size is None:
+            problems.append(Problem(rel, "missing"))
+        elif isinstance(size, str):
+            problems.append(Problem(rel, size))
+        elif size != entry["bytes"]:
+            problems.append(Problem(rel, f"size {size} bytes, the manifest says {entry['bytes']}"))
+        elif (digest := sha256_of(rel)) != entry["sha256"]:
+            problems.append(Problem(rel, f"sha256 {digest[:12]}…, the manifest says {entry['sha256'][:12]}…"))
+    return listed, problems
+
+
 def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
     """Re-hash every shard and quarantine file against the manifest, check the manifest against
     itself and _SUCCESS against the manifest; list what is wrong. Changes nothing."""
@@ -177,23 +202,14 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
         if (out / SUCCESS).read_bytes() != expected:
             problems.append(Problem(SUCCESS, "does not hold the manifest's sha256: the manifest was edited "
                                              "after the commit (or written by an older gpuetl)"))
-    malformed = _entries_problem(manifest)
-    if malformed:
-        return manifest, problems + [Problem(MANIFEST, malformed)]
-    problems += _consistency(manifest)
-    listed = {MANIFEST, SUCCESS}
-    for entry in manifest["shards"] + manifest["quarantine"] + manifest.get("reports", []):
-        rel = entry["path"]
-        listed.add(rel)
+    def size_of(rel: str):
         st = _regular_file(out, rel)
-        if st is None:
-            problems.append(Problem(rel, "missing"))
-        elif isinstance(st, str):
-            problems.append(Problem(rel, st))
-        elif st.st_size != entry["bytes"]:
-            problems.append(Problem(rel, f"size {st.st_size} bytes, the manifest says {entry['bytes']}"))
-        elif (digest := _sha256(out / rel)) != entry["sha256"]:
-            problems.append(Problem(rel, f"sha256 {digest[:12]}…, the manifest says {entry['sha256'][:12]}…"))
+        return st.st_size if isinstance(st, os.stat_result) else st
+
+    listed, found = check_listed_files(manifest, size_of, lambda rel: _sha256(out / rel))
+    problems += found
+    if listed is None:
+        return manifest, problems
     for folder, dirs, files in os.walk(out):
         rel_folder = os.path.relpath(folder, out)
         if rel_folder == ".":

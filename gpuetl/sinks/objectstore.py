@@ -493,7 +493,7 @@ class ObjectStoreReader(ObjectStoreFolder):
 def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, list]:
     """verify for a dataset in a store: every shard re-hashed from the store, the manifest against
     itself and _SUCCESS, keys the manifest does not list. Changes nothing."""
-    from .dataset import Problem, _consistency, _entries_problem
+    from .dataset import Problem, check_listed_files
 
     reader, manifest = read_remote_manifest(url, storage_options)
     problems = [Problem(f"{TMP}/{run}", f"an interrupted commit: `gpuetl verify --repair {reader.url}` finishes it")
@@ -504,23 +504,12 @@ def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, 
     elif success != success_bytes(reader.read(MANIFEST)):
         problems.append(Problem(SUCCESS, "does not hold the manifest's sha256: the manifest was edited after the "
                                          "commit"))
-    malformed = _entries_problem(manifest)
-    if malformed:
-        return manifest, problems + [Problem(MANIFEST, malformed)]
-    problems += _consistency(manifest)
-    listed = {MANIFEST, SUCCESS}
-    sizes = reader.sizes()
-    for entry in manifest["shards"] + manifest["quarantine"] + manifest.get("reports", []):
-        rel = entry["path"]
-        listed.add(rel)
-        if unsafe_reason(rel):
-            problems.append(Problem(rel, "not a path inside the dataset"))
-        elif rel not in sizes:
-            problems.append(Problem(rel, "missing"))
-        elif sizes[rel] != entry["bytes"]:
-            problems.append(Problem(rel, f"size {sizes[rel]} bytes, the manifest says {entry['bytes']}"))
-        elif (digest := reader.sha256(rel)) != entry["sha256"]:
-            problems.append(Problem(rel, f"sha256 {digest[:12]}…, the manifest says {entry['sha256'][:12]}…"))
+    sizes = reader.sizes()                          # every key, from one listing
+    listed, found = check_listed_files(
+        manifest, lambda rel: "not a path inside the dataset" if unsafe_reason(rel) else sizes.get(rel), reader.sha256)
+    problems += found
+    if listed is None:
+        return manifest, problems
     for rel in sizes:
         if rel.split("/")[0] != TMP and not any(p.startswith(".") for p in rel.split("/")) and rel not in listed:
             problems.append(Problem(rel, "not in the manifest (a stray object readers may pick up)"))

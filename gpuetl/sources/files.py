@@ -77,19 +77,21 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
                                 hint="gpuetl reads regular files (it must know their size); copy the data "
                                      "into a file first" if kind != "a folder" else
                                      f"name the files in it, e.g. {os.path.join(pattern, '*')!r}")
-        files = []
+        files, left_out = [], 0
         for m in matches:
             kind = _kind(m)
-            if kind == "a folder":               # '**' and '*' match folders too: not inputs
+            if kind == "a folder" and "**" in pattern:    # '**' reaches the files inside it as well
                 continue
-            if kind:
+            if kind:                 # a folder named like an input (`x.jsonl/`) is said, not read
                 skipped.setdefault(kind, []).append(_display(os.path.abspath(m), base_dir))
+                left_out += 1
             else:
                 files.append(m)
         if not files:
-            if skipped and any(_kind(m) != "a folder" for m in matches):
+            if left_out:
                 raise InputsNotFound(f"source.path: the pattern {pattern!r} matches no regular file "
-                                     f"({_skipped_text(skipped)})", hint="check the pattern")
+                                     f"({_skipped_text(skipped)})", hint=_FOLDER_HINT if "a folder" in skipped
+                                     else "check the pattern")
             if glob.has_magic(pattern):
                 raise InputsNotFound(f"source.path: the pattern {pattern!r} matches no file (looked in {base_dir})",
                                      hint="check the pattern; relative paths are relative to the pipeline file's folder")
@@ -130,11 +132,14 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
                          "they are; name them .gz/.zst/.bz2 or set source.compression (xz and zip: decompress first)")
         for kind, paths in sorted(skipped.items()):
             notes.append(f"source: skipped {len(paths)} path(s) that are {kind}, not regular files: "
-                         + _names(paths))
+                         + _names(paths) + (f" ({_FOLDER_HINT})" if kind == "a folder" else ""))
         if duplicates:
             notes.append(f"source: {len(duplicates)} path(s) name a file already read, read once: "
                          + _names(duplicates))
     return result
+
+
+_FOLDER_HINT = "to read the files in a folder, name them: 'folder/*', or '**' in the pattern"
 
 
 def _remote_objects(patterns: list[str], remote) -> list[storage.RemoteObject]:

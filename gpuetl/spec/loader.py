@@ -174,7 +174,7 @@ def apply_overrides(data: dict, overrides, locations) -> dict:
         if not key.strip():
             raise SpecError(f"--set {item!r}: the key is empty")
         parts = _override_path(item, key)
-        node, path = data, []
+        node, path, made = data, [], []
         for depth, part in enumerate(parts):
             last = depth == len(parts) - 1
             if isinstance(node, list):
@@ -191,6 +191,7 @@ def apply_overrides(data: dict, overrides, locations) -> dict:
                         raise SpecError(f"--set {item!r}: the file has no {dotted(path + [part])}, so there is no "
                                         f"item {dotted(path + [part, parts[depth + 1]])} to change")
                     node[part] = {}
+                    made.append(tuple(path + [part]))      # an error about this key names the --set
             else:
                 raise SpecError(f"--set {item!r}: {dotted(path)} is {node!r}, not a mapping or a list, "
                                 f"so it has no key {str(part)!r}")
@@ -201,7 +202,8 @@ def apply_overrides(data: dict, overrides, locations) -> dict:
                 node = node[part]
         for known in [k for k in locations if k[:len(path)] == tuple(path)]:
             del locations[known]       # what the file said below this key is gone
-        locations[tuple(path)] = ("--set", item)
+        for key_path in made + [tuple(path)]:
+            locations[key_path] = ("--set", item)
     return data
 
 

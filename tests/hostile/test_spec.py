@@ -247,6 +247,8 @@ def test_set_reaches_list_items(tmp_path, capsys, surroundings, key):
     ("shard.key[0]=x", "--set 'shard.key[0]=x': the file has no shard.key, so there is no item shard.key[0]"),
     ("steps[0]=3", "(--set steps[0]=3) steps[0]: each step is a mapping with exactly one key"),
     ("steps[0].filter=word + 1", "(--set steps[0].filter=word + 1) steps[0].filter: type error"),
+    ("snk.path=/tmp/x", "(--set snk.path=/tmp/x) snk: unknown key; did you mean 'sink'?"),      # a typo'd key made
+    ("sink.pth.x=1", "(--set sink.pth.x=1) sink.pth: unknown key; did you mean 'path'?"),       # on the way
 ])
 def test_set_errors_name_the_set(tmp_path, capsys, item, expected):
     message = refused(capsys, folder(tmp_path), "--set", item)

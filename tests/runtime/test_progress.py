@@ -19,27 +19,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuetl import Pipeline, samples
+from gpuetl import Pipeline
 from gpuetl.backends.cpu import CpuBackend
 from gpuetl.runtime.executor import backend_cluster, open_executor
 from gpuetl.runtime.progress import LineDisplay, RichDisplay, display_for
 from gpuetl.runtime.run import run_plan
+from watched_logs import watched_spec, write_watched_logs
 
-LINES, BAD_EVERY = 600, 50
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def spec(mode="error", **extra) -> dict:
-    return {"version": 1, "name": "p", "source": {"type": "text", "path": "in/*.log", "blocksize": "16KiB"},
-            "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"},
-            "steps": [{"filter": "status >= 200 and status < 500"}, {"dedupe": {"on": ["ip", "request"]}}],
-            "shard": {"count": 2}, "sink": {"path": "out", "mode": mode}, **extra}
+    return watched_spec("p", mode, **extra)
 
 
 @pytest.fixture
 def logs(tmp_path):
-    samples.write_access_logs(tmp_path / "in" / "a.log", lines=LINES, bad_every=BAD_EVERY)
-    return tmp_path
+    return write_watched_logs(tmp_path)
 
 
 class Recorder:
@@ -138,6 +134,8 @@ def test_streamed_run_counts_writes_per_partition(logs):
     assert recorder.final.stages["write"].records == result.counts["rows_out"]
     assert recorder.events.count(("finished", "write shards")) == 1
     assert recorder.final.stages["write"].fraction == 1.0
+    written = sum(shard["bytes"] for shard in result.shards)      # known once the shard closes
+    assert written > 0 and recorder.final.stages["write"].bytes == written
 
 
 def test_api_progress_without_a_terminal_prints_plain_lines(logs, capsys):

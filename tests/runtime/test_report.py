@@ -11,26 +11,21 @@ import re
 import pyarrow.parquet as pq
 import pytest
 
-from gpuetl import Pipeline, samples
+from gpuetl import Pipeline
 from gpuetl.cli import main
 from gpuetl.errors import DataError, OutputError
 from gpuetl.runtime.report import KINDS, grouped_reasons, render_html
 from hostile.conftest import Surroundings
-
-LINES, BAD_EVERY = 600, 50
+from watched_logs import BAD_EVERY, LINES, watched_spec, write_watched_logs
 
 
 def spec(mode="error", **extra) -> dict:
-    return {"version": 1, "name": "rep", "source": {"type": "text", "path": "in/*.log", "blocksize": "16KiB"},
-            "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"},
-            "steps": [{"filter": "status >= 200 and status < 500"}, {"dedupe": {"on": ["ip", "request"]}}],
-            "shard": {"count": 2}, "sink": {"path": "out", "mode": mode}, **extra}
+    return watched_spec("rep", mode, **extra)
 
 
 @pytest.fixture
 def logs(tmp_path):
-    samples.write_access_logs(tmp_path / "in" / "a.log", lines=LINES, bad_every=BAD_EVERY)
-    return tmp_path
+    return write_watched_logs(tmp_path)
 
 
 def run(base, **kw):
@@ -85,6 +80,7 @@ def test_report_as_text_and_opened_in_a_browser(logs, capsys, monkeypatch):
     assert main(["report", str(out)]) == 0
     text = capsys.readouterr().out
     assert "succeeded" in text and "rows in 600" in text and "dedupe" in text and "column status" in text
+    assert f"  bad records by kind ({LINES // BAD_EVERY} rows):\n" in text       # the kinds' lines have a heading
     opened = []
     monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
     assert main(["report", str(out), "--open"]) == 0
