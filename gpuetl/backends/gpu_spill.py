@@ -20,14 +20,14 @@ import cupy as cp
 import numpy as np
 import pylibcudf as plc
 
-from ..sinks.layout import BUCKET_BITS, BUCKETS, COARSE_BITS
-from ..sinks.spill import NESTED_ROW_BYTES, PLACE, local_piece, read_ipc
+from ..placement import BUCKET_BITS, BUCKETS, COARSE_BITS, NESTED_ROW_BYTES, PLACE
 from ..types import ARROW_TYPES, Schema, is_nested
 from .gpu_support import count_host_bytes
+from .host_spill import local_piece, read_ipc
 
 
 def group_order(place, split, xp):
-    """The row order of sinks.spill.arrow_groups for ranged pieces, in any array module: by
+    """The row order of host_spill.arrow_groups for ranged pieces, in any array module: by
     split, then by the placement hash's top bits, input order kept within a group (numpy's
     stable argsort; CuPy's argsort is always stable)."""
     coarse = (place >> xp.uint64(64 - COARSE_BITS)).astype(xp.uint16)
@@ -36,7 +36,7 @@ def group_order(place, split, xp):
 
 
 def stretch(place, lo_bucket: int, hi_bucket: int, xp, to_host):
-    """sinks.layout.hash_range in any array module: (start, stop, mask of the rows in buckets
+    """placement.hash_range in any array module: (start, stop, mask of the rows in buckets
     [lo, hi) within that stretch). One binary search call over the coarse groups; its two
     results come to the host through `to_host`."""
     groups = (place >> xp.uint64(64 - COARSE_BITS)).astype(xp.uint16)
@@ -64,7 +64,7 @@ class GpuSpillMixin:
     def spill_groups(self, piece, split: np.ndarray, ranged: bool) -> dict:
         present = np.unique(split)
         if ranged:
-            # the CPU's gather (sinks.spill.arrow_groups): by split, then by the placement hash's
+            # the CPU's gather (host_spill.arrow_groups): by split, then by the placement hash's
             # top bits, input order kept within a group (CuPy's argsort is stable)
             from .gpu import _device_values
 
@@ -81,7 +81,7 @@ class GpuSpillMixin:
         return {int(s): piece[cudf.Series(where == s, index=piece.index)].reset_index(drop=True) for s in present}
 
     def spill_histogram(self, piece, schema: Schema) -> np.ndarray:
-        """sinks.spill.arrow_histogram on the device: each row's bytes (fixed widths plus string
+        """host_spill.arrow_histogram on the device: each row's bytes (fixed widths plus string
         byte lengths) summed per bucket. The sums are of whole numbers, exact in float64, so
         they equal the CPU's whatever order the device adds them in."""
         from .gpu import _device_values, to_host_copy
@@ -124,7 +124,7 @@ class GpuSpillMixin:
         return frame
 
     def spill_range(self, piece, lo_bucket: int, hi_bucket: int):
-        """sinks.layout.hash_range on the device (stretch): 16 bytes come to the host to slice
+        """placement.hash_range on the device (stretch): 16 bytes come to the host to slice
         the frame, and one to say whether every row of the stretch is the shard's."""
         from .gpu import _device_values, _flag, to_host_copy
 

@@ -15,8 +15,8 @@ from gpuetl.backends.cpu import CpuBackend  # noqa: E402
 from gpuetl.backends.gpu import GpuBackend  # noqa: E402
 from gpuetl.backends.gpu_support import fallback_counts, reset_tallies, worker_tallies  # noqa: E402
 from gpuetl.columns import FILE_INDEX, OFFSET  # noqa: E402
+from gpuetl.placement import ORDER, PLACE  # noqa: E402
 from gpuetl.samples import write_access_logs  # noqa: E402
-from gpuetl.sinks.spill import ORDER, PLACE  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 CPU = CpuBackend()

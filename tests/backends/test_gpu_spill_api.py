@@ -1,6 +1,6 @@
 """The index arithmetic of the device spill (backends/gpu_spill.py: group_order, stretch) run
-with numpy in place of CuPy, against the CPU's own (sinks.spill.arrow_groups, sinks.layout.
-hash_range), on a machine with RAPIDS but no GPU (`make gpu-api`)."""
+with numpy in place of CuPy, against the CPU's own (backends.host_spill.arrow_groups,
+placement.hash_range), on a machine with RAPIDS but no GPU (`make gpu-api`)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a brok
     pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
                 allow_module_level=True)
 
-from gpuetl.sinks.layout import BUCKETS, hash_range  # noqa: E402
-from gpuetl.sinks.spill import PLACE, arrow_groups  # noqa: E402
+from gpuetl.backends.host_spill import arrow_groups  # noqa: E402
+from gpuetl.placement import BUCKETS, PLACE, hash_range  # noqa: E402
 
 
 def _place(n: int, seed: int) -> np.ndarray:
