@@ -73,3 +73,12 @@ def test_the_histogram_crosses_packed_and_arrives_whole(rows, width):
     nonzero = int((expected > 0).sum())
     assert sum(moved) == 16 + min(nonzero * (2 + width_bytes), BUCKETS * width_bytes), moved
     assert sum(moved) <= expected.nbytes // 2
+
+
+def test_a_histogram_of_huge_buckets_crosses_exactly():
+    """A bucket past 4 GiB (uint64 counts) or at float64's last exact whole number stays exact."""
+    hist = np.zeros(BUCKETS)
+    hist[[0, 7, BUCKETS - 1]] = [2**53 - 1, 2**32, 1]
+    assert np.array_equal(gpu_spill.histogram_to_host(hist.copy(), np, np.array), hist)
+    hist[:] = 2**40
+    assert np.array_equal(gpu_spill.histogram_to_host(hist.copy(), np, np.array), hist)
