@@ -203,16 +203,16 @@ class Backend(ABC):
         return None
 
     def shard_writer(self, path: str, schema: Schema, options: Any, task: Any) -> Any:
-        """The writer of one Parquet shard (sinks.parquet.ShardWriter's interface: write(rows),
+        """The writer of one Parquet shard (shard_writer.ShardWriter's interface: write(rows),
         close() -> ShardResult, abort()). The CPU's encodes with pyarrow."""
-        from ..sinks.parquet import ShardWriter
+        from .shard_writer import ShardWriter
 
         return ShardWriter(path, schema, options, task)
 
     # -- spill pieces (sinks/spill.py sets them aside, sinks/parquet.py reads them back) --------
     # A piece is one partition's rows of one split, held between the map tasks and the shard
     # writers, in this backend's own form: host Arrow tables in IPC files here (the functions
-    # in sinks/spill.py), device frames in Parquet files on a GPU (gpu_spill.py). Shared code
+    # in host_spill.py), device frames in Parquet files on a GPU (gpu_spill.py). Shared code
     # only hands pieces to these methods, to a shard writer, and takes their len().
     spill_suffix: str = ".arrow"
 
@@ -223,28 +223,28 @@ class Backend(ABC):
     def spill_groups(self, piece: Any, split: np.ndarray, ranged: bool) -> dict[int, Any]:
         """{split id: that split's rows}. `split`: each row's split id (host int8). ranged: each
         split's rows grouped by the top 8 bits of the placement hash, input order kept within a
-        group (sinks.layout.hash_range reads a shard's stretch of it); else in input order."""
-        from ..sinks.spill import arrow_groups
+        group (placement.hash_range reads a shard's stretch of it); else in input order."""
+        from .host_spill import arrow_groups
 
         return arrow_groups(piece, split, ranged)
 
     def spill_histogram(self, piece: Any, schema: Schema) -> np.ndarray:
         """Bytes in memory of the piece's rows (the columns of `schema`) per placement-hash
-        bucket: float64 of length sinks.layout.BUCKETS, equal on every backend."""
-        from ..sinks.spill import arrow_histogram
+        bucket: float64 of length placement.BUCKETS, equal on every backend."""
+        from .host_spill import arrow_histogram
 
         return arrow_histogram(piece, schema)
 
     def write_spill(self, piece: Any, path: str) -> None:
         """Write a piece to a local path (atomically: a retried task never leaves half a one)."""
-        from ..sinks.spill import write_ipc
+        from .host_spill import write_ipc
 
         write_ipc(piece, path)
 
     def read_spill(self, path: str, columns: list[str] | None = None) -> Any:
         """A piece written by any backend's write_spill (the file's suffix says which form), or
         a URL in the run store (fetched into the task's folder), as this backend's piece."""
-        from ..sinks.spill import read_ipc
+        from .host_spill import read_ipc
 
         table = read_ipc(path)
         return table.select(columns) if columns is not None else table
@@ -252,8 +252,7 @@ class Backend(ABC):
     def spill_range(self, piece: Any, lo_bucket: int, hi_bucket: int) -> tuple[Any, Any]:
         """The stretch of a ranged piece holding the rows of placement buckets [lo, hi) (no
         copy) and which of its rows those are (an xp bool array, or None: all)."""
-        from ..sinks.layout import hash_range
-        from ..sinks.spill import PLACE
+        from ..placement import PLACE, hash_range
 
         if not len(piece):
             return piece, None

@@ -982,11 +982,11 @@ class GpuShardWriter:
     the device. libcudf cuts row groups within each write() call and never across two (its
     writer_impl counts them per call), so each row group is exactly one write() of exactly
     `rows_per_group` rows (the last one fewer): the bytes depend only on the rows, never on how
-    partitions arrived. Same contract as sinks.parquet.ShardWriter: a partial file renamed on
+    partitions arrived. Same contract as shard_writer.ShardWriter: a partial file renamed on
     close, a sha256 of the bytes, abort() idempotent."""
 
     def __init__(self, path: str, schema: Schema, options, task):
-        from ..sinks.parquet import DEFAULT_ROW_GROUP_ROWS
+        from .shard_writer import DEFAULT_ROW_GROUP_ROWS
 
         self.path, self.task, self.options, self.schema = path, task, options, dict(schema)
         self.rows_per_group = options.row_group_rows or DEFAULT_ROW_GROUP_ROWS
@@ -1068,7 +1068,7 @@ class GpuShardWriter:
                 self.writer.close([])
 
     def close(self):
-        from ..sinks.parquet import ShardResult
+        from .shard_writer import ShardResult
 
         if self.pending:
             if not self.sized:

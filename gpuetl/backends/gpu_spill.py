@@ -20,14 +20,14 @@ import cupy as cp
 import numpy as np
 import pylibcudf as plc
 
-from ..sinks.layout import BUCKET_BITS, BUCKETS, COARSE_BITS
-from ..sinks.spill import NESTED_ROW_BYTES, PLACE, local_piece, read_ipc
+from ..placement import BUCKET_BITS, BUCKETS, COARSE_BITS, NESTED_ROW_BYTES, PLACE
 from ..types import ARROW_TYPES, Schema, is_nested
 from .gpu_support import count_host_bytes
+from .host_spill import local_piece, read_ipc
 
 
 def group_order(place, split, xp):
-    """The row order of sinks.spill.arrow_groups for ranged pieces, in any array module: by
+    """The row order of host_spill.arrow_groups for ranged pieces, in any array module: by
     split, then by the placement hash's top bits, input order kept within a group (numpy's
     stable argsort; CuPy's argsort is always stable)."""
     coarse = (place >> xp.uint64(64 - COARSE_BITS)).astype(xp.uint16)
@@ -36,7 +36,7 @@ def group_order(place, split, xp):
 
 
 def stretch(place, lo_bucket: int, hi_bucket: int, xp, to_host):
-    """sinks.layout.hash_range in any array module: (start, stop, mask of the rows in buckets
+    """placement.hash_range in any array module: (start, stop, mask of the rows in buckets
     [lo, hi) within that stretch). One binary search call over the coarse groups; its two
     results come to the host through `to_host`."""
     groups = (place >> xp.uint64(64 - COARSE_BITS)).astype(xp.uint16)
@@ -53,6 +53,27 @@ def stretch(place, lo_bucket: int, hi_bucket: int, xp, to_host):
     return start, stop, mine
 
 
+_COUNT_TYPES = (np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+def histogram_to_host(hist, xp, to_host) -> np.ndarray:
+    """A per-bucket histogram of whole numbers (xp float64 of length BUCKETS), brought to the host
+    in few bytes and returned as the float64 histogram it was: the counts in the narrowest
+    unsigned type that holds the largest, and, when that is smaller, only the nonzero buckets
+    with their uint16 index (a small piece fills few of the 65,536 buckets). Exact: the counts
+    are whole numbers below 2**53. `to_host` copies an xp array to numpy (and counts it)."""
+    counts = hist.astype(xp.uint64)
+    largest, nonzero = (int(v) for v in to_host(xp.stack([counts.max(), (counts > 0).sum(dtype=xp.uint64)])))
+    width = next(t for t in _COUNT_TYPES if largest <= np.iinfo(t).max)
+    out = np.zeros(BUCKETS, dtype=np.float64)
+    if nonzero * (2 + np.dtype(width).itemsize) < BUCKETS * np.dtype(width).itemsize:
+        index = xp.flatnonzero(counts)
+        out[to_host(index.astype(xp.uint16))] = to_host(counts[index].astype(width))
+    else:
+        out[:] = to_host(counts.astype(width))
+    return out
+
+
 class GpuSpillMixin:
     """Backend.spill_* on cuDF frames (a piece: a cuDF DataFrame with a fresh RangeIndex)."""
 
@@ -64,7 +85,7 @@ class GpuSpillMixin:
     def spill_groups(self, piece, split: np.ndarray, ranged: bool) -> dict:
         present = np.unique(split)
         if ranged:
-            # the CPU's gather (sinks.spill.arrow_groups): by split, then by the placement hash's
+            # the CPU's gather (host_spill.arrow_groups): by split, then by the placement hash's
             # top bits, input order kept within a group (CuPy's argsort is stable)
             from .gpu import _device_values
 
@@ -81,9 +102,10 @@ class GpuSpillMixin:
         return {int(s): piece[cudf.Series(where == s, index=piece.index)].reset_index(drop=True) for s in present}
 
     def spill_histogram(self, piece, schema: Schema) -> np.ndarray:
-        """sinks.spill.arrow_histogram on the device: each row's bytes (fixed widths plus string
+        """host_spill.arrow_histogram on the device: each row's bytes (fixed widths plus string
         byte lengths) summed per bucket. The sums are of whole numbers, exact in float64, so
-        they equal the CPU's whatever order the device adds them in."""
+        they equal the CPU's whatever order the device adds them in; they cross to the host
+        packed (histogram_to_host)."""
         from .gpu import _device_values, to_host_copy
 
         size = cp.zeros(len(piece), dtype=cp.int64)
@@ -97,7 +119,7 @@ class GpuSpillMixin:
                 fixed += max(ARROW_TYPES[t].bit_width // 8, 1)
         buckets = (_device_values(piece[PLACE]) >> cp.uint64(64 - BUCKET_BITS)).astype(cp.int64)
         hist = cp.bincount(buckets, weights=(size + fixed).astype(cp.float64), minlength=BUCKETS)
-        return to_host_copy(hist, "control: bytes per placement bucket")
+        return histogram_to_host(hist, cp, lambda values: to_host_copy(values, "control: bytes per placement bucket"))
 
     def write_spill(self, piece, path: str) -> None:
         """Uncompressed Parquet (a piece lives for one run) written by libcudf into a partial
@@ -124,7 +146,7 @@ class GpuSpillMixin:
         return frame
 
     def spill_range(self, piece, lo_bucket: int, hi_bucket: int):
-        """sinks.layout.hash_range on the device (stretch): 16 bytes come to the host to slice
+        """placement.hash_range on the device (stretch): 16 bytes come to the host to slice
         the frame, and one to say whether every row of the stretch is the shard's."""
         from .gpu import _device_values, _flag, to_host_copy
 

@@ -26,7 +26,8 @@ from ..sinks.runstore import RunStore, SinkThroughStore, spill_through_store, wo
 from ..sources.files import check_objects_unchanged
 from ..storage import bare, is_remote
 from ..sinks.base import get_sink
-from ..sinks.parquet import ShardResult, ShardTask
+from ..backends.shard_writer import ShardResult
+from ..sinks.parquet import ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
 from ..sources.formats.jsonl import empty_declared_columns
 from ..sources.ranges import Whole
@@ -552,7 +553,8 @@ def _check_errors(plan: Plan, counts: dict, bad: dict) -> None:
 def _shard_tasks(layout: Layout, results: list[MapResult], schema, options, sink) -> list[ShardTask]:
     import numpy as np
 
-    from ..sinks.layout import BUCKETS, cut_points_by_size
+    from ..placement import BUCKETS
+    from ..sinks.layout import cut_points_by_size
 
     names = layout.split_names
     hist = {i: sum((r.histograms[i] for r in results if i in r.histograms), np.zeros(BUCKETS)) for i in range(len(names))}

@@ -14,35 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..columns import FILE_INDEX, OFFSET
-
-BUCKET_BITS = 16
-BUCKETS = 1 << BUCKET_BITS
-COARSE_BITS = 8          # spilled pieces are grouped by the placement hash's top 8 bits
-
-
-def coarse_of(p):
-    """The coarse group of placement hashes (uint64 array -> uint8 array)."""
-    return (p >> np.uint64(64 - COARSE_BITS)).astype(np.uint8)
-
-
-def hash_range(place, lo_bucket: int, hi_bucket: int) -> tuple[int, int, object]:
-    """Rows of a piece grouped by coarse_of (input order within a group) whose placement hash
-    lies in buckets [lo_bucket, hi_bucket): (start, stop, mask within that slice or None)."""
-    lo = np.uint64(lo_bucket) << np.uint64(64 - BUCKET_BITS)
-    groups = coarse_of(place)
-    start = int(np.searchsorted(groups, lo_bucket >> (BUCKET_BITS - COARSE_BITS), side="left"))
-    if hi_bucket >= BUCKETS:
-        stop, hi = len(place), None
-    else:
-        hi = np.uint64(hi_bucket) << np.uint64(64 - BUCKET_BITS)
-        stop = int(np.searchsorted(groups, (hi_bucket - 1) >> (BUCKET_BITS - COARSE_BITS), side="right"))
-    stop = max(stop, start)
-    window = place[start:stop]
-    mine = window >= lo
-    if hi is not None:
-        mine &= window < hi
-    return start, stop, None if mine.all() else mine
-
+from ..placement import BUCKETS
 
 _SPLIT_SALT = 0x51A7
 _ORDER_SALT = 0x0DE5
@@ -126,10 +98,6 @@ def cut_points(histogram: np.ndarray, shards: int) -> list[int]:
     for i in range(1, len(cuts)):           # keep them non-decreasing
         cuts[i] = max(cuts[i], cuts[i - 1])
     return [0, *cuts, BUCKETS]
-
-
-def bucket_of(p):
-    return p >> np.uint64(64 - BUCKET_BITS)
 
 
 def cut_points_by_size(histogram: np.ndarray, target: float) -> list[int]:

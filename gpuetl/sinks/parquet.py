@@ -14,13 +14,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..backends.host_spill import read_ipc, row_bytes
+from ..backends.shard_writer import DEFAULT_ROW_GROUP_ROWS, ShardResult, ShardWriter, dictionary_columns
 from ..columns import FILE_INDEX, OFFSET
+from ..placement import BUCKETS, ORDER, PLACE, hash_range
 from ..types import Schema, arrow_schema
 from .base import CommittedFolder
-from .layout import BUCKETS, Layout, hash_range
-from .spill import ORDER, PLACE, QUARANTINE_SCHEMA, read_ipc
+from .layout import Layout
+from .spill import QUARANTINE_SCHEMA
 
-DEFAULT_ROW_GROUP_ROWS = 131_072
 QUARANTINE_ROWS_PER_FILE = 1_000_000
 
 
@@ -40,15 +42,6 @@ class ShardTask:
     hi_bucket: int
     relpath: str                # e.g. train/part-00003.parquet
     row_bytes: float = 0.0      # about how many bytes its rows take in memory (from the map's histograms)
-
-
-@dataclass
-class ShardResult:
-    path: str                   # relative to the dataset folder
-    split: str
-    rows: int
-    bytes: int
-    sha256: str
 
 
 SHARD_BATCH_BYTES = 32 << 20      # row bytes (the map's estimate) a shuffled shard is ordered and written in at a time
@@ -139,113 +132,6 @@ def _range_of(backend, piece, task: ShardTask, ranged: bool):
     return backend.spill_range(piece, task.lo_bucket, task.hi_bucket)
 
 
-class ShardWriter:
-    """One Parquet file, fed tables in final row order. Row groups hold exactly row_group_rows
-    rows (the last one fewer), so the bytes depend only on the rows; written through a partial
-    file and renamed, so a killed task never leaves a truncated shard."""
-
-    def __init__(self, path: str, schema: Schema, options: WriteOptions, task: ShardTask):
-        self.path, self.task, self.options = path, task, options
-        self.schema = arrow_schema(schema)
-        self.rows_per_group = options.row_group_rows or (None if options.row_group_bytes else DEFAULT_ROW_GROUP_ROWS)
-        self.pending: list[pa.Table] = []
-        self.pending_rows = 0
-        self.rows = 0
-        self.closed = False
-        self.writer: pq.ParquetWriter | None = None      # opened with the first rows (dictionary_columns)
-        self.digest = hashlib.sha256()      # of the bytes written so far (a writer only appends)
-        self.hashed = 0
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-
-    def _open(self, first: pa.Table) -> pq.ParquetWriter:
-        compression = None if self.options.compression == "none" else self.options.compression
-        self.writer = pq.ParquetWriter(self.path + ".partial", self.schema, compression=compression,
-                                       write_statistics=True,
-                                       use_dictionary=dictionary_columns(first.slice(0, self.rows_per_group)))
-        return self.writer
-
-    def write(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
-        self.pending.append(table.select(self.schema.names).cast(self.schema))
-        self.pending_rows += table.num_rows
-        if self.rows_per_group is None and self.pending_rows >= _SIZING_ROWS:
-            self._size_groups()
-        if self.rows_per_group is not None and self.pending_rows >= self.rows_per_group:
-            self._flush(final=False)
-
-    def _size_groups(self) -> None:
-        """row_group_bytes: rows per group from the shard's first rows (the same on every run)."""
-        sample = pa.concat_tables(self.pending).slice(0, _SIZING_ROWS)
-        per_row = max(1.0, sample.nbytes / max(sample.num_rows, 1))
-        self.rows_per_group = max(1, int(self.options.row_group_bytes // per_row))
-
-    def _flush(self, final: bool) -> None:
-        table = pa.concat_tables(self.pending) if len(self.pending) > 1 else self.pending[0]
-        size = self.rows_per_group
-        full = table.num_rows - table.num_rows % size if not final else table.num_rows
-        writer = self.writer or self._open(table)
-        for start in range(0, full, size):
-            # one contiguous chunk per row group: Arrow feeds its page writer chunk by chunk, so
-            # page cuts could otherwise depend on how the rows arrived (partitions, parse batches)
-            chunk = table.slice(start, min(size, full - start)).combine_chunks()
-            writer.write_table(chunk, row_group_size=size)
-        rest = table.slice(full)
-        self.pending = [rest] if rest.num_rows else []
-        self.pending_rows = rest.num_rows
-        self.rows += full
-        self._hash_written()
-
-    def _hash_written(self) -> None:
-        """Hash what the writer has appended since the last call, while later rows are still
-        being parsed, so closing the shard does not read it all back at the end."""
-        with open(self.path + ".partial", "rb") as fh:
-            fh.seek(self.hashed)
-            while block := fh.read(1 << 20):
-                self.digest.update(block)
-                self.hashed += len(block)
-
-    def abort(self) -> None:
-        """Close without publishing (idempotent; a no-op after close)."""
-        if not self.closed:
-            self.closed = True
-            if self.writer is not None:
-                self.writer.close()
-
-    def close(self) -> ShardResult:
-        if self.pending:
-            if self.rows_per_group is None:
-                self._size_groups()
-            self._flush(final=True)
-        if self.rows == 0:
-            (self.writer or self._open(self.schema.empty_table())).write_table(self.schema.empty_table())
-        self.writer.close()
-        self.closed = True
-        self._hash_written()
-        os.replace(self.path + ".partial", self.path)
-        return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
-                           self.digest.hexdigest())
-
-
-_SIZING_ROWS = 65_536
-DICTIONARY_MAX_SHARE = 0.3
-_DICTIONARY_SAMPLE_ROWS = DEFAULT_ROW_GROUP_ROWS    # at most one default row group
-
-
-def dictionary_columns(table: pa.Table) -> list[str]:
-    """Columns to dictionary-encode: those with few distinct values in the shard's first row
-    group (the writer passes it, so the choice depends only on the rows). A dictionary holds a
-    row group's distinct values, so a row group is what is judged (client IPs repeat across a
-    row group though rarely within its first few thousand rows). Timestamps, sizes and URLs are
-    mostly distinct: their dictionary is as large as the data and slower to build, so they are
-    plain-encoded (measurements in benchmarks/README.md). Nested columns (structs, lists) are
-    left to the writer's defaults: there is no distinct count of a struct."""
-    sample = table.slice(0, _DICTIONARY_SAMPLE_ROWS)
-    limit = DICTIONARY_MAX_SHARE * max(sample.num_rows, 1)
-    return [name for name in sample.column_names
-            if not pa.types.is_nested(sample.schema.field(name).type) and pc.count_distinct(sample.column(name), mode="all").as_py() <= limit]
-
-
 def write_parquet(table: pa.Table, path: str, options: WriteOptions, relpath: str = "") -> ShardResult:
     writer = ShardWriter(path, _schema_of(table), options, ShardTask(0, "", 0, 0, 0, relpath))
     writer.write(table)
@@ -296,8 +182,6 @@ def compression_ratio(pieces: list[str], histogram: np.ndarray, schema: Schema, 
     of the lowest placement-hash buckets (which depend only on the data) up to ~16 MiB."""
     import io
 
-    from .spill import _row_bytes
-
     cum = np.cumsum(histogram)
     last = min(int(np.searchsorted(cum, SAMPLE_ROW_BYTES)) + 1, BUCKETS)
     parts = []
@@ -313,7 +197,7 @@ def compression_ratio(pieces: list[str], histogram: np.ndarray, schema: Schema, 
     sample = pa.concat_tables(parts)
     sample = sample.take(pc.sort_indices(sample, sort_keys=[(PLACE, "ascending"), (FILE_INDEX, "ascending"),
                                                             (OFFSET, "ascending")]))
-    raw = float(_row_bytes(sample, schema).sum())
+    raw = float(row_bytes(sample, schema).sum())
     sink = io.BytesIO()
     compression = None if options.compression == "none" else options.compression
     rows = options.row_group_rows or DEFAULT_ROW_GROUP_ROWS

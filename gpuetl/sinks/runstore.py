@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .. import storage
+from ..backends.host_spill import PIECE_FETCH
 
 SPILL, DATA, SHARDS = "spill", "data", "shards"
 
@@ -104,12 +105,14 @@ class RunStore:
     @contextmanager
     def task_folder(self):
         """A temporary folder on this worker for one task, removed when the task ends. Pieces in
-        the store that the task reads meanwhile (spill.read_ipc) are fetched into it, each once."""
+        the store that the task reads meanwhile (host_spill.read_ipc, through PIECE_FETCH) are
+        fetched into it, each once."""
         folder = tempfile.mkdtemp(prefix="gpuetl-task-")
-        token = _TASK.set((self, folder, {}))
+        token, fetch_token = _TASK.set((self, folder, {})), PIECE_FETCH.set(local_copy)
         try:
             yield folder
         finally:
+            PIECE_FETCH.reset(fetch_token)
             _TASK.reset(token)
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -123,7 +126,7 @@ class RunStore:
 
 def local_copy(url: str) -> str:
     """The local path of a file of the run's in the store, fetched into the running task's folder
-    when first read (spill.read_ipc memory-maps it from there)."""
+    when first read (host_spill.read_ipc memory-maps it from there)."""
     current = _TASK.get()
     if current is None:
         raise RuntimeError(f"internal error: {url} read outside a task that fetches the run's files")

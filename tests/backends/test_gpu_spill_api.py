@@ -1,6 +1,6 @@
 """The index arithmetic of the device spill (backends/gpu_spill.py: group_order, stretch) run
-with numpy in place of CuPy, against the CPU's own (sinks.spill.arrow_groups, sinks.layout.
-hash_range), on a machine with RAPIDS but no GPU (`make gpu-api`)."""
+with numpy in place of CuPy, against the CPU's own (backends.host_spill.arrow_groups,
+placement.hash_range), on a machine with RAPIDS but no GPU (`make gpu-api`)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a brok
     pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
                 allow_module_level=True)
 
-from gpuetl.sinks.layout import BUCKETS, hash_range  # noqa: E402
-from gpuetl.sinks.spill import PLACE, arrow_groups  # noqa: E402
+from gpuetl.backends.host_spill import arrow_groups, arrow_histogram  # noqa: E402
+from gpuetl.placement import BUCKETS, PLACE, hash_range  # noqa: E402
 
 
 def _place(n: int, seed: int) -> np.ndarray:
@@ -50,3 +50,35 @@ def test_stretch_is_hash_range(lo, hi):
     want_start, want_stop, want_mine = hash_range(place, lo, hi)
     assert (start, stop) == (want_start, want_stop)
     assert mine.tolist() == (want_mine.tolist() if want_mine is not None else [True] * (stop - start))
+
+
+@pytest.mark.parametrize("rows, width", [(0, 8), (5, 30), (3000, 400), (3000, 70_000), (100_000, 3), (100_000, 12)])
+def test_the_histogram_crosses_packed_and_arrives_whole(rows, width):
+    """histogram_to_host (the device histogram's way to the host) gives back the CPU's float64
+    histogram exactly, in fewer bytes: the nonzero buckets' (uint16 index, count) pairs for a
+    small piece, every bucket's count for a large one, counts as narrow as the largest allows."""
+    place = _place(rows, rows) if rows >= 3 else np.zeros(rows, dtype=np.uint64)
+    sizes = np.random.default_rng(rows).integers(0, width, rows)
+    table = pa.table({PLACE: place, "text": pa.array([b"x" * int(n) for n in sizes], pa.binary())})
+    expected = arrow_histogram(table, {"text": "binary"})
+    moved = []
+
+    def to_host(values):
+        moved.append(values.nbytes)
+        return np.array(values)
+
+    got = gpu_spill.histogram_to_host(expected.copy(), np, to_host)
+    assert got.dtype == np.float64 and np.array_equal(got, expected)
+    width_bytes = next(np.dtype(t).itemsize for t in (np.uint8, np.uint16, np.uint32) if expected.max() <= np.iinfo(t).max)
+    nonzero = int((expected > 0).sum())
+    assert sum(moved) == 16 + min(nonzero * (2 + width_bytes), BUCKETS * width_bytes), moved
+    assert sum(moved) <= expected.nbytes // 2
+
+
+def test_a_histogram_of_huge_buckets_crosses_exactly():
+    """A bucket past 4 GiB (uint64 counts) or at float64's last exact whole number stays exact."""
+    hist = np.zeros(BUCKETS)
+    hist[[0, 7, BUCKETS - 1]] = [2**53 - 1, 2**32, 1]
+    assert np.array_equal(gpu_spill.histogram_to_host(hist.copy(), np, np.array), hist)
+    hist[:] = 2**40
+    assert np.array_equal(gpu_spill.histogram_to_host(hist.copy(), np, np.array), hist)

@@ -1,7 +1,8 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from gpuetl.sinks.layout import BUCKETS, Layout, cut_points, cut_points_by_size
+from gpuetl.placement import BUCKETS
+from gpuetl.sinks.layout import Layout, cut_points, cut_points_by_size
 
 
 def layout(**kw):
@@ -38,7 +39,7 @@ def test_cut_points_by_size_leave_the_remainder_last():
 @given(hashes=st.lists(st.integers(0, 2**64 - 1), max_size=200), lo=st.integers(0, BUCKETS), width=st.integers(0, 3000))
 def test_hash_range_selects_exactly_the_buckets(hashes, lo, width):
     """Pieces are grouped by the top 8 bits (stable); a shard's rows are found by hash_range."""
-    from gpuetl.sinks.layout import coarse_of, hash_range
+    from gpuetl.placement import coarse_of, hash_range
 
     place = np.array(hashes, dtype=np.uint64)
     place = place[np.argsort(coarse_of(place), kind="stable")]

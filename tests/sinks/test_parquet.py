@@ -4,7 +4,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpuetl.sinks.parquet import ShardTask, ShardWriter, WriteOptions, dictionary_columns, sha256_of
+from gpuetl.backends.shard_writer import ShardWriter, dictionary_columns
+from gpuetl.sinks.parquet import ShardTask, WriteOptions, sha256_of
 
 
 def _table(n):

@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import gpuetl
+from gpuetl.backends import host_spill
 from gpuetl.backends.cpu import CpuBackend
+from gpuetl.placement import PLACE
 from gpuetl.samples import write_access_logs
 from gpuetl.sinks import parquet, spill
 
@@ -80,13 +82,13 @@ def test_the_spill_goes_through_the_backends_piece_methods(tmp_path, monkeypatch
     write_access_logs(tmp_path / "access.log", lines=1500, seed=3)
     plain = _run(tmp_path, "plain", shard, "cpu")
     opened = []
-    real_read = spill.read_ipc
+    real_read = host_spill.read_ipc
 
     def read_ipc(path):
         opened.append(path)
         return real_read(path)
 
-    monkeypatch.setattr(spill, "read_ipc", read_ipc)
+    monkeypatch.setattr(host_spill, "read_ipc", read_ipc)
     monkeypatch.setattr(parquet, "read_ipc", read_ipc)
     monkeypatch.setattr(parquet, "SHARD_BATCH_BYTES", 20_000)       # shuffled shards in several turns
     for name, backend in (("recorded", Recording()), ("parquet", ParquetPieces())):
@@ -110,8 +112,8 @@ def test_the_spill_goes_through_the_backends_piece_methods(tmp_path, monkeypatch
 
 def test_a_resumed_run_keeps_pieces_in_either_form(tmp_path):
     """load_result accepts a piece where this run writes it, in the CPU's or a GPU's form."""
-    table = CpuBackend().spill_piece(CpuBackend().xd.DataFrame({spill.PLACE: np.array([1, 2], dtype=np.uint64)}),
-                                     {spill.PLACE: "uint64"})
+    table = CpuBackend().spill_piece(CpuBackend().xd.DataFrame({PLACE: np.array([1, 2], dtype=np.uint64)}),
+                                     {PLACE: "uint64"})
     for suffix in spill.PIECE_SUFFIXES:
         folder = tmp_path / suffix.strip(".")
         path = spill.piece_path(str(folder), 0, 3, suffix)
@@ -119,11 +121,11 @@ def test_a_resumed_run_keeps_pieces_in_either_form(tmp_path):
         if suffix == ".parquet":
             pq.write_table(table, path)
         else:
-            spill.write_ipc(table, path)
+            host_spill.write_ipc(table, path)
         spill.save_result(spill.MapResult(3, pieces={0: path}, rows={0: 2}), str(folder))
         loaded = spill.load_result(str(folder), 3)
         assert loaded is not None and loaded.pieces == {0: path}
-        assert spill.read_ipc(path).column(spill.PLACE).to_pylist() == [1, 2]
+        assert host_spill.read_ipc(path).column(PLACE).to_pylist() == [1, 2]
         spill.save_result(spill.MapResult(3, pieces={0: path + ".x"}, rows={0: 2}), str(folder))
         assert spill.load_result(str(folder), 3) is None             # not where this run writes it
     with pytest.raises(ValueError, match="spill pieces"):
