@@ -331,6 +331,10 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
             arrow_schema = arrow_schema or read.arrow_schema()
             why = "nested too deeply to read" if isinstance(err, RecursionError) else str(err)[:200]
             obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {why}")
+            if dropped is not None and not isinstance(obj, _Unreadable):     # obj holds the columns' keys only
+                for key in _top_level_fields(line):
+                    if key not in roots:
+                        dropped[key] = dropped.get(key, 0) + 1
         if isinstance(obj, _Unreadable):
             ok[i], reasons[i] = False, obj.reason
             continue
@@ -466,6 +470,18 @@ def _has_lone_surrogate(obj) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def _top_level_fields(line: str) -> list[str]:
+    """The top-level keys with a value other than null of a record Python's json cannot read, as
+    pyarrow's reader reads it (none when it cannot)."""
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(pa.BufferReader(line.encode() + b"\n"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return []
+    return [name for name, column in zip(table.column_names, table.columns) if column.null_count < len(column)]
 
 
 class _Unreadable:

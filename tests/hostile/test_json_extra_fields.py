@@ -106,6 +106,18 @@ def test_extras_of_drifting_kinds_nulls_and_escaped_keys(tmp_path, surroundings)
     assert [r["a"] for r in pq.read_table(result.out_dir / "part-00000.parquet").to_pylist()] == [1, 2, 3, 4, 5, 6, 7]
 
 
+def test_extras_python_cannot_read_are_counted_as_pyarrow_reads_them(tmp_path, surroundings):
+    """An extra field nested 5,000 deep or an integer of 5,000 digits (past Python's limits; the
+    record is read as pyarrow's reader reads it): still counted, under its own name."""
+    deep = '{"a": 2, "d": ' + "[" * 5000 + "]" * 5000 + "}"
+    huge = '{"a": 3, "n": ' + "9" * 5000 + ', "m": null}'
+    (tmp_path / "a.jsonl").write_text('{"a": 1, "d": 1}\n' + deep + "\n" + huge + "\n")
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run(tmp_path, spec({"a": "int64"}))
+    assert result.counts["rows_out"] == 3
+    assert dropped(result) == {"d": 2, "n": 1}
+
+
 def test_counts_survive_steps_and_a_global_step(tmp_path, surroundings):
     """Filtered, deduplicated and quarantined records had their fields dropped too: the count is
     of records read, and it reaches the manifest through a dedupe across partitions."""
