@@ -188,8 +188,8 @@ def test_values_drifting_to_strings_leave_the_other_records_to_the_block_reader(
     s["source"]["blocksize"] = blocksize
     careful_records = []
     read_carefully = cpu_json._read_carefully
-    monkeypatch.setattr(cpu_json, "_read_carefully",
-                        lambda backend, arr, *rest: careful_records.append(len(arr)) or read_carefully(backend, arr, *rest))
+    monkeypatch.setattr(cpu_json, "_read_carefully", lambda backend, arr, *rest:
+                        careful_records.append(len(arr)) or read_carefully(backend, arr, *rest))
     with surroundings(tmp_path, dataset=tmp_path / "out"):
         result = run(tmp_path, s)
     got = rows(result)
