@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of every system, the order rotated each round (default 3); the table shows "
                          "each system's median run")
+    ap.add_argument("--scheduler", help="gpuetl's --scheduler (default: the command's own, a local cluster); "
+                                        "`threads` runs without a cluster, as a library call with scheduler='threads'")
     args = ap.parse_args(argv)
     if args.worker:
         WORKERS[args.worker](args.input, args.output)
@@ -177,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             load = os.getloadavg()[0]
             cmd = (base.gpuetl_command(src, out, PIPELINE) if name == "gpuetl-cpu"
                    else base.peer_command(Path(__file__).resolve(), name, src, out))
+            if name == "gpuetl-cpu" and args.scheduler:
+                cmd += ["--scheduler", args.scheduler]
             r = base.run_command(name, cmd, out, log, args.timeout)
             r.update(input_bytes=input_bytes, log=str(log), round=k + 1, load_before=load)
             print(f"round {k + 1} {name:<11} " + (f"{r['seconds']:6.2f} s, {r['cpu_seconds']:6.2f} CPU-s, "
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
               f"CPU {', '.join(f'{x:.2f}' for x in summary['rounds']['cpu'])}")
     doc = {"benchmark": "jsonl_nested", "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "input": {"path": str(src), "bytes": input_bytes, "lines": lines, "seed": args.seed},
+           "gpuetl_scheduler": args.scheduler or "local cluster",
            "task": "nested JSON lines -> ts, user.id, user.geo, event, items[0].sku, duration_ms, ok, tags -> zstd Parquet",
            "machine": base.machine_info(), "results": results, "runs": runs, **summary}
     args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")

@@ -16,6 +16,9 @@ COUNT = "__n"            # int64: records this row stands for (1, or a tally of 
 STAGE = "__stage"        # int16: index of the stage that dropped the row, -1 for live rows
 RAW = "__raw"            # binary: the record's exact input bytes, kept for quarantined rows only
 REASON = "__reason"      # string: why a row was quarantined or dropped
+# A partition frame's attribute (DataFrame.attrs): {field: records} of the top-level JSON fields
+# the source left out under `extra_fields: drop`, or None where the backend did not count them.
+DROPPED_FIELDS = "gpuetl.dropped_fields"
 INTERNAL = (FILE_INDEX, OFFSET, STATUS, COUNT, STAGE, RAW, REASON)
 INTERNAL_TYPES: Schema = {
     FILE_INDEX: "int32", OFFSET: "int64", STATUS: "int8", COUNT: "int64",

@@ -50,6 +50,7 @@ class PlanningBackend(Protocol):
 
 
 class Backend(ABC):
+    counts_dropped_fields = False     # parse_json adds up the extra fields it drops
     name: str
     xp: Any                  # numpy or cupy
     xd: Any                  # pandas or cudf
@@ -317,9 +318,12 @@ class Backend(ABC):
         return cols, matched
 
     @abstractmethod
-    def parse_json(self, text: Any, read: Any) -> tuple[dict, Any, Any]:
+    def parse_json(self, text: Any, read: Any, dropped: dict[str, int] | None = None) -> tuple[dict, Any, Any]:
         """Parse JSON objects, one per record, reading what `read` (sources/json_fields.JsonRead)
-        names: ({name: Series}, ok bool Series, reason Series|None)."""
+        names: ({name: Series}, ok bool Series, reason Series|None). dropped: under
+        `extra_fields: drop`, a dict to which {field: records} of the top-level fields left out
+        (not null) is added; a backend that does not count them leaves it as it is, and says so
+        through counts_dropped_fields."""
 
     @abstractmethod
     def parse_csv(self, text: Any, names: tuple[str, ...] | list[str], delimiter: str,

@@ -54,6 +54,7 @@ def _bool_mask(arr: pa.Array) -> np.ndarray:
 
 class CpuBackend(Backend):
     name = "cpu"
+    counts_dropped_fields = True
     xp = np
     xd = pd
 
@@ -207,12 +208,12 @@ class CpuBackend(Backend):
             out[name] = self.series(field, "string", index=text.index)
         return out, pd.Series(matched, index=text.index)
 
-    def parse_json(self, text, read: JsonRead):
+    def parse_json(self, text, read: JsonRead, dropped: dict[str, int] | None = None):
         """pyarrow's block reader where it reads records as gpuetl would, Python's json record
         by record for the others (backends/cpu_json.py)."""
         from .cpu_json import parse_json
 
-        return parse_json(self, text, read)
+        return parse_json(self, text, read, dropped)
 
     def parse_csv(self, text, names, delimiter, null_values=("",)):
         """pyarrow's CSV reader over the batch (a quoted field may hold newlines), trusted only

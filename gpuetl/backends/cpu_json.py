@@ -9,6 +9,12 @@ string`) sets aside the records whose text holds that key with a value of the ki
 one that names none is found by splitting (runs of records read by block again in pieces until
 the refused runs are small). The careful reader then takes only what was set aside, and both
 readers' rows are put back in the records' order.
+
+Extra fields (top-level keys no column reads): under `extra_fields: drop` the block reader infers
+them (its tables then hold them as columns, which the columns read leave out), so each batch
+counts, per field, the records in which it was dropped; the careful reader counts its records'
+alike. A field whose value is null is not counted: nothing is lost. Under `keep` the block reader
+reads the columns and Python's json only writes each record's other keys back as text.
 """
 
 from __future__ import annotations
@@ -39,37 +45,43 @@ _VALUE_START = {"string": '"', "number": r"[-0-9]", "boolean": "[tf]", "object":
                 "null": "n"}
 
 
-def parse_json(backend, text, read: JsonRead):
+def parse_json(backend, text, read: JsonRead, dropped: dict[str, int] | None = None):
     """(columns, ok, reasons or None) for a batch of records: see the module's docstring.
-    `extra_fields: keep` is read record by record: only the careful reader sees each record's
-    other keys."""
+    dropped: under `extra_fields: drop`, {field: records} gets this batch's dropped fields added."""
     arr = _arrow(text)
     n = len(arr)
-    if read.extra == "keep":
-        careful = np.ones(n, dtype=bool)
-    else:
-        arr, careful = _brace_delimited(arr)
-        careful = ~careful
+    arr, careful = _brace_delimited(arr)
+    careful = ~careful
     table = None
     if not careful.all() or not n:
         table, careful = _read_blocks(arr, careful, read)
+    extra_text = None
+    if table is not None and read.extra == "keep":
+        table, extra_text, careful = _extra_as_text(arr, table, careful, read)
+    if table is not None and dropped is not None:
+        _count_dropped(table, read, dropped)
     index = text.index
+    schema = read.schema
     if not careful.any():
         values = json_columns(table, read)
-        cols = {c.name: backend.series(values[c.name], c.type, index=index) for c in read.columns}
+        if extra_text is not None:
+            values["_extra"] = extra_text
+        cols = {name: backend.series(values[name], t, index=index) for name, t in schema.items()}
         return cols, pd.Series(np.ones(n, dtype=bool), index=index), None
-    slow_cols, slow_ok, slow_reasons = _read_carefully(backend, arr.filter(pa.array(careful)), read)
+    slow_cols, slow_ok, slow_reasons = _read_carefully(backend, arr.filter(pa.array(careful)), read, dropped)
     if table is None:              # every record read carefully
-        cols = {name: backend.series(values, read.schema[name], index=index) for name, values in slow_cols.items()}
+        cols = {name: backend.series(values, schema[name], index=index) for name, values in slow_cols.items()}
         return cols, pd.Series(slow_ok, index=index), _reason_series(slow_reasons, index)
     # both: the block reader's rows first, then the careful reader's, put back in order
     fast_at, slow_at = np.flatnonzero(~careful), np.flatnonzero(careful)
     back = pa.array(np.argsort(np.concatenate([fast_at, slow_at]), kind="stable"))
     fast_values = json_columns(table, read)
+    if extra_text is not None:
+        fast_values["_extra"] = extra_text
     cols = {}
-    for c in read.columns:
-        joined = pa.concat_arrays([fast_values[c.name].cast(ARROW_TYPES[c.type]), slow_cols[c.name]])
-        cols[c.name] = backend.series(joined.take(back), c.type, index=index)
+    for name, t in schema.items():
+        joined = pa.concat_arrays([fast_values[name].cast(ARROW_TYPES[t]), slow_cols[name]])
+        cols[name] = backend.series(joined.take(back), t, index=index)
     ok = np.ones(n, dtype=bool)
     ok[slow_at] = slow_ok
     reasons: list[str | None] = [None] * n
@@ -156,10 +168,49 @@ def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, 
 
 
 def _parse_options(schema: pa.Schema, read: JsonRead):
+    """`drop`: the reader infers the other fields, to count them (_count_dropped)."""
     import pyarrow.json as pj
 
     return pj.ParseOptions(explicit_schema=schema,
-                           unexpected_field_behavior="error" if read.extra == "error" else "ignore")
+                           unexpected_field_behavior={"error": "error", "drop": "infer"}.get(read.extra, "ignore"))
+
+
+def _count_dropped(table: pa.Table, read: JsonRead, dropped: dict[str, int]) -> None:
+    """Add to `dropped` the records of the block reader's table that have each field no column
+    reads (inferred: see _parse_options), not null."""
+    roots = read.roots
+    for name, column in zip(table.column_names, table.columns):
+        if name not in roots and (present := len(column) - column.null_count):
+            dropped[name] = dropped.get(name, 0) + present
+
+
+def _extra_as_text(arr: pa.Array, table: pa.Table, careful: np.ndarray, read: JsonRead):
+    """(the block reader's table, the `_extra` text of its records, the careful marks) under
+    `extra_fields: keep`: each record the block reader took has its other keys written back as
+    JSON text by Python's json, exactly as the careful reader writes them. A record Python's json
+    cannot read or write back (nested too deeply, a lone surrogate) is left to the careful reader,
+    and taken out of the table."""
+    fast_at = np.flatnonzero(~careful)
+    roots = read.roots
+    texts: list[str | None] = []
+    refused = np.zeros(len(fast_at), dtype=bool)
+    for j, line in enumerate(arr.filter(pa.array(~careful)).to_pylist()):
+        try:
+            obj = json.loads(line)
+            extra = {k: v for k, v in obj.items() if k not in roots}
+            texts.append(json.dumps(extra, ensure_ascii=False) if extra else None)
+        except (ValueError, RecursionError, TypeError, AttributeError):
+            refused[j] = True
+            texts.append(None)
+            continue
+        if _SURROGATE_ESCAPE.search(line) and _has_lone_surrogate(obj):
+            refused[j] = True
+    extra_text = pa.array(texts, pa.string())
+    if refused.any():
+        careful = careful.copy()
+        careful[fast_at[refused]] = True
+        table, extra_text = table.filter(pa.array(~refused)), extra_text.filter(pa.array(~refused))
+    return table, extra_text, careful
 
 
 def _try_read(arr: pa.Array, schema: pa.Schema, parse_options) -> tuple[pa.Table | None, str | None]:
@@ -213,20 +264,27 @@ def _block_size(arr: pa.Array) -> int:
 
 def json_columns(table: pa.Table, read: JsonRead) -> dict[str, pa.Array]:
     """Each column's values from the block reader's table: the flat key where a record has it,
-    else the value at the column's path (a list index past a list's end is null)."""
+    else the value at the column's path (a list index past a list's end is null). Objects keep
+    only the fields their type names (the reader may have inferred others: _parse_options)."""
     out = {}
     for col in read.columns:
-        flat = one_array(table.column(col.name)) if col.name in table.column_names else None
+        declared = ARROW_TYPES[col.type]
+        flat = _as_declared(one_array(table.column(col.name)), declared) if col.name in table.column_names else None
         if not col.path:
             out[col.name] = flat
             continue
         value = one_array(table.column(col.path[0]))
         for step in col.path[1:]:
             value = _json_step(value, step)
+        value = _as_declared(value, declared)
         if flat is not None and flat.null_count < len(flat):
             value = pc.coalesce(flat, value)
         out[col.name] = value
     return out
+
+
+def _as_declared(values: pa.Array, declared: pa.DataType) -> pa.Array:
+    return values if values.type == declared else values.cast(declared)
 
 
 def _json_step(value: pa.Array, step) -> pa.Array:
@@ -247,11 +305,13 @@ def _json_step(value: pa.Array, step) -> pa.Array:
 
 # -- the careful reader -----------------------------------------------------------------------
 
-def _read_carefully(backend, arr: pa.Array, read: JsonRead) -> tuple[dict[str, pa.Array], np.ndarray, list]:
+def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, int] | None = None
+                    ) -> tuple[dict[str, pa.Array], np.ndarray, list]:
     """({column: values}, ok, reasons), record by record with Python's json: a record it cannot
     read, however it fails (too deeply nested, an integer of thousands of digits, two objects on
     one line), is quarantined with the reason; the run goes on. JSON strings in number columns
-    are gathered and cast afterwards with the rules `columns` applies to text (backend.cast)."""
+    are gathered and cast afterwards with the rules `columns` applies to text (backend.cast).
+    dropped: as parse_json's, for every record read as an object."""
     n = len(arr)
     ok = np.ones(n, dtype=bool)
     reasons: list[str | None] = [None] * n
@@ -271,6 +331,10 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead) -> tuple[dict[str, p
             arrow_schema = arrow_schema or read.arrow_schema()
             why = "nested too deeply to read" if isinstance(err, RecursionError) else str(err)[:200]
             obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {why}")
+            if dropped is not None and not isinstance(obj, _Unreadable):     # obj holds the columns' keys only
+                for key in _top_level_fields(line):
+                    if key not in roots:
+                        dropped[key] = dropped.get(key, 0) + 1
         if isinstance(obj, _Unreadable):
             ok[i], reasons[i] = False, obj.reason
             continue
@@ -280,6 +344,10 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead) -> tuple[dict[str, p
         if not isinstance(obj, dict):
             ok[i], reasons[i] = False, f"expected a JSON object, got {_JSON_KINDS.get(type(obj), 'a value')}"
             continue
+        if dropped is not None:
+            for key, value in obj.items():
+                if key not in roots and value is not None:
+                    dropped[key] = dropped.get(key, 0) + 1
         problem = None
         for col in read.columns:
             value, problem = lookup(obj, col)
@@ -402,6 +470,18 @@ def _has_lone_surrogate(obj) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def _top_level_fields(line: str) -> list[str]:
+    """The top-level keys with a value other than null of a record Python's json cannot read, as
+    pyarrow's reader reads it (none when it cannot)."""
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(pa.BufferReader(line.encode() + b"\n"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return []
+    return [name for name, column in zip(table.column_names, table.columns) if column.null_count < len(column)]
 
 
 class _Unreadable:

@@ -35,7 +35,7 @@ class GpuRecordsMixin:
     """parse_json and parse_csv on the device (Backend's contract: columns, ok, reasons)."""
 
     # -- JSON lines ----------------------------------------------------------------------------
-    def parse_json(self, text, read):
+    def parse_json(self, text, read, dropped=None):     # dropped fields are not counted on the device
         why = json_device_refusal(read)
         if why is not None:
             return self._host_json(text, read, why)

@@ -37,7 +37,7 @@ class Executor:
         try:
             if self.client is None:
                 with _results_of(tasks, on_result):
-                    return list(dask.compute(*tasks, scheduler=self.scheduler or "threads"))
+                    return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler)))
             futures = self.client.compute(tasks)
             try:
                 if on_result is not None:
@@ -229,6 +229,18 @@ def _results_of(tasks: list, on_result):
 
     with Callback(posttask=posttask):
         yield
+
+
+def _local_scheduler(name: str | None):
+    """dask's local scheduler as the function itself: named by a string, dask.compute imports
+    `distributed` to look for a client first, a cost a run without a cluster need not pay."""
+    if name in ("sync", "synchronous"):
+        from dask.local import get_sync
+
+        return get_sync
+    from dask.threaded import get
+
+    return get
 
 
 def _our_error(err: BaseException) -> GpuetlError | None:

@@ -12,6 +12,7 @@ import os
 
 import dask
 
+from ..columns import DROPPED_FIELDS
 from ..steps.base import GlobalStep, InOrderGlobalStep
 from ..sources.ranges import CompressedRange, decode_range
 from .partition import read_partition, run_steps
@@ -156,4 +157,9 @@ class named:
         self.__name__ = name
 
     def __call__(self, *args, **kwargs):
-        return self.func(*args, **kwargs)
+        out = self.func(*args, **kwargs)
+        if args and args[0] is not out:        # a partition's frame: what its source dropped stays with it
+            said = getattr(args[0], "attrs", {})
+            if DROPPED_FIELDS in said and DROPPED_FIELDS not in getattr(out, "attrs", {DROPPED_FIELDS: None}):
+                out.attrs[DROPPED_FIELDS] = said[DROPPED_FIELDS]
+        return out

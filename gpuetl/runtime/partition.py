@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..columns import (COUNT, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, STAGE, STATUS,
+from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, STAGE, STATUS,
                              STATUS_LIVE, STATUS_QUARANTINED)
 from ..errors import DataError
 from ..sources.files import InputFile
@@ -44,19 +44,36 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
     if source.framing is not None:       # records that span lines, framed on the host
         backend.note_host_work("records framed on the host (csv, multiline)", 1)
-        return run_steps(_parse_lines(*source.framing.read(source.files, ranges, backend), segment, backend),
-                         segment, backend)
+        frame = _parse_lines(*source.framing.read(source.files, ranges, backend), segment, backend)
+        return with_dropped_fields(run_steps(frame, segment, backend), [frame])
     block = backend.read_block(source.files, ranges)
     batches = backend.batches(block.data)
     if source.parser.whole_partition and len(batches) > 1:
         pieces = [_split_batch(block, position, data, backend) for position, data in batches]
-        whole = _parse_lines(*_join_pieces(pieces, backend), block.extra_bad, segment, backend)
+        frames = [_parse_lines(*_join_pieces(pieces, backend), block.extra_bad, segment, backend)]
     else:
         frames = [_parse_lines(*_split_batch(block, position, data, backend),
                                block.extra_bad if i == len(batches) - 1 else [], segment, backend)
                   for i, (position, data) in enumerate(batches)]
-        whole = frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
-    return run_steps(whole, segment, backend)
+    whole = frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
+    return with_dropped_fields(run_steps(whole, segment, backend), frames)
+
+
+def with_dropped_fields(df, frames: list):
+    """df, with the extra fields its source frames dropped added up (columns.DROPPED_FIELDS):
+    None when one frame was not counted; nothing when no frame says."""
+    said = [f.attrs[DROPPED_FIELDS] for f in frames if DROPPED_FIELDS in getattr(f, "attrs", {})]
+    if not said or not hasattr(df, "attrs"):
+        return df
+    total: dict[str, int] | None = {}
+    for counts in said:
+        if counts is None:
+            total = None
+            break
+        for name, n in counts.items():
+            total[name] = total.get(name, 0) + n
+    df.attrs[DROPPED_FIELDS] = total
+    return df
 
 
 def _split_batch(block, position: int, data, backend):
@@ -87,7 +104,7 @@ def _parse_lines(text, file_index, offsets, bad_utf8, exact, extra_bad, segment:
     """Parse and type records (one batch's, or a partition's), with their bookkeeping. `exact`:
     the exact bytes of records that are not UTF-8 (their text holds U+FFFD), or None."""
     source = segment.source
-    cols, ok, reason = source.parser.parse(text, backend, file_index)
+    cols, ok, reason, *dropped = source.parser.parse(text, backend, file_index)
     df = backend.xd.DataFrame(cols, index=text.index)
     bad = backend.series(bad_utf8, "bool", index=text.index)
     reasons = backend.nulls(len(text), "string", index=text.index)
@@ -101,7 +118,10 @@ def _parse_lines(text, file_index, offsets, bad_utf8, exact, extra_bad, segment:
             else:
                 reasons = reasons.fillna(reason.where(not_ok))
             bad = bad | not_ok
-    return _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment, backend, exact)
+    df = _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment, backend, exact)
+    if dropped and hasattr(df, "attrs"):
+        df.attrs[DROPPED_FIELDS] = dropped[0]
+    return df
 
 
 def _read_parquet_partition(partition: Partition, segment: Segment, backend):

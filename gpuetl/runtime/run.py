@@ -29,7 +29,7 @@ from ..sinks.base import get_sink
 from ..backends.shard_writer import ShardResult
 from ..sinks.parquet import ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
-from ..sources.formats.jsonl import empty_declared_columns
+from ..sources.formats.jsonl import dropped_fields_summary, empty_declared_columns
 from ..sources.ranges import Whole
 from .progress import RunProgress, display_for
 from .reasons import group_reasons
@@ -375,6 +375,11 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
     manifest["host_transfer"] = backend.host_transfer(executor.client, plan.input_bytes)
     manifest["notes"] = [*plan.notes, *warnings]
     manifest.update(plan.metadata)
+    dropped = dropped_fields_summary(spec, [r.dropped_fields for r in results])
+    if dropped is not None:
+        manifest["extra_fields"] = {**manifest.get("extra_fields", {"mode": "drop"}), "dropped": dropped["dropped"]}
+        log(f"note: {dropped['note']}")
+        manifest["notes"].append(dropped["note"])
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
 

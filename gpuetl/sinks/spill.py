@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..backends.host_spill import write_ipc
-from ..columns import (COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS,
+from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS,
                              STATUS_QUARANTINED)
 from ..placement import ORDER, PLACE
 from ..types import Schema
@@ -34,6 +34,7 @@ class MapResult:
     histograms: dict[int, np.ndarray] = field(default_factory=dict)     # split -> bytes per bucket
     quarantine: str | None = None
     tables: dict[int, Any] = field(default_factory=dict, repr=False)    # split -> rows kept in memory (a piece)
+    dropped_fields: dict[str, int] | None = None    # JSON extra field -> records it was left out of; None: not counted
 
 
 def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str,
@@ -50,7 +51,7 @@ def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_d
 
 def _spill(df, partition: int, *, layout: Layout, schema, tmp_dir, file_names, stage_names, backend,
            in_memory=False) -> MapResult:
-    result = MapResult(partition)
+    result = MapResult(partition, dropped_fields=getattr(df, "attrs", {}).get(DROPPED_FIELDS))
     ranged = layout.ranged
     status = df[STATUS]
     if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown
@@ -111,7 +112,7 @@ def save_result(result: MapResult, tmp_dir: str) -> None:
     state = {"partition": result.partition, "tallies": [[s, st, n] for (s, st), n in result.tallies.items()],
              "reasons": result.reasons, "pieces": {str(k): v for k, v in result.pieces.items()},
              "rows": {str(k): v for k, v in result.rows.items()}, "quarantine": result.quarantine,
-             "histograms": sorted(result.histograms)}
+             "histograms": sorted(result.histograms), "dropped_fields": result.dropped_fields}
     path = os.path.join(folder, f"p{result.partition:06d}.json")
     with open(path + ".partial", "w") as fh:
         json.dump(state, fh)
@@ -154,9 +155,11 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
         tallies = {(int(s), int(st)): int(n) for s, st, n in state["tallies"]}
         reasons = {str(k): int(v) for k, v in state["reasons"].items()}
         rows = {int(k): int(v) for k, v in state["rows"].items()}
+        dropped = state.get("dropped_fields")
+        dropped = None if dropped is None else {str(k): int(v) for k, v in dropped.items()}
     except (AttributeError, KeyError, TypeError, ValueError):
         return None                     # not a state this code wrote: the partition is run again
-    return MapResult(partition, tallies, reasons, pieces, rows, hists, quarantine)
+    return MapResult(partition, tallies, reasons, pieces, rows, hists, quarantine, dropped_fields=dropped)
 
 
 def _ours(tmp_dir: str, path: str) -> bool:

@@ -2,7 +2,8 @@
 
 Every parser has `schema`, `parse(text, backend, file_index)` (file_index: each record's input
 file) and `whole_partition` (whether a partition's batches are handed to it at once:
-runtime/partition.py, read_partition)."""
+runtime/partition.py, read_partition). `parse` gives (columns, ok, reasons), and the JSON
+parser a fourth item: the extra fields it dropped ({field: records}, or None: not counted)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,17 @@ class JsonParser:
         return self.read.schema
 
     def parse(self, text, backend, file_index=None):
-        cols, ok, reasons = backend.parse_json(text, self.read)
+        """(columns, ok, reasons), and under `extra_fields: drop` a fourth item: {field: records}
+        of the top-level fields left out, or None where the backend does not count them."""
+        if self.read.extra != "drop":
+            return self._reasons_named(*backend.parse_json(text, self.read))
+        if not backend.counts_dropped_fields:
+            return (*self._reasons_named(*backend.parse_json(text, self.read)), None)
+        dropped: dict[str, int] = {}
+        return (*self._reasons_named(*backend.parse_json(text, self.read, dropped)), dropped)
+
+    @staticmethod
+    def _reasons_named(cols, ok, reasons):
         if reasons is None:     # the whole-block reader took every record: no per-record reasons
             reasons = "invalid JSON record"
         return cols, ok, reasons

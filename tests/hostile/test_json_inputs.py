@@ -188,8 +188,8 @@ def test_values_drifting_to_strings_leave_the_other_records_to_the_block_reader(
     s["source"]["blocksize"] = blocksize
     careful_records = []
     read_carefully = cpu_json._read_carefully
-    monkeypatch.setattr(cpu_json, "_read_carefully",
-                        lambda backend, arr, read: careful_records.append(len(arr)) or read_carefully(backend, arr, read))
+    monkeypatch.setattr(cpu_json, "_read_carefully", lambda backend, arr, *rest:
+                        careful_records.append(len(arr)) or read_carefully(backend, arr, *rest))
     with surroundings(tmp_path, dataset=tmp_path / "out"):
         result = run(tmp_path, s)
     got = rows(result)
@@ -224,7 +224,7 @@ def test_bad_records_the_reader_cannot_name_are_found_in_short_runs(monkeypatch)
     careful = []
     read_carefully = cpu_json._read_carefully
     monkeypatch.setattr(cpu_json, "_read_carefully",
-                        lambda backend, arr, read: careful.append(len(arr)) or read_carefully(backend, arr, read))
+                        lambda backend, arr, *rest: careful.append(len(arr)) or read_carefully(backend, arr, *rest))
     b = CpuBackend()
     cols, ok, reasons = b.parse_json(b.series(pd.Series(lines), "string"), JsonRead((JsonColumn("a", "int64", None),)))
     assert sum(careful) <= 2 * cpu_json.SMALL_RUN

@@ -326,6 +326,31 @@ def _spread(records: list, limit: int) -> list:
 
 # -- after the run ------------------------------------------------------------------------------
 
+def dropped_fields_summary(spec, per_partition: list[dict[str, int] | None]) -> dict | None:
+    """The manifest's account of the extra fields a JSON source left out (`extra_fields: drop`):
+    {"dropped": {field: records}, most first, "note": one line}; "dropped" is None where a
+    backend did not count them (the note says so). None for other sources and modes."""
+    if spec.extra_fields != "drop" or not _reads_json(spec):
+        return None
+    if any(counts is None for counts in per_partition):
+        return {"dropped": None, "note": "source: the fields not in columns were dropped; this backend "
+                                         "does not count them (the CPU backend does)"}
+    total: dict[str, int] = {}
+    for counts in per_partition:
+        for name, n in counts.items():
+            total[name] = total.get(name, 0) + n
+    ordered = dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
+    if not ordered:
+        return {"dropped": {}, "note": "source: no record had a field that is not in columns"}
+    shown = ", ".join(f"{name} ({n:,} records)" for name, n in list(ordered.items())[:10])
+    more = f" and {len(ordered) - 10} more" if len(ordered) > 10 else ""
+    return {"dropped": ordered, "note": f"source: {len(ordered)} field(s) not in columns were dropped: {shown}{more}"}
+
+
+def _reads_json(spec) -> bool:
+    return spec.source.type == "jsonl" or (spec.parse is not None and spec.parse.preset == "json")
+
+
 def empty_declared_columns(plan, data_dir, shards: list[dict], filesystem=None) -> list[str]:
     """Declared columns of a JSON source that are null in every row written: the field never
     appeared (or was always null), which the run reports rather than leave a column of nulls
@@ -333,7 +358,7 @@ def empty_declared_columns(plan, data_dir, shards: list[dict], filesystem=None) 
     import pyarrow.parquet as pq
 
     spec = plan.spec
-    if spec.source.type != "jsonl" and not (spec.parse is not None and spec.parse.preset == "json"):
+    if not _reads_json(spec):
         return []
     declared = [name for name in plan.spec.columns if name in plan.output_schema and not is_nested(plan.output_schema[name])]
     total = sum(s["rows"] for s in shards)
