@@ -345,3 +345,14 @@ def test_commit_moves_what_the_manifest_lists_not_leftovers(base):
     assert not (out / "part-00001.parquet.partial").exists()
     assert not (out / commit.TMP).exists()
     assert main(["verify", str(out)]) == 0
+
+
+def test_commit_journal_bytes_read_back_as_the_journal():
+    """The journal is compact JSON; what `validate_journal` reads back is the journal itself,
+    names outside ASCII and odd characters included."""
+    journal = {"format": commit.JOURNAL_FORMAT, "run": "r1", "previous": ["part-0.parquet"],
+               "moves": ["train/données 1.parquet", 'a"b\\c.parquet'],
+               "manifest": {"inputs": [{"path": "ü/x.jpg", "bytes": 3, "mtime_ns": 1}], "counts": {"rows_in": 1}}}
+    raw = commit.journal_bytes(journal)
+    assert json.loads(raw) == journal
+    assert b"\n" not in raw and b", " not in raw
