@@ -185,7 +185,7 @@ def _picked(frame, rows, backend):
                           ).reset_index(drop=True)
 
 
-KEY_FRAMES_IN_MEMORY = 128 << 20
+KEY_FRAMES_IN_MEMORY = 32 << 20
 
 
 class KeyFrames:
