@@ -290,9 +290,12 @@ class Backend(ABC):
 
         return read_block(files, ranges)
 
+    piece_bytes: int | None = None     # the records a partition is parsed in at a time; None: all at once
+
     def batches(self, data: Any) -> list[tuple[int, Any]]:
-        """A block's whole lines as (position, buffer) batches, parsed one after another. One
-        batch here: a device wants the largest batch it can hold."""
+        """A block's whole lines as (position, buffer) pieces of about piece_bytes, each parsed
+        and run through the row steps before the next (runtime/partition.py). One piece here: a
+        device wants the largest batch it can hold."""
         return [(0, data)]
 
     # -- records -------------------------------------------------------------------------

@@ -111,18 +111,22 @@ class CpuBackend(Backend):
         return table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
 
     # -- records -------------------------------------------------------------------------
-    batch_bytes = 16 * 2**20
+    piece_bytes = 8 * 2**20
 
     def batches(self, data: bytes) -> list[tuple[int, memoryview]]:
-        """Cache-sized batches cut after a newline (views, no copies). A whole 64 MiB partition
-        at once makes every numpy temporary a fresh mmap that the kernel must fault in, and two
-        threads faulting contend, in system time (benchmarks/README.md)."""
+        """Pieces of at most piece_bytes, each cut after its last whole line (views, no copies);
+        a line longer than that is a piece of its own. A piece is parsed and run through the row
+        steps before the next (runtime/partition.py), so a partition's temporaries stay piece-sized;
+        and a whole 64 MiB partition at once makes every numpy temporary a fresh mmap that the
+        kernel must fault in, two threads faulting contend."""
         view = memoryview(data)
         out, start = [], 0
-        while len(view) - start > self.batch_bytes * 3 // 2:
-            cut = _next_newline(view, start + self.batch_bytes)
-            if cut < 0:
-                break
+        while len(view) - start > self.piece_bytes:
+            cut = _last_newline(view, start, start + self.piece_bytes)
+            if cut < 0:                       # one line longer than a piece
+                cut = _next_newline(view, start + self.piece_bytes)
+                if cut < 0:
+                    break
             out.append((start, view[start:cut + 1]))
             start = cut + 1
         if start < len(view) or not out:
@@ -534,6 +538,18 @@ def _localize(naive: pd.Series, zone: str) -> pd.Series:
         return naive.dt.tz_convert("UTC")
     first = np.ones(len(naive), dtype=bool)
     return naive.dt.tz_localize(zone, ambiguous=first, nonexistent="shift_forward").dt.tz_convert("UTC")
+
+
+def _last_newline(view: memoryview, start: int, end: int) -> int:
+    """The position of the last newline in view[start:end], or -1."""
+    pos = end
+    while pos > start:
+        lo = max(start, pos - 65536)
+        k = bytes(view[lo:pos]).rfind(b"\n")
+        if k >= 0:
+            return lo + k
+        pos = lo
+    return -1
 
 
 def _next_newline(view: memoryview, pos: int) -> int:

@@ -31,11 +31,12 @@ def frame_schema(schema: Schema) -> Schema:
 # -- the source stage ---------------------------------------------------------------------------
 
 def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
-    """Read one partition's byte ranges and run the segment's stages on it. Lines are split batch
-    by batch (the backend's batch size: cache-sized on the CPU, the whole block on a GPU); a
-    parser that takes a partition's batches at once (`whole_partition`: the log presets' kernel)
-    then parses them together, the others batch by batch. `decoded`: the bytes of the partition's
-    compressed ranges, in order, decoded by the tasks before (runtime/graph.py)."""
+    """Read one partition's byte ranges and run the segment's stages on it, piece by piece: the
+    records are cut into pieces of about the backend's `piece_bytes` (whole records; one record
+    longer than that is a piece of its own), and each piece is split, parsed, typed and run
+    through the segment's row steps before the next is parsed (`_in_pieces`), so what parsing
+    holds at once is bounded by the piece, not the partition. `decoded`: the bytes of the
+    partition's compressed ranges, in order, decoded by the tasks before (runtime/graph.py)."""
     source = segment.source
     if not isinstance(source, SourceStage):     # a RecordStage: it makes its frames (sources/registry.py)
         return run_steps(source.read(partition, segment, backend), segment, backend)
@@ -44,26 +45,69 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
     if source.framing is not None:       # records that span lines, framed on the host
         backend.note_host_work("records framed on the host (csv, multiline)", 1)
-        frame = _parse_lines(*source.framing.read(source.files, ranges, backend), segment, backend)
-        return with_dropped_fields(run_steps(frame, segment, backend), [frame])
+        records = source.framing.read(source.files, ranges, backend)
+        return _in_pieces(_framed_pieces(*records, backend), segment, backend)
     block = backend.read_block(source.files, ranges)
     batches = backend.batches(block.data)
-    if source.parser.whole_partition and len(batches) > 1:
-        pieces = [_split_batch(block, position, data, backend) for position, data in batches]
-        frames = [_parse_lines(*_join_pieces(pieces, backend), block.extra_bad, segment, backend)]
-    else:
-        frames = [_parse_lines(*_split_batch(block, position, data, backend),
-                               block.extra_bad if i == len(batches) - 1 else [], segment, backend)
-                  for i, (position, data) in enumerate(batches)]
-    whole = frames[0] if len(frames) == 1 else backend.concat(frames).reset_index(drop=True)
-    return with_dropped_fields(run_steps(whole, segment, backend), frames)
+    last = len(batches) - 1
+    return _in_pieces(((*_split_batch(block, position, data, backend), block.extra_bad if i == last else [])
+                       for i, (position, data) in enumerate(batches)), segment, backend)
 
 
-def with_dropped_fields(df, frames: list):
-    """df, with the extra fields its source frames dropped added up (columns.DROPPED_FIELDS):
-    None when one frame was not counted; nothing when no frame says."""
-    said = [f.attrs[DROPPED_FIELDS] for f in frames if DROPPED_FIELDS in getattr(f, "attrs", {})]
-    if not said or not hasattr(df, "attrs"):
+def _framed_pieces(text, file_index, offsets, bad_utf8, exact, extra_bad, backend):
+    """Framed records (a partition's, whole) as pieces of at most `backend.piece_bytes` bytes of
+    text, or one record where a record alone is longer; slices, not copies. The set-aside
+    records go with the last piece."""
+    n = len(text)
+    ends = [n]
+    if backend.piece_bytes is not None and n > 1:
+        starts = np.asarray(backend.to_host(backend.string_buffers(text)[0]), dtype=np.int64)
+        ends, a = [], 0
+        while a < n:
+            b = int(np.searchsorted(starts, starts[a] + backend.piece_bytes, side="right")) - 1
+            a = max(min(b, n), a + 1)
+            ends.append(a)
+    a = 0
+    for i, b in enumerate(ends):
+        yield (text.iloc[a:b], file_index[a:b], offsets[a:b], bad_utf8[a:b],
+               exact.iloc[a:b] if exact is not None else None, extra_bad if i == len(ends) - 1 else [])
+        a = b
+
+
+def _in_pieces(pieces, segment: Segment, backend):
+    """Parse each piece (text, file index, offset, bad UTF-8, exact, set-aside records) and run
+    the segment's row steps on it, holding only its result (live rows, the quarantined rows,
+    the counts of the dropped) before the next piece is parsed; then the partition's frame:
+    the live rows of every piece in input order, the quarantined rows, a tally row per stage and
+    status. Row steps see one row at a time, so the pieces change nothing but what is held."""
+    dropped = []                         # what each piece's JSON source dropped (columns.DROPPED_FIELDS)
+    if not segment.steps:
+        frames = []
+        for piece in pieces:
+            frames.append(_parse_lines(*piece, segment, backend))
+            dropped.append(frames[-1].attrs.get(DROPPED_FIELDS, NOT_SAID))
+        df = _finish(frames[0] if len(frames) == 1 else backend.concat(frames), segment, backend)
+        return with_dropped_fields(df, dropped)
+    live, quarantined, tallies = [], [], {}
+    for piece in pieces:
+        frame = _parse_lines(*piece, segment, backend)
+        dropped.append(frame.attrs.get(DROPPED_FIELDS, NOT_SAID))
+        rows, bad, counts = _row_steps(frame, segment, backend)
+        live.append(rows)
+        quarantined += bad
+        for key, n in counts.items():
+            tallies[key] = tallies.get(key, 0) + n
+    return with_dropped_fields(_segment_frame(live, quarantined, tallies, segment, backend), dropped)
+
+
+NOT_SAID = object()                      # a piece whose parser counts no dropped fields
+
+
+def with_dropped_fields(df, said: list):
+    """df, with the extra fields its pieces' parsers dropped added up (columns.DROPPED_FIELDS):
+    None when one piece was not counted; nothing when no parser says."""
+    said = [counts for counts in said if counts is not NOT_SAID]
+    if not said:
         return df
     total: dict[str, int] | None = {}
     for counts in said:
@@ -89,19 +133,8 @@ def _split_batch(block, position: int, data, backend):
     return text, file_index, offsets, bad_utf8, exact
 
 
-def _join_pieces(pieces: list, backend):
-    """The batches' records as one run: the texts joined without a copy (one chunk each)."""
-    xp = backend.xp
-    text = backend.concat([p[0] for p in pieces]).reset_index(drop=True)
-    exact = None
-    if any(p[4] is not None for p in pieces):
-        exact = backend.concat([p[4] if p[4] is not None else backend.nulls(len(p[0]), "binary")
-                                for p in pieces]).reset_index(drop=True)
-    return (text, *(xp.concatenate([p[k] for p in pieces]) for k in (1, 2, 3)), exact)
-
-
 def _parse_lines(text, file_index, offsets, bad_utf8, exact, extra_bad, segment: Segment, backend):
-    """Parse and type records (one batch's, or a partition's), with their bookkeeping. `exact`:
+    """Parse and type one piece's records, with their bookkeeping. `exact`:
     the exact bytes of records that are not UTF-8 (their text holds U+FFFD), or None."""
     source = segment.source
     cols, ok, reason, *dropped = source.parser.parse(text, backend, file_index)
@@ -119,7 +152,7 @@ def _parse_lines(text, file_index, offsets, bad_utf8, exact, extra_bad, segment:
                 reasons = reasons.fillna(reason.where(not_ok))
             bad = bad | not_ok
     df = _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment, backend, exact)
-    if dropped and hasattr(df, "attrs"):
+    if dropped:
         df.attrs[DROPPED_FIELDS] = dropped[0]
     return df
 
@@ -227,18 +260,33 @@ def _fail(df, files: list[InputFile], backend):
 # -- steps ---------------------------------------------------------------------------------------
 
 def run_steps(df, segment: Segment, backend):
-    """Run the segment's steps on the live rows. Rows a step quarantines leave the frame at once
-    (their raw record is kept); rows a step drops are marked where they lie (status, stage) and
-    cut out before the next step and at the segment's end (`_cut`: the live rows copied out, the
-    others counted in tally rows), so every step sees live rows only and no dropped row is held
-    beyond its segment."""
+    """Run the segment's steps on the live rows of a frame (see _row_steps): the segment's frame."""
     if not segment.steps:
         return _finish(df, segment, backend)
-    frame, side = df.reset_index(drop=True), []
+    live, quarantined, tallies = _row_steps(df, segment, backend)
+    return _segment_frame([live], quarantined, tallies, segment, backend)
+
+
+def _row_steps(df, segment: Segment, backend):
+    """(live rows, [quarantined rows], {(stage, status): records dropped}) of a frame after the
+    segment's steps, run on its live rows. Rows a step quarantines leave the frame at once
+    (their raw record is kept); rows a step drops are marked where they lie (status, stage) and
+    cut out before the next step and at the segment's end (`cut`: the live rows copied out, the
+    others counted), so every step sees live rows only and no dropped row is held beyond its
+    segment."""
+    frame, quarantined, tallies = df.reset_index(drop=True), [], {}
+
+    def cut(frame):
+        live, bad, counts = backend.separate(frame)
+        if len(bad):
+            quarantined.append(bad)
+        for key, n in counts.items():
+            tallies[key] = tallies.get(key, 0) + n
+        return live.reset_index(drop=True)
+
     for stage in segment.steps:
         step = stage.step
-        frame, rest = _cut(frame, backend)
-        side += rest
+        frame = cut(frame)
         checked, bad, reasons = step.quarantine(frame, backend) if isinstance(step, RowStep) else (frame, None, None)
         if bad is not None and bool(bad.any()):
             rows = checked[bad].copy()
@@ -251,7 +299,7 @@ def run_steps(df, segment: Segment, backend):
                                          "int16", index=rows.index)
             if segment.on_error == "fail":
                 _fail(rows, segment.files, backend)
-            side.append(rows)
+            quarantined.append(rows)
             checked = backend.filter(checked, ~bad)
         frame = checked
         bookkeeping = frame[[c for c in frame.columns if c.startswith("__")]]
@@ -262,21 +310,17 @@ def run_steps(df, segment: Segment, backend):
         keep = step.keep(frame, backend)
         if keep is not None:
             frame = _mark_dropped(frame, keep, step.drops_as, stage.index, backend)
-    frame, rest = _cut(frame, backend)
-    side += rest
-    out = [backend.conform(part, frame_schema(segment.schema)) for part in [frame, *side] if len(part)]
+    return cut(frame), quarantined, tallies
+
+
+def _segment_frame(live: list, quarantined: list, tallies: dict, segment: Segment, backend):
+    """The segment's frame: the live rows (in input order), then the quarantined rows, then one
+    tally row per (stage, status) that stands for the dropped records."""
+    rest = [tally_row(n, status, stage, backend) for (stage, status), n in sorted(tallies.items())]
+    out = [backend.conform(part, frame_schema(segment.schema)) for part in [*live, *quarantined, *rest] if len(part)]
     if not out:
         return backend.empty(frame_schema(segment.schema))
-    return _finish(backend.concat(out), segment, backend)
-
-
-def _cut(frame, backend):
-    """(the frame's live rows, the rest as quarantined rows and one tally row per stage and status).
-    A frame of live rows alone is returned as it is, uncopied."""
-    live, quarantined, tallies = backend.separate(frame)
-    rest = [quarantined] if len(quarantined) else []
-    rest += [tally_row(n, status, stage, backend) for (stage, status), n in sorted(tallies.items())]
-    return live.reset_index(drop=True), rest
+    return _finish(out[0] if len(out) == 1 else backend.concat(out), segment, backend)
 
 
 def _mark_dropped(frame, keep, status: int, stage: int, backend):

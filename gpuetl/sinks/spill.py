@@ -51,7 +51,7 @@ def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_d
 
 def _spill(df, partition: int, *, layout: Layout, schema, tmp_dir, file_names, stage_names, backend,
            in_memory=False) -> MapResult:
-    result = MapResult(partition, dropped_fields=getattr(df, "attrs", {}).get(DROPPED_FIELDS))
+    result = MapResult(partition, dropped_fields=df.attrs.get(DROPPED_FIELDS))
     ranged = layout.ranged
     status = df[STATUS]
     if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown

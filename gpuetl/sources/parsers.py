@@ -1,9 +1,9 @@
 """Turn records (lines) into string or typed columns: raw lines, regex/preset/template, JSON, CSV.
 
-Every parser has `schema`, `parse(text, backend, file_index)` (file_index: each record's input
-file) and `whole_partition` (whether a partition's batches are handed to it at once:
-runtime/partition.py, read_partition). `parse` gives (columns, ok, reasons), and the JSON
-parser a fourth item: the extra fields it dropped ({field: records}, or None: not counted)."""
+Every parser has `schema` and `parse(text, backend, file_index)` (file_index: each record's
+input file); it is handed a partition's records a piece at a time (runtime/partition.py,
+read_partition). `parse` gives (columns, ok, reasons), and the JSON parser a fourth item: the
+extra fields it dropped ({field: records}, or None: not counted)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ class LineParser:
     """No parse section: one string column, the line."""
 
     column: str = "line"
-    whole_partition = False
 
     @property
     def schema(self) -> Schema:
@@ -51,14 +50,6 @@ class RegexParser:
     def schema(self) -> Schema:
         return {name: "string" for name in self.names}
 
-    @property
-    def whole_partition(self) -> bool:
-        """With a kernel (the log presets'), a partition's batches are parsed at once: the kernel
-        reads them one by one but hands back each column in one piece, so the partition's frame,
-        its live rows and the Parquet row groups cut from them are not pieced together by copying
-        (runtime/partition.py: read_partition)."""
-        return self.kernel is not None
-
     def parse(self, text, backend, file_index=None):
         if self.strip:
             text = text.str.strip()
@@ -73,7 +64,6 @@ class JsonParser:
     columns, top-level keys or paths; sources/json_fields.py)."""
 
     read: JsonRead
-    whole_partition = False       # the JSON reader's temporaries stay batch-sized
 
     @property
     def schema(self) -> Schema:
@@ -111,7 +101,6 @@ class CsvParser:
     null_values: tuple[str, ...] = ("",)
     layouts: tuple[tuple[str, ...], ...] = ()   # the other headers found, when some file's differs
     layout_of: tuple[int, ...] = ()            # per input file: -1 (the header is `names`) or a layout
-    whole_partition = False
 
     @property
     def schema(self) -> Schema:

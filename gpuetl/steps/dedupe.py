@@ -185,7 +185,7 @@ def _picked(frame, rows, backend):
                           ).reset_index(drop=True)
 
 
-KEY_FRAMES_IN_MEMORY = 128 << 20
+KEY_FRAMES_IN_MEMORY = 32 << 20
 
 
 class KeyFrames:
@@ -230,8 +230,9 @@ class Seen:
     """What advance() has kept so far: sorted runs of (key hash, row) for every kept row, where
     row = partition << 32 | position in its partition's frame, 16 bytes a kept row, and each
     partition's key columns (KeyFrames), to compare a later candidate's values with. Runs are
-    merged when the newest is about as large as the one before, like a binary counter: about
-    log2(partitions) runs to search, and each kept row is moved about log2(partitions) times.
+    merged when the newest is about as large as the one before, like a binary counter, up to
+    MAX_MERGED_ROWS: about log2(partitions) runs to search until then, and each kept row is
+    moved about log2 times.
     `bits` has a bit set for the top bits of every kept hash (16 MiB): a hash whose bit is clear
     was never kept, so only the few others are searched in the runs (with 4 million rows kept,
     about 3 % of new hashes find their bit set by chance). Bits are only ever added, in place: a
@@ -261,8 +262,16 @@ def _set_bits(bits: np.ndarray, hashes: np.ndarray) -> None:
     np.bitwise_or.at(bits, slot >> 3, (1 << (slot & 7)).astype(np.uint8))
 
 
+MAX_MERGED_ROWS = 1 << 22    # kept rows in a merged run (64 MiB): what a merge holds beside the runs is bounded
+
+
 def _merge_runs(runs: list) -> tuple:
-    while len(runs) > 1 and len(runs[-2][0]) <= 1.5 * len(runs[-1][0]):     # about equal: a binary counter
+    """Merge the newest runs while about equal (a binary counter), but never into a run of more
+    than MAX_MERGED_ROWS: a merge writes its run beside the two it joins, so an unbounded one
+    would hold about twice the state for a moment; past the cap runs stay as they are, and
+    their number grows by one per MAX_MERGED_ROWS / 2 kept rows or so."""
+    while (len(runs) > 1 and len(runs[-2][0]) <= 1.5 * len(runs[-1][0])
+           and len(runs[-2][0]) + len(runs[-1][0]) <= MAX_MERGED_ROWS):
         (h1, r1), (h2, r2) = runs[-2], runs[-1]
         # the newer run's places among the older's (after equal hashes: older rows first), then
         # both written once into the merged arrays: 17 bytes a row beside the runs, no sort

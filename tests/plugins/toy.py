@@ -16,8 +16,6 @@ from gpuetl.steps.base import RowStep
 class ShoutParser:
     """Each line becomes `word`, upper-cased; a line starting with '#' is not a record (quarantined)."""
 
-    whole_partition = False
-
     @property
     def schema(self):
         return {"word": "string"}

@@ -1,5 +1,5 @@
-"""The source stage splits a partition batch by batch (and parses it so, or at once): the result never
-depends on the batch size."""
+"""The source stage splits, parses and runs the row steps on a partition piece by piece: the
+result never depends on the piece size, and no kernel is handed more than a piece."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from gpuetl.sources import ranges
 
 @settings(max_examples=200, deadline=None)
 @given(lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=60),
-       batch_bytes=st.integers(1, 64), final_newline=st.booleans())
-def test_batches_cover_the_block_and_cut_after_newlines(lines, batch_bytes, final_newline):
+       piece_bytes=st.integers(1, 64), final_newline=st.booleans())
+def test_batches_cover_the_block_and_cut_after_newlines(lines, piece_bytes, final_newline):
     data = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
     backend = CpuBackend()
-    backend.batch_bytes = batch_bytes
+    backend.piece_bytes = piece_bytes
     batches = backend.batches(data)
     assert b"".join(bytes(view) for _, view in batches) == data
     position = 0
@@ -29,7 +29,9 @@ def test_batches_cover_the_block_and_cut_after_newlines(lines, batch_bytes, fina
         assert start == position
         position += len(view)
     for _, view in batches[:-1]:
-        assert bytes(view).endswith(b"\n") and len(view) >= batch_bytes
+        assert bytes(view).endswith(b"\n")
+    for _, view in batches:     # at most a piece, or a single line longer than one
+        assert len(view) <= piece_bytes or b"\n" not in bytes(view)[:-1]
     assert len(batches) == 1 or len(batches[-1][1]) > 0
 
 
@@ -64,7 +66,7 @@ def test_result_does_not_depend_on_the_batch_size(tmp_path, monkeypatch, name):
     """Nor on whether ranges are read or memory-mapped (the batched run maps every plain range)."""
     _inputs(tmp_path / "in")
     whole = _run(tmp_path, name, "whole")
-    monkeypatch.setattr(CpuBackend, "batch_bytes", 100)
+    monkeypatch.setattr(CpuBackend, "piece_bytes", 100)
     monkeypatch.setattr(ranges, "MAP_MIN_BYTES", 1)
     batched = _run(tmp_path, name, "batched")
     counts, stages, data, quarantine = batched
@@ -87,7 +89,7 @@ def test_on_error_fail_names_the_first_bad_record_across_batches(tmp_path, monke
     lines[300:300] = [b"garbage one\n"]
     lines[420:420] = [b"garbage two\n"]
     (tmp_path / "in" / "a.log").write_bytes(b"".join(lines))
-    monkeypatch.setattr(CpuBackend, "batch_bytes", 1000)
+    monkeypatch.setattr(CpuBackend, "piece_bytes", 1000)
     spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "in/a.log"},
             "parse": {"preset": "apache_combined"}, "on_error": "fail", "sink": {"path": "out"}}
     with pytest.raises(gpuetl.DataError, match=f"byte offset {sum(map(len, lines[:300]))}: (?s:.*)record: garbage one"):
@@ -104,7 +106,7 @@ def test_a_segment_ends_with_its_live_rows_and_tallies_for_the_rest(tmp_path, mo
 
     (tmp_path / "in").mkdir()
     write_access_logs(tmp_path / "in" / "a.log", lines=400, seed=3, bad_every=25)
-    monkeypatch.setattr(CpuBackend, "batch_bytes", 2000)
+    monkeypatch.setattr(CpuBackend, "piece_bytes", 2000)
     spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "in/a.log"},
             "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"},
             "steps": [{"filter": "status < 400"}], "sink": {"path": "out"}}
@@ -134,30 +136,3 @@ def test_a_step_after_a_filter_never_sees_the_rows_it_dropped(tmp_path):
     assert result.counts["rows_out"] == 20
     data = pq.read_table(result.out_dir / "part-00000.parquet")
     assert data.column("y").to_pylist() == [i for i in range(30) if i % 3]
-
-
-def test_a_log_preset_parses_a_partitions_batches_at_once_into_one_piece_per_column(tmp_path, monkeypatch):
-    """The presets' kernel takes a partition's batches together (parsers.RegexParser.whole_partition):
-    the frame is the one that batch by batch parsing gives, each column in one chunk, so the
-    live rows and the row groups cut from them need no piecing together."""
-    from gpuetl.backends.cpu import _chunked
-    from gpuetl.plan.compile import compile_plan
-    from gpuetl.runtime.partition import read_partition
-    from gpuetl.sources.parsers import RegexParser
-
-    (tmp_path / "in").mkdir()
-    write_access_logs(tmp_path / "in" / "a.log", lines=400, seed=5, bad_every=33)
-    monkeypatch.setattr(CpuBackend, "batch_bytes", 3000)
-    spec = {"version": 1, "name": "t", "source": {"type": "text", "path": "in/a.log"},
-            "parse": {"preset": "apache_combined"}, "columns": {"status": "int16", "size": "int64"},
-            "sink": {"path": "out"}}
-    backend = CpuBackend()
-    plan = compile_plan(gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).loaded, backend)
-    assert plan.segments[0].source.parser.whole_partition
-    assert len(backend.batches(backend.read_block(plan.files, plan.partitions[0].ranges).data)) > 5
-    together = read_partition(plan.partitions[0], plan.segments[0], backend)
-    monkeypatch.setattr(RegexParser, "whole_partition", False)
-    batched = read_partition(plan.partitions[0], plan.segments[0], backend)
-    assert together.equals(batched) and len(together) == 400
-    for name in ("ip", "user_agent", "status", "time"):
-        assert _chunked(together[name]).num_chunks == 1 and _chunked(batched[name]).num_chunks > 1

@@ -139,3 +139,31 @@ def test_key_frames_set_aside_on_disk_give_the_same_rows(tmp_path, colliding_has
     assert out_disk == out_memory and len(out_disk) == len(rows)
     assert [s["sha256"] for s in on_disk.shards] == [s["sha256"] for s in in_memory.shards]
     assert not (tmp_path / "out" / "_tmp").exists() or not any((tmp_path / "out" / "_tmp").rglob("*.arrow"))
+
+
+def test_merged_runs_stay_under_the_cap_and_the_state_is_16_bytes_a_distinct_key(monkeypatch):
+    """advance() keeps 16 bytes (hash, row) a kept row, i.e. a distinct key, in its runs; no
+    merge makes a run past MAX_MERGED_ROWS (a merge holds its run beside the two it joins)."""
+    import pandas as pd
+
+    from gpuetl.backends.base import FILE_INDEX, OFFSET, STATUS, STATUS_LIVE
+    from gpuetl.steps import dedupe as dedupe_module
+    from gpuetl.steps.dedupe import Dedupe
+
+    monkeypatch.setattr(dedupe_module, "MAX_MERGED_ROWS", 1500)
+    backend = CpuBackend()
+    step = Dedupe.from_raw({"on": ["k"]}).bind({"k": "string"})
+    seen, everything, dropped = step.start(backend, None), [], 0
+    for p in range(12):
+        keys = [f"k{(p * 300 + i) % 2000}" for i in range(400)]     # repeats within and across partitions
+        everything += keys
+        df = pd.DataFrame({"k": backend.series(keys, "string"),
+                           FILE_INDEX: backend.series(np.zeros(400, dtype=np.int32), "int32"),
+                           OFFSET: backend.series(np.arange(p * 400, (p + 1) * 400), "int64"),
+                           STATUS: backend.series(np.full(400, STATUS_LIVE, dtype=np.int8), "int8")})
+        seen, decided = step.advance(seen, df, step.row_keys(df, backend), p, backend)
+        dropped += len(decided[p])
+        assert sum(len(h) for h, _ in seen.runs) == len(set(everything))
+        assert sum(h.nbytes + r.nbytes for h, r in seen.runs) == 16 * len(set(everything))
+    assert dropped == len(everything) - len(set(everything)) and len(set(everything)) == 2000
+    assert len(seen.runs) > 1 and max(len(h) for h, _ in seen.runs) <= 1500
