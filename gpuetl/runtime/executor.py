@@ -291,6 +291,8 @@ def backend_cluster(backend, quiet: bool, dashboard_address: str | None = None):
     there (the command prints the address it got instead)."""
     import logging
 
+    import distributed  # noqa: F401  (its defaults join dask's configuration before any is set here)
+
     from .dashboard import MODULE
 
     levels = {"distributed": logging.ERROR if quiet else logging.WARNING}
@@ -301,7 +303,8 @@ def backend_cluster(backend, quiet: bool, dashboard_address: str | None = None):
     routes = [*dask.config.get("distributed.scheduler.http.routes", []), MODULE]
     with _logger_levels(levels), dask.config.set(profile_settings(dashboard_address is not None)), \
             ExitStack() as stack:
-        with dask.config.set({"distributed.scheduler.http.routes": routes}), warnings.catch_warnings():
+        with dask.config.set({"distributed.scheduler.http.routes": routes, **timer_settings(dashboard_address is not None)}), \
+                warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
             own = backend.local_cluster(quiet=quiet, dashboard_address=dashboard_address)
             cluster = stack.enter_context(own if own is not None else _cpu_cluster(dashboard_address))
@@ -318,11 +321,13 @@ def _cpu_cluster(dashboard_address: str | None):
     from distributed import LocalCluster
 
     threads = max(1, min(os.cpu_count() or 1, 64))
-    return LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
-                        dashboard_address=dashboard_address, silence_logs=logging.ERROR,
-                        # without a dashboard the scheduler still serves /health and the like:
-                        # on a free local port, not dask's usual 8787
-                        scheduler_kwargs={} if dashboard_address else {"dashboard_address": "127.0.0.1:0"})
+    stealing = {_STEALING: False} if _is_default(_STEALING, True) else {}     # one worker: nothing to steal
+    with dask.config.set(stealing):
+        return LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
+                            dashboard_address=dashboard_address, silence_logs=logging.ERROR,
+                            # without a dashboard the scheduler still serves /health and the like:
+                            # on a free local port, not dask's usual 8787
+                            scheduler_kwargs={} if dashboard_address else {"dashboard_address": "127.0.0.1:0"})
 
 
 @contextmanager
@@ -357,3 +362,38 @@ def profile_settings(dashboard: bool) -> dict:
     if dask.config.get(_PROFILE + "interval", "10ms") in ("10ms", "10 ms"):
         settings[_PROFILE + "interval"] = PROFILE_INTERVAL
     return settings
+
+
+
+_STEALING = "distributed.scheduler.work-stealing"
+# distributed's timers that wake the cluster's event loop most often: (setting, distributed's
+# default in seconds, gpuetl's interval). Only a default is replaced: the user's own value stands.
+TICK = ("distributed.admin.tick.interval", 0.02, "1s")
+MEMORY_MONITOR = ("distributed.worker.memory.monitor-interval", 0.1, "250ms")
+SYSTEM_MONITOR = ("distributed.admin.system-monitor.interval", 0.5, "2s")
+
+
+def timer_settings(dashboard: bool) -> dict:
+    """dask settings read when gpuetl's local cluster starts (set for its start only). The
+    scheduler and each worker measure their event loop's lag every 20 ms (for a warning when it
+    stalls for seconds), check the worker's memory every 100 ms, and sample the process's CPU,
+    memory and network every 500 ms (for the dashboard's System page and the heartbeats): on a
+    small machine those wake-ups take a share of a core from the tasks. The lag is measured
+    every second, the memory every 250 ms (a pause a quarter of a second later is as safe at a
+    partition's tens of MiB), the system every 2 s unless a dashboard draws it."""
+    timers = [TICK, MEMORY_MONITOR] + ([] if dashboard else [SYSTEM_MONITOR])
+    return {key: ours for key, default, ours in timers if _is_default(key, default)}
+
+
+def _is_default(key: str, default) -> bool:
+    """Whether dask's configuration holds distributed's default for key (an interval compared
+    in seconds, whichever way it is written)."""
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get(key, default)
+    if isinstance(default, float):
+        try:
+            return parse_timedelta(value) == default
+        except (TypeError, ValueError):
+            return False
+    return value == default

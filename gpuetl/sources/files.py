@@ -16,6 +16,7 @@ cache, an uncompressed object of a line format (text, jsonl) is not copied: `in_
 from __future__ import annotations
 
 import fnmatch
+import functools
 import glob
 import os
 import re
@@ -64,7 +65,7 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
     remote_patterns = [p for p in patterns if storage.is_remote(p)]
     patterns = [storage.local_path(p) for p in patterns if not storage.is_remote(p)]
     objects = _remote_objects(remote_patterns, remote)
-    found: dict[str, None] = {}
+    found: dict[str, os.stat_result | None] = {}      # each file's stat, taken when it was matched
     skipped: dict[str, list[str]] = {}
     for pattern in patterns:
         full = pattern if os.path.isabs(pattern) else os.path.join(str(base_dir), pattern)
@@ -79,14 +80,15 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
                                      f"name the files in it, e.g. {os.path.join(pattern, '*')!r}")
         files, left_out = [], 0
         for m in matches:
-            kind = _kind(m)
+            st = _stat(m)
+            kind = _kind_of(st)
             if kind == "a folder" and "**" in pattern:    # '**' reaches the files inside it as well
                 continue
             if kind:                 # a folder named like an input (`x.jsonl/`) is said, not read
                 skipped.setdefault(kind, []).append(_display(os.path.abspath(m), base_dir))
                 left_out += 1
             else:
-                files.append(m)
+                files.append((m, st))
         if not files:
             if left_out:
                 raise InputsNotFound(f"source.path: the pattern {pattern!r} matches no regular file "
@@ -97,8 +99,8 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
                                      hint="check the pattern; relative paths are relative to the pipeline file's folder")
             raise InputsNotFound(f"source.path: no such file: {full}",
                                  hint="relative paths are relative to the pipeline file's folder")
-        for m in files:
-            found[os.path.abspath(m)] = None
+        for m, st in files:
+            found[os.path.abspath(m)] = st
     result: list[InputFile] = []
     if objects:
         kinds = {o.url: _compression(o.url, compression) for o in objects}
@@ -111,12 +113,15 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
     duplicates: list[str] = []
     mislabelled: list[str] = []
     sniffed = 0
+    base = os.path.abspath(base_dir)
     for path in sorted(found):
-        try:
-            st = os.stat(path)
-        except OSError as err:
-            raise SpecError(f"source.path: cannot read {path}: {err.strerror}") from None
-        display = _display(path, base_dir)
+        st = found[path]
+        if st is None:
+            try:
+                st = os.stat(path)
+            except OSError as err:
+                raise SpecError(f"source.path: cannot read {path}: {err.strerror}") from None
+        display = relative_to(path, base)
         first = seen.setdefault((st.st_dev, st.st_ino), display)
         if first != display:             # the same file by another name (a link): read once
             duplicates.append(f"{display} (= {first})")
@@ -185,21 +190,53 @@ def _skipped_text(skipped: dict[str, list[str]]) -> str:
     return "; ".join(f"{kind}: {_names(paths)}" for kind, paths in sorted(skipped.items()))
 
 
-def _display(path: str, base_dir: Path) -> str:
-    """The path relative to the pipeline folder (`../x` included); absolute only where no
-    relative path leads there (another drive)."""
+def _display(path: str, base_dir: Path | str) -> str:
+    """The path (absolute) relative to the pipeline folder (`../x` included); absolute only where
+    no relative path leads there (another drive)."""
+    return relative_to(path, os.path.abspath(base_dir))
+
+
+def relative_to(path: str, folder: str) -> str:
+    """os.path.relpath for an absolute, normalised path and folder, without walking both paths
+    part by part for every file: a path inside the folder is cut; one outside it is its own
+    folder's relative path (worked out once per folder) and its name. The path itself where no
+    relative path leads (another drive)."""
+    inside = folder if folder.endswith(os.sep) else folder + os.sep
+    if path.startswith(inside) and len(path) > len(inside):
+        return path[len(inside):]
+    parent, name = os.path.split(path)
+    if not name or parent == path or inside.startswith(path + os.sep):      # the folder or one above it
+        return _relpath(path, folder)
+    up = _relpath(parent, folder)
+    return path if os.path.isabs(up) else os.path.join(up, name) if up != os.curdir else name
+
+
+@functools.lru_cache(maxsize=1024)
+def _relpath(path: str, folder: str) -> str:
     try:
-        return os.path.relpath(path, base_dir)
+        return os.path.relpath(path, folder)
     except ValueError:
         return path
 
 
+def _stat(path: str) -> os.stat_result | None:
+    """The path's stat (links followed); None where it cannot be taken (a dangling link, no
+    permission: the caller's own stat later says which)."""
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
 def _kind(path: str) -> str | None:
     """None for a regular file (links followed); else what it is, in words."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:              # a dangling link, no permission: the caller's stat says which
+    return _kind_of(_stat(path))
+
+
+def _kind_of(st: os.stat_result | None) -> str | None:
+    if st is None:
         return None
+    mode = st.st_mode
     if stat.S_ISREG(mode):
         return None
     if stat.S_ISDIR(mode):
@@ -248,22 +285,22 @@ def _walk(folder: str, parts: list[str], k: int, seen: set, out: list[str]) -> N
     entries = _listdir(folder)
     if part == "**":
         _walk(folder, parts, k + 1, seen, out)            # '**' matches no folder at all, too
-        for name in entries:
+        for name, is_dir in entries:
             if name.startswith("."):
                 continue
             path = os.path.join(folder, name)
             if k == len(parts) - 1:
                 out.append(path)                          # a trailing '**' matches files as well
-            if os.path.isdir(path):
+            if is_dir:
                 _walk(path, parts, k, seen, out)
         return
     hidden = part.startswith(".")
-    for name in entries:
+    for name, is_dir in entries:
         if (hidden or not name.startswith(".")) and fnmatch.fnmatchcase(name, part):
             path = os.path.join(folder, name)
             if k == len(parts) - 1:
                 out.append(path)
-            elif os.path.isdir(path):
+            elif is_dir:
                 _walk(path, parts, k + 1, seen, out)
 
 
@@ -279,11 +316,21 @@ def _first_visit(folder: str, k: int, seen: set) -> bool:
     return True
 
 
-def _listdir(folder: str) -> list[str]:
+def _listdir(folder: str) -> list[tuple[str, bool]]:
+    """(name, whether it is a folder, links followed) for each entry, by name: one scandir,
+    whose entries know their type without a stat per file on most file systems."""
     try:
-        return sorted(os.listdir(folder))
+        with os.scandir(folder) as it:
+            return sorted((entry.name, _is_dir(entry)) for entry in it)
     except OSError:
         return []
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 MAX_SNIFFED = 20        # files without a compression suffix whose first bytes are looked at
@@ -307,5 +354,6 @@ def _compression(path: str, setting: str) -> str | None:
     if setting == "none":
         return None
     if setting == "infer":
-        return COMPRESSION_SUFFIXES.get(Path(path).suffix.lower())
+        name = path.rsplit("/", 1)[-1]          # a URL's or a local path's last part
+        return COMPRESSION_SUFFIXES.get(os.path.splitext(os.path.basename(name))[1].lower())
     return setting

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
-from .files import InputFile
+from .files import InputFile, relative_to
 from .ranges import Partition, Whole, pack
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -197,7 +197,7 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
             for rec, size in _tar_records(f, extra_fields):
                 records.append((rec, size))
         else:
-            key = os.path.relpath(f.path, root).replace(os.sep, "/")
+            key = relative_to(f.path, root).replace(os.sep, "/")
             problem = None
             real = (os.path.realpath(f.path) if os.path.islink(f.path)
                     else os.path.join(real_folder(os.path.dirname(f.path)), os.path.basename(f.path)))

@@ -157,3 +157,30 @@ def test_local_cluster_without_a_dashboard_draws_nothing_and_samples_nothing():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "None", "False", "True"]
+
+
+def test_local_cluster_wakes_its_event_loop_less_and_leaves_the_users_timers_and_dask_config_alone():
+    """gpuetl's CPU cluster measures its loop's lag every second, its memory every 250 ms, the
+    system every 2 s without a dashboard (500 ms with one, for its System page), and steals no
+    work (one worker); an interval the user set stands, and dask's configuration is as it was."""
+    import distributed  # noqa: F401  (its defaults in dask's configuration, as a user's program has them)
+
+    from gpuetl.backends.cpu import CpuBackend
+    from gpuetl.runtime.executor import backend_cluster
+
+    def timers(cluster):
+        worker = next(iter(cluster.workers.values()))
+        calls = worker.periodic_callbacks
+        return (calls["tick"].callback_time, calls["memory_monitor"].callback_time, calls["monitor"].callback_time,
+                "stealing" in cluster.scheduler.extensions)
+
+    before = dask.config.config.copy()
+    with backend_cluster(CpuBackend(), quiet=True) as cluster:
+        assert timers(cluster) == (1000, 250, 2000, False)
+    with backend_cluster(CpuBackend(), quiet=True, dashboard_address=":0") as cluster:
+        assert timers(cluster) == (1000, 250, 500, False)
+    mine = {"distributed.admin.tick.interval": "50ms", "distributed.worker.memory.monitor-interval": "0.2s",
+            "distributed.admin.system-monitor.interval": "300ms"}
+    with dask.config.set(mine), backend_cluster(CpuBackend(), quiet=True) as cluster:
+        assert timers(cluster) == (50, 200, 300, False)
+    assert dask.config.config == before

@@ -43,3 +43,17 @@ def test_links_back_up_end_the_walk(tree):
     assert len(found) < 20                              # finite; glob.glob names dozens
     files = resolve_inputs(["**/*.log"], tree, "infer")
     assert [f.display for f in files] == ["a.log", "sub/c.log", "sub/deep/d.log", "x[1]/g.log"]
+
+
+def test_relative_to_names_each_path_as_relpath_does_inside_outside_and_above_the_folder():
+    """The planner's relative names (cut inside the folder, worked out once per folder outside
+    it) are os.path.relpath's, for the folder itself, folders above it and beside it, and root."""
+    import os
+
+    from gpuetl.sources.files import relative_to
+
+    cases = [("/a/b/c.jpg", "/a/b"), ("/a/b/c.jpg", "/a/b/"), ("/a/b", "/a/b"), ("/a/bc/d", "/a/b"),
+             ("/x/y/z.jpg", "/a/b"), ("/", "/a"), ("/a", "/"), ("/a/b/c", "/a/b/c/d"), ("/a", "/a/b"),
+             ("/a/b", "/a/b/c"), ("/a/b/c", "/a/b/d/e"), ("/", "/"), ("/a/b/x/y.jpg", "/a/b/x/q")]
+    for path, folder in cases:
+        assert relative_to(path, folder) == os.path.relpath(path, folder), (path, folder)
