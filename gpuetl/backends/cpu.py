@@ -111,7 +111,7 @@ class CpuBackend(Backend):
         return table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
 
     # -- records -------------------------------------------------------------------------
-    piece_bytes = 8 * 2**20
+    piece_bytes = 16 * 2**20
 
     def batches(self, data: bytes) -> list[tuple[int, memoryview]]:
         """Pieces of at most piece_bytes, each cut after its last whole line (views, no copies);

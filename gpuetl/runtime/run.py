@@ -36,7 +36,7 @@ from .reasons import group_reasons
 from .report import REPORT_HTML, build_report, write_report
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
-READ_AHEAD = 2          # partitions read ahead of the last one spilled, per thread (global steps in order)
+READ_AHEAD = 1          # partitions read ahead of the last one spilled, per thread (global steps in order)
 
 
 @dataclass
