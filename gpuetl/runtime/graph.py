@@ -35,7 +35,7 @@ def build_partitions(plan, backend, in_order: bool = False, scratch: str | None 
     parts = partition_tasks(plan, backend, after=_gate(done, ahead) if done is not None else None)
     for segment in plan.segments[1:]:
         step = segment.steps[0].step
-        steps = named(run_steps, segment.label)
+        steps = frame_task(run_steps, segment.label)
         if in_order and isinstance(step, InOrderGlobalStep):
             where = os.path.join(scratch, f"{step.name}-{segment.steps[0].index}") if scratch else None
             parts = resolve_in_order(parts, segment, backend, where)
@@ -119,7 +119,7 @@ def resolve_in_place(parts: list, segment, backend) -> list:
     candidates = [task(named(step.candidates, f"candidates-{name}"))(p, k, repeated, i, backend)
                   for i, (p, k) in enumerate(zip(parts, keys))]
     decided = task(named(step.decide, f"decide-{name}"))(candidates, backend)
-    return [task(named(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
+    return [task(frame_task(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
 
 
 def resolve_in_order(parts, segment, backend, scratch: str | None = None):
@@ -134,7 +134,7 @@ def resolve_in_order(parts, segment, backend, scratch: str | None = None):
     for i, part in enumerate(parts):
         keys = task(named(step.row_keys, f"keys-{name}"))(part, backend)
         state, decided = task(named(step.advance, f"decide-{name}"), nout=2)(state, part, keys, i, backend)
-        yield task(named(step.mark, f"mark-{name}"))(part, i, decided, backend)
+        yield task(frame_task(step.mark, f"mark-{name}"))(part, i, decided, backend)
 
 
 _task = functools.partial(dask.delayed, pure=False)
@@ -145,7 +145,7 @@ def _prepared(parts: list, segment, backend):
     they were given)."""
     step = segment.steps[0].step
     if type(step).prepare is not GlobalStep.prepare:
-        parts = (_task(named(step.prepare, f"prepare-{step.name}"))(p, backend) for p in parts)
+        parts = (_task(frame_task(step.prepare, f"prepare-{step.name}"))(p, backend) for p in parts)
     return step, parts
 
 
@@ -157,9 +157,15 @@ class named:
         self.__name__ = name
 
     def __call__(self, *args, **kwargs):
-        out = self.func(*args, **kwargs)
-        if args and args[0] is not out:        # a partition's frame: what its source dropped stays with it
-            said = getattr(args[0], "attrs", {})
-            if DROPPED_FIELDS in said and DROPPED_FIELDS not in getattr(out, "attrs", {DROPPED_FIELDS: None}):
-                out.attrs[DROPPED_FIELDS] = said[DROPPED_FIELDS]
+        return self.func(*args, **kwargs)
+
+
+class frame_task(named):
+    """A task that takes a partition's frame first and gives its frame back: what the frame's
+    source dropped (columns.DROPPED_FIELDS) stays with it, even where the step built a new frame."""
+
+    def __call__(self, df, *args, **kwargs):
+        out = self.func(df, *args, **kwargs)
+        if DROPPED_FIELDS in df.attrs and DROPPED_FIELDS not in out.attrs:
+            out.attrs[DROPPED_FIELDS] = df.attrs[DROPPED_FIELDS]
         return out
