@@ -242,9 +242,13 @@ class Backend(ABC):
 
         write_ipc(piece, path)
 
-    def read_spill(self, path: str, columns: list[str] | None = None) -> Any:
+    def read_spill(self, path: str, columns: list[str] | None = None,
+                   buckets: tuple[int, int] | None = None) -> Any:
         """A piece written by any backend's write_spill (the file's suffix says which form), or
-        a URL in the run store (fetched into the task's folder), as this backend's piece."""
+        a URL in the run store (fetched into the task's folder), as this backend's piece.
+        buckets (a ranged piece read for placement buckets [lo, hi)): a backend may return only
+        a stretch of the piece's groups that holds every row of those buckets, still grouped,
+        for spill_range to narrow; the CPU memory-maps its pieces and returns them whole."""
         from .host_spill import read_ipc
 
         table = read_ipc(path)

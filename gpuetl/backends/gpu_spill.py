@@ -8,7 +8,14 @@ reports under host_transfer.reads). No piece byte passes through gpuetl's own ho
 the host-transfer ledger holds none, except a piece in the run store (a cluster without a shared
 disk: sinks/runstore.py), which reaches the task as a host file and is counted per read. What
 does come to the host is control: split boundaries, a shard's stretch of a piece, the order
-hash's span, and each piece's histogram of bytes per placement bucket (docs/gpu.md).
+hash's span, each piece's histogram of bytes per placement bucket and where its placement
+groups start (docs/gpu.md).
+
+A shard task reads only its stretch of a ranged piece: the piece's writer stores where each
+placement group starts (gpu_support.piece_stretch_rows) and cuts the file into small row groups,
+and the reader asks libcudf for those rows alone (skip_rows/nrows: only the row groups they
+cross are read). A piece without that entry (a run begun before, or a CPU's piece) is read
+whole and sliced, as before.
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ import cupy as cp
 import numpy as np
 import pylibcudf as plc
 
-from ..placement import BUCKET_BITS, BUCKETS, COARSE_BITS, NESTED_ROW_BYTES, PLACE
+from ..placement import BUCKET_BITS, BUCKETS, COARSE_BITS, NESTED_ROW_BYTES, PLACE, hash_range
 from ..types import ARROW_TYPES, Schema, is_nested
-from .gpu_support import count_host_bytes
+from .gpu_support import (PIECE_GROUPS_KEY, count_host_bytes, encode_group_starts, group_starts, piece_file_stretch,
+                          piece_group_rows)
 from .host_spill import local_piece, read_ipc
 
 
@@ -74,6 +82,38 @@ def histogram_to_host(hist, xp, to_host) -> np.ndarray:
     return out
 
 
+def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows: int, starts: list[int] | None):
+    """libcudf's Parquet writer options for a spill piece: the columns named (struct fields and
+    list elements too, as cuDF's to_parquet names them), no compression, no statistics (nothing
+    reads them), row groups of piece_group_rows, and the placement groups' starts, if any, in
+    the key-value metadata. Timestamps are written as cuDF writes them (not marked UTC; read_spill
+    puts the zone back)."""
+    meta = plc.io.types.TableInputMetadata(table)
+    for column, name, dtype in zip(meta.column_metadata, names, dtypes):
+        column.set_name(name)
+        _name_children(column, dtype)
+    stored = {} if starts is None else {PIECE_GROUPS_KEY: encode_group_starts(starts)}
+    return (plc.io.parquet.ParquetWriterOptions.builder(plc.io.SinkInfo([path]), table)
+            .metadata(meta)
+            .key_value_metadata([stored])
+            .compression(plc.io.types.CompressionType.NONE)
+            .stats_level(plc.io.types.StatisticsFreq.STATISTICS_NONE)
+            .row_group_size_rows(piece_group_rows(rows))
+            .utc_timestamps(False)
+            .build())
+
+
+def _name_children(column, dtype) -> None:
+    """Name a nested column's children in the writer's metadata as cuDF's to_parquet does."""
+    if isinstance(dtype, cudf.StructDtype):
+        for i, (field, field_dtype) in enumerate(dtype.fields.items()):
+            column.child(i).set_name(field)
+            _name_children(column.child(i), field_dtype)
+    elif isinstance(dtype, cudf.ListDtype):
+        column.child(1).set_name("element")
+        _name_children(column.child(1), dtype.element_type)
+
+
 class GpuSpillMixin:
     """Backend.spill_* on cuDF frames (a piece: a cuDF DataFrame with a fresh RangeIndex)."""
 
@@ -123,20 +163,38 @@ class GpuSpillMixin:
 
     def write_spill(self, piece, path: str) -> None:
         """Uncompressed Parquet (a piece lives for one run) written by libcudf into a partial
-        file, then renamed: a retried task never leaves half a piece."""
+        file, then renamed: a retried task never leaves half a piece. A ranged piece (rows
+        grouped by placement group) records where each group starts, for read_spill."""
+        from .gpu import _device_values, to_host_copy
+
         os.makedirs(os.path.dirname(path), exist_ok=True)
         partial = path + ".partial"
-        piece.to_parquet(partial, compression=None, index=False)
+        starts = None
+        if PLACE in piece.columns and len(piece):
+            starts = group_starts(_device_values(piece[PLACE]), cp,
+                                  lambda found: to_host_copy(found, "control: where a piece's placement groups start"))
+        names = list(piece.columns)
+        table = plc.Table([piece[name].to_pylibcudf()[0] for name in names])
+        plc.io.parquet.write_parquet(piece_writer_options(table, partial, names, [piece[n].dtype for n in names],
+                                                         len(piece), starts))
         os.replace(partial, path)
 
-    def read_spill(self, path: str, columns: list[str] | None = None):
+    def read_spill(self, path: str, columns: list[str] | None = None,
+                   buckets: tuple[int, int] | None = None):
         local = local_piece(path)
         if local != path:
             count_host_bytes("spill: run-store piece read through a host file", os.path.getsize(local))
         if not local.endswith(".parquet"):          # a host Arrow piece: a run begun on the CPU, resumed here
             table = read_ipc(local)
+            if buckets is not None and table.num_rows:    # only the stretch goes to the device
+                start, stop, _ = hash_range(table.column(PLACE).to_numpy(), *buckets)
+                table = table.slice(start, stop - start)
             return self.from_arrow(table.select(columns) if columns is not None else table)
-        frame = cudf.read_parquet(local, columns=columns)
+        rows = None if buckets is None else piece_file_stretch(local, *buckets)
+        if rows is None:                           # not ranged, or a piece without its groups' starts
+            frame = cudf.read_parquet(local, columns=columns)
+        else:
+            frame = cudf.read_parquet(local, columns=columns, skip_rows=rows[0], nrows=rows[1] - rows[0])
         for name in frame.columns:
             # Parquet keeps UTC microseconds; the backend's timestamp dtype carries the zone, and
             # a naive column would send the shard writer's conform() to a host cast

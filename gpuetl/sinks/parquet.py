@@ -68,7 +68,7 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
     input_order = [FILE_INDEX, OFFSET]
     if not layout.shuffle:
         for path in pieces:
-            piece = _slice_of(backend, backend.read_spill(path), task, layout.ranged)
+            piece = _slice_of(backend, _read(backend, path, task, layout.ranged), task, layout.ranged)
             if len(piece):
                 writer.write(backend.spill_sort(piece, input_order))
         return writer.close()
@@ -78,7 +78,7 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
     for lo, hi in zip(edges, edges[1:]):
         gathered = []
         for path in pieces:
-            piece, mine = _range_of(backend, backend.read_spill(path), task, layout.ranged)
+            piece, mine = _range_of(backend, _read(backend, path, task, layout.ranged), task, layout.ranged)
             if len(piece) and turns > 1:
                 order = backend.spill_column(piece, ORDER)
                 turn = order >= xp.uint64(lo)
@@ -108,7 +108,7 @@ def _turn_edges(backend, pieces: list[str], task: ShardTask, ranged: bool, turns
         return [0, None]
     low, high = None, None
     for path in pieces:
-        piece = _slice_of(backend, backend.read_spill(path, [PLACE, ORDER]), task, ranged)
+        piece = _slice_of(backend, _read(backend, path, task, ranged, [PLACE, ORDER]), task, ranged)
         span = backend.spill_span(piece, ORDER)
         if span is not None:
             low = span[0] if low is None else min(low, span[0])
@@ -116,6 +116,12 @@ def _turn_edges(backend, pieces: list[str], task: ShardTask, ranged: bool, turns
     if low is None:
         return [0, None]
     return [low + (high + 1 - low) * k // turns for k in range(turns)] + [None]
+
+
+def _read(backend, path: str, task: ShardTask, ranged: bool, columns: list[str] | None = None):
+    """A spilled piece, or of a ranged one at least the stretch holding the shard's buckets (a
+    backend may read only that: Backend.read_spill)."""
+    return backend.read_spill(path, columns, buckets=(task.lo_bucket, task.hi_bucket) if ranged else None)
 
 
 def _slice_of(backend, piece, task: ShardTask, ranged: bool):

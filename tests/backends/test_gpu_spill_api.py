@@ -82,3 +82,15 @@ def test_a_histogram_of_huge_buckets_crosses_exactly():
     assert np.array_equal(gpu_spill.histogram_to_host(hist.copy(), np, np.array), hist)
     hist[:] = 2**40
     assert np.array_equal(gpu_spill.histogram_to_host(hist.copy(), np, np.array), hist)
+
+
+@pytest.mark.parametrize("starts", [None, [0] * 100 + [7] * 157])
+def test_the_piece_writer_options_build_with_the_real_pylibcudf(tmp_path, starts):
+    """gpu_spill.write_spill's writer options (key-value metadata, no compression or statistics,
+    row groups of piece_group_rows, timestamps as cuDF writes them) are built by the installed
+    pylibcudf: building touches no device (an empty table), writing would."""
+    import pylibcudf as plc
+
+    options = gpu_spill.piece_writer_options(plc.Table([]), str(tmp_path / "p.parquet.partial"), [], [], 7, starts)
+    assert isinstance(options, plc.io.parquet.ParquetWriterOptions)
+

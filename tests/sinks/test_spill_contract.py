@@ -55,7 +55,7 @@ class ParquetPieces(Recording):
         pq.write_table(piece, path + ".partial")
         os.replace(path + ".partial", path)
 
-    def read_spill(self, path, columns=None):
+    def read_spill(self, path, columns=None, buckets=None):
         return pq.read_table(path, columns=columns)
 
 
