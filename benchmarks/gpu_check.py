@@ -404,9 +404,10 @@ def images_job(data: Path, out_root: Path, n: int, copies: int, smoke: bool) -> 
 
 
 def pixels_stayed_on_device(image_bytes: dict[str, int]) -> bool:
-    """The GPU image path's ledger entries are only the rows' offsets and sizes, the file bytes
-    nvImageCodec reads from host memory and the encoded JPEG bytes (backends/gpu_images.py): no
-    step copied pixels out. True on the CPU backend (no ledger)."""
+    """The GPU image path's ledger entries are only the rows' offsets and sizes, file bytes
+    nvImageCodec reads from host memory (none when decode follows the source, which keeps them on
+    the host) and the encoded JPEG bytes (backends/gpu_images.py): no step copied pixels out. True
+    on the CPU backend (no ledger)."""
     from gpuetl.backends import gpu_images
 
     return set(image_bytes) <= {gpu_images.SENT_CONTROL, gpu_images.SENT_FILE_BYTES, gpu_images.SENT_ENCODED}

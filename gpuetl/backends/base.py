@@ -356,6 +356,18 @@ class Backend(ABC):
         the step runs the per-image kernels on host bytes."""
         return None
 
+    def image_file_bytes(self, values: list, keys: list[tuple[int, int]], decode_next: bool) -> Any:
+        """The images source's `image` column: each record's file bytes (None: not read). keys:
+        each record's (file index, offset), unique. decode_next: the source's next step is decode.
+        A backend whose decoder reads host memory may then keep the bytes on the host for it and
+        leave the column null until decode (image_bytes gives them back where a step needs them)."""
+        return self.series(values, "binary")
+
+    def image_bytes(self, rows: Any) -> Any:
+        """The `image` column of these rows as it reached the step (a quarantined row's raw
+        record), the file bytes image_file_bytes kept on the host included."""
+        return rows["image"]
+
     @abstractmethod
     def string_buffers(self, col: Any) -> tuple[Any, Any, Any]:
         """(xp int64 offsets of n+1, xp uint8 UTF-8 bytes, xp bool valid mask) of a string column."""

@@ -457,6 +457,17 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
 
         return gpu_images.run_step(self, step, df, *args)
 
+    def image_file_bytes(self, values: list, keys: list, decode_next: bool):
+        """Where decode is next, the file bytes stay on the host for it (gpu_images.hold_file_bytes)."""
+        from . import gpu_images
+
+        return gpu_images.hold_file_bytes(self, values, keys, decode_next)
+
+    def image_bytes(self, rows):
+        from . import gpu_images
+
+        return gpu_images.held_image_bytes(self, rows)
+
     def to_host(self, values):
         """For the shared code's bookkeeping (status and stage columns, split ids): counted."""
         if isinstance(values, cp.ndarray):

@@ -8,9 +8,10 @@ Between steps the pixels are the frame's `image` column as the GPU backend holds
 binary column in device memory (HWC uint8, described by `width`, `height`, `channels`, `format`
 "raw"), so a step reads each image as a CuPy view of that column's bytes and writes its results
 as one new device column (`run_step`, called through `GpuBackend.image_step`). What crosses to
-the host, each through the host-transfer ledger with its reason: the file bytes nvImageCodec
-decodes (it reads host memory only: `CodeStream` takes bytes or a numpy array), staged in pinned
-memory one batch at a time; the encoded JPEG bytes (nvImageCodec's encoder writes host
+the host, each through the host-transfer ledger with its reason: file bytes in a device column
+that nvImageCodec decodes (it reads host memory only: `CodeStream` takes bytes or a numpy array),
+staged in pinned memory one batch at a time (when decode comes right after the images source,
+the source keeps the file bytes on the host for it instead: hold_file_bytes); the encoded JPEG bytes (nvImageCodec's encoder writes host
 `CodeStream`s); the rows' offsets and sizes; and the pixels of the few images Pillow handles.
 
 What the device does not do the same way as Pillow goes to Pillow (backends/cpu_images.py), one
@@ -616,24 +617,86 @@ def _each(arrays: list, func) -> list:
 
 
 def _decode_step(backend, df, mode: str, resize_to=None):
-    """Batches of file bytes (BATCH_IMAGES, BATCH_BYTES) staged in pinned memory, the next
+    """Batches of file bytes (BATCH_IMAGES, BATCH_BYTES): those the images source kept on the
+    host read where they are; those in the device column staged in pinned memory, the next
     batch's copy queued on its own stream while this batch decodes."""
     import cupy as cp
+    import numpy as np
 
     frame = _Frame(backend, df, names=("orientation",))
     orientations = frame.meta["orientation"]
+    keys, held = _take_held(backend, df)
     results: list = [None] * len(df)
-    batches = [list(range(*b)) for b in _batches([0 if v is None else v.size for v in frame.views])]
+    sizes = [len(h) if h is not None else 0 if v is None else v.size for h, v in zip(held, frame.views)]
+    batches = [list(range(*b)) for b in _batches(sizes)]
     copies = cp.cuda.Stream()     # blocking: it waits for what the default stream wrote into the column
-    ahead = frame.on_host(batches[0], copies) if batches else None
+
+    def fetch(rows):
+        """A function that gives the rows' bytes once they are on the host."""
+        staged = [i for i in rows if held[i] is None]
+        ready = frame.on_host(staged, copies) if staged else list
+
+        def data():
+            got = dict(zip(staged, ready()))
+            return [held[i] if held[i] is not None else got[i] for i in rows]
+        return data
+
+    ahead = fetch(batches[0]) if batches else None
     for k, rows in enumerate(batches):
         data = ahead()
-        ahead = frame.on_host(batches[k + 1], copies) if k + 1 < len(batches) else None
+        ahead = fetch(batches[k + 1]) if k + 1 < len(batches) else None
         items = [(d, mode, orientations[i] or 1, None) for d, i in zip(data, rows)]
         for i, r in zip(rows, _decode_device(items, resize_to)):
             results[i] = r
+    for i, r in enumerate(results):
+        if isinstance(r, Exception) and held[i] is not None:
+            # a quarantined row keeps what reached the step: its file bytes (the raw record)
+            frame.views[i] = cp.asarray(np.frombuffer(held[i], np.uint8))
+            _LOCAL.held[keys[i]] = held[i]         # for image_bytes (the raw record), then let go
     empty = {n: [None] * len(df) for n in PIXEL_COLUMNS}
     return frame.result(results, sizes=empty)
+
+
+# -- file bytes the images source keeps on the host for decode ------------------------------------
+
+def hold_file_bytes(backend, values: list, keys: list[tuple[int, int]], decode_next: bool):
+    """GpuBackend.image_file_bytes: where decode is the next step, the file bytes stay on the host
+    until it (nvImageCodec decodes from host memory: uploading them only to copy them back is a
+    round trip), held for this thread by each record's (file index, offset), and the column is
+    null until then. A source's read replaces what the last one held (a task that failed before
+    its decode leaves nothing behind for long). Otherwise, or if two records share a key, the
+    column holds the bytes on the device."""
+    held = {key: v for key, v in zip(keys, values) if v is not None}
+    if not decode_next or len(held) != sum(v is not None for v in values):
+        _LOCAL.held = {}
+        return backend.series(values, "binary")
+    _LOCAL.held = held
+    return backend.nulls(len(values), "binary")
+
+
+def held_image_bytes(backend, rows):
+    """GpuBackend.image_bytes: the rows' image column, with the file bytes held for them (the
+    rows decode quarantined) put back (uploaded) and let go."""
+    _, held = _take_held(backend, rows)
+    if all(h is None for h in held):
+        return rows["image"]
+    col = backend.series(held, "binary", index=rows.index)
+    return col.where(col.notna(), rows["image"])
+
+
+def _take_held(backend, df) -> tuple[list, list]:
+    """(each row's (file index, offset), the file bytes held for it or None), the bytes taken
+    out of this thread's store. The keys come to the host (12 bytes a row) only while something
+    is held."""
+    store = getattr(_LOCAL, "held", None)
+    if not store or not len(df):
+        return [None] * len(df), [None] * len(df)
+    from ..columns import FILE_INDEX, OFFSET
+    from .gpu import to_host_copy
+
+    keys = list(zip(to_host_copy(df[FILE_INDEX], SENT_CONTROL).to_pylist(),
+                    to_host_copy(df[OFFSET], SENT_CONTROL).to_pylist()))
+    return keys, [store.pop(key, None) for key in keys]
 
 
 def _pixel_result(frame: _Frame, pixels: list, results: list):

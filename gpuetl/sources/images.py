@@ -137,6 +137,11 @@ def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
                       for r, ok in zip(rows, good)]
         elif name in ("key", "label"):
             values = [r[name] for r in rows]
+        elif name == "image":
+            values = [r.get(name) if ok else None for r, ok in zip(rows, good)]
+            decode_next = bool(segment.steps) and segment.steps[0].step.name == "decode"
+            cols[name] = backend.image_file_bytes(values, [(r["file_index"], r["offset"]) for r in rows], decode_next)
+            continue
         elif name == "_file":
             values = [stage.files[r["file_index"]].display for r in rows]
         elif name == "_offset":

@@ -135,7 +135,7 @@ class _ImageRaw:
     """Quarantined rows keep the image as it reached the step (bytes, not JSON)."""
 
     def raw_record(self, rows, backend):
-        return rows["image"]
+        return backend.image_bytes(rows)
 
 
 Size = int | list[int]      # YAML has lists, not tuples (the parameter models are strict)

@@ -239,8 +239,8 @@ def test_bad_and_unusual_images_quarantined_with_the_cpu_reasons(tmp_path):
 
 def test_pixels_stay_on_the_device_from_decode_to_encode(tmp_path, capsys):
     """decode -> resize -> center_crop -> convert -> phash -> encode on the device: no fallback; the
-    ledger's image entries are the rows' offsets and sizes, the file bytes nvImageCodec reads from
-    host memory and the encoded JPEG bytes, never pixels; the rows and phashes as the CPU's within
+    ledger's image entries are the rows' offsets and sizes and the encoded JPEG bytes, never pixels
+    nor file bytes (the source keeps them on the host for decode); the rows and phashes as the CPU's within
     the bounds (phash differences printed)."""
     _parity_set(tmp_path)
     steps = [{"decode": {"mode": "RGB", "draft": False}}, {"resize": {"size": 240, "mode": "fill"}},
@@ -251,7 +251,8 @@ def test_pixels_stay_on_the_device_from_decode_to_encode(tmp_path, capsys):
     assert gpu.counts == cpu.counts
     by_reason = gpu.manifest["host_transfer"]["by_reason"]
     images = {r for r in by_reason if r.startswith("images:")}
-    assert images == {gpu_images.SENT_CONTROL, gpu_images.SENT_FILE_BYTES, gpu_images.SENT_ENCODED}, by_reason
+    # decode comes right after the source: the file bytes stayed on the host for nvImageCodec
+    assert images == {gpu_images.SENT_CONTROL, gpu_images.SENT_ENCODED}, by_reason
     c_rows, g_rows = rows_of(tmp_path / "out-cpu"), rows_of(tmp_path / "out-gpu")
     assert by_reason[gpu_images.SENT_ENCODED] == sum(len(r["image"]) for r in g_rows)
     assert by_reason[gpu_images.SENT_CONTROL] < by_reason[gpu_images.SENT_ENCODED]

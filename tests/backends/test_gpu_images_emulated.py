@@ -166,6 +166,12 @@ class EmulatedGpu(CpuBackend):
     def image_step(self, step, df, *args):
         return gpu_images.run_step(self, step, df, *args)
 
+    def image_file_bytes(self, values, keys, decode_next):
+        return gpu_images.hold_file_bytes(self, values, keys, decode_next)
+
+    def image_bytes(self, rows):
+        return gpu_images.held_image_bytes(self, rows)
+
     def string_buffers(self, col):              # binary too (the CPU's casts to string, for text)
         arr = pa.Array.from_pandas(col).cast(pa.large_binary())
         _, offsets, data = arr.buffers()
@@ -192,6 +198,7 @@ def emulated(monkeypatch):
     decoder = StandInDecoder()
     nv = SimpleNamespace(**{name: getattr(nvimgcodec, name) for name in dir(nvimgcodec) if not name.startswith("_")})
     monkeypatch.setattr(gpu_images._LOCAL, "codecs", (nv, decoder, StandInEncoder()), raising=False)
+    monkeypatch.setattr(gpu_images._LOCAL, "held", {}, raising=False)
     reset_tallies()
     return SimpleNamespace(decoder=decoder, host_bytes=host_bytes)
 
@@ -433,3 +440,93 @@ def test_a_step_that_changes_no_pixels_hands_the_frame_on_without_a_copy(emulate
         assert got is decoded and not bad
     got, _ = _chain([{"convert": "L"}], decoded, EmulatedGpu())
     assert got is not decoded and list(got["channels"]) == [1] * 3
+
+
+# -- the images source's file bytes kept on the host when decode is next ----------------------------
+
+def _source_frame(datas, backend, decode_next, orientations=None):
+    """A frame as the images source makes it (sources/images.py: Backend.image_file_bytes for the
+    image column, each record's file index and offset), with the keys the source gives."""
+    from gpuetl.columns import FILE_INDEX, OFFSET
+
+    n = len(datas)
+    keys = [(i // 3, 512 * (i % 3)) for i in range(n)]          # tar members: several records a file
+    cpu = CpuBackend()
+    return pd.DataFrame({"key": cpu.series([f"k{i}" for i in range(n)], "string"),
+                         "image": backend.image_file_bytes(list(datas), keys, decode_next),
+                         "orientation": cpu.series(orientations or [1] * n, "int8"),
+                         "orig_width": cpu.series([0] * n, "int32"), "orig_height": cpu.series([0] * n, "int32"),
+                         FILE_INDEX: cpu.series([f for f, _ in keys], "int32"),
+                         OFFSET: cpu.series([o for _, o in keys], "int64")})
+
+
+@pytest.mark.parametrize("steps", [
+    [{"decode": {"mode": "RGB", "draft": False}}, {"resize": {"size": 24, "mode": "fill"}}, {"phash": {}},
+     {"encode": "png"}],
+    [{"decode": {"mode": "L", "draft": False}}, {"center_crop": 20}, {"encode": "raw"}],
+])
+def test_file_bytes_stay_on_the_host_until_decode(emulated, monkeypatch, steps):
+    """Decode next: the column is null until decode, which reads the file bytes where the source
+    left them: the rows are the CPU's row for row, no file byte crosses from the device, the
+    quarantined rows' raw records are their file bytes, and nothing stays held afterwards."""
+    import gpuetl.steps.images  # noqa: F401 - registers the image steps
+    from gpuetl.steps.base import STEPS
+
+    monkeypatch.setattr(gpu_images, "BATCH_IMAGES", 3)               # batches of held bytes
+    exif = [_exif_jpeg(o) for o in (3, 6)]
+    truncated, garbage = GOOD[0][: len(GOOD[0]) // 2], b"garbage"
+    datas = [*GOOD, *exif, truncated, garbage, image_bytes(Image.new("RGBA", (9, 7)), "PNG")]
+    orientations = [1, 1, 1, 3, 6, 1, 1, 1]
+    gpu = EmulatedGpu()
+    held = _source_frame(datas, gpu, True, orientations)
+    assert held["image"].isna().all()                                # nothing went to the (device) column
+    want, want_bad = _chain(steps, _source_frame(datas, CpuBackend(), True, orientations), CpuBackend())
+    decode = STEPS["decode"].from_raw(steps[0]["decode"])
+    checked, bad, why = decode.quarantine(held, gpu)
+    mask = bad.to_numpy(dtype=bool)
+    raw = decode.raw_record(held[mask], gpu)                         # what runtime/partition.py keeps
+    assert [bytes(v) for v in raw] == [truncated, garbage]
+    assert dict(zip(checked["key"][mask], why[mask])) == {k: r for k, r in want_bad.items()}
+    assert [bytes(v) for v in checked["image"][mask]] == [truncated, garbage]   # kept what reached the step
+    got, got_bad = _chain(steps[1:], decode.transform(checked[~mask], gpu), gpu)
+    assert not got_bad and _rows(got) == _rows(want)
+    assert gpu_images._LOCAL.held == {}
+    assert gpu_images.SENT_FILE_BYTES not in HOST_BYTES
+    assert emulated.decoder.batches and max(emulated.decoder.batches) <= 3
+
+
+def test_file_bytes_go_to_the_device_unless_decode_is_next(emulated):
+    """Another step first (phash of the file bytes), or two records with one key: the column
+    holds the bytes as before, and decode copies them from it, counted."""
+    gpu = EmulatedGpu()
+    frame = _source_frame(GOOD, gpu, False)
+    assert [bytes(v) for v in frame["image"]] == GOOD and gpu_images._LOCAL.held == {}
+    column = gpu.image_file_bytes(list(GOOD), [(0, 0)] * len(GOOD), True)
+    assert [bytes(v) for v in column] == GOOD and gpu_images._LOCAL.held == {}
+    got, bad = _chain([{"decode": {"draft": False}}], frame, gpu)
+    want, _ = _chain([{"decode": {"draft": False}}], _source_frame(GOOD, CpuBackend(), False), CpuBackend())
+    assert not bad and _rows(got) == _rows(want)
+    assert HOST_BYTES[gpu_images.SENT_FILE_BYTES] == sum(map(len, GOOD))
+
+
+def test_a_run_from_an_images_source_keeps_file_bytes_on_the_host(emulated, tmp_path):
+    """The whole path: the images source, the runtime's steps and quarantine, the sink. Shards
+    and quarantine as the CPU's; no file byte copied back from the device."""
+    import gpuetl
+    from imagedata import photo_folder, quarantine_of, rows_of, write
+
+    photo_folder(tmp_path / "photos", n=5)
+    write(tmp_path / "photos" / "cat" / "broken.jpg", GOOD[0][: len(GOOD[0]) // 2])
+    write(tmp_path / "photos" / "dog" / "garbage.jpg", b"\xff\xd8\xff" + b"x" * 40 + b"\xff\xd9")
+    spec = {"version": 1, "name": "imgs", "source": {"type": "images", "path": "photos/**/*"},
+            "steps": [{"decode": {"draft": False}}, {"resize": {"size": [16, 16], "mode": "fill"}},
+                      {"encode": {"format": "png"}}],
+            "sink": {"path": "cpu", "mode": "overwrite"}}
+    cpu = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    reset_tallies()
+    gpu = gpuetl.Pipeline.from_dict({**spec, "sink": {"path": "gpu", "mode": "overwrite"}},
+                                    base_dir=tmp_path).run(backend=EmulatedGpu(), scheduler="sync")
+    assert gpu.counts == cpu.counts and cpu.counts["quarantined"] >= 1
+    assert rows_of(tmp_path / "gpu") == rows_of(tmp_path / "cpu")
+    assert quarantine_of(tmp_path / "gpu") == quarantine_of(tmp_path / "cpu")
+    assert gpu_images.SENT_FILE_BYTES not in HOST_BYTES and gpu_images._LOCAL.held == {}
