@@ -747,13 +747,14 @@ def remote_record_span(f, offset: int, length: int, peek: int = 1 << 16) -> tupl
 # they cross) instead of the whole piece.
 PIECE_GROUPS_KEY = "gpuetl.placement_group_starts"
 PIECE_ROW_GROUPS = 64
-PIECE_MIN_GROUP_ROWS = 20_000      # libcudf's rows per page: no row group smaller than one page
+PIECE_FRAGMENT_ROWS = 5_000        # libcudf's page fragment: its writer cuts row groups between fragments
 
 
 def piece_group_rows(rows: int) -> int:
-    """Rows per Parquet row group of a spill piece of `rows` rows: a stretch read crosses at
+    """Rows per Parquet row group of a spill piece of `rows` rows: about a PIECE_ROW_GROUPS-th
+    of them in whole page fragments (so libcudf cuts exactly there); a stretch read crosses at
     most two row groups it does not need all of."""
-    return max(PIECE_MIN_GROUP_ROWS, -(-rows // PIECE_ROW_GROUPS))
+    return max(1, -(-rows // (PIECE_ROW_GROUPS * PIECE_FRAGMENT_ROWS))) * PIECE_FRAGMENT_ROWS
 
 
 def group_starts(place, xp, to_host):

@@ -109,7 +109,7 @@ def test_a_shard_task_reads_only_its_stretch_of_a_piece(gpu, tmp_path, monkeypat
     footer; a read for a shard's buckets takes only the rows of its groups (libcudf's skip_rows
     and nrows) and, through spill_range, gives exactly the rows of the CPU's whole piece. A
     piece without the starts (cuDF's to_parquet: a run begun before) is read whole."""
-    monkeypatch.setattr(gpu_support, "PIECE_MIN_GROUP_ROWS", 64)       # many row groups in a small piece
+    monkeypatch.setattr(gpu_support, "PIECE_FRAGMENT_ROWS", 64)       # many row groups in a small piece
     frames, split = _frames(gpu, n=20_000, seed=4)
     g, c = gpu.spill_groups(frames[gpu], split, True), CPU.spill_groups(frames[CPU], split, True)
     windows = [(0, 1 << 16), (0, 1), (255, 257), (1000, 30000), (40000, 40001), (65535, 1 << 16)]

@@ -79,7 +79,7 @@ WINDOWS = [(0, BUCKETS), (0, 1), (1, 2), (255, 257), (256, 512), (1000, 30000), 
 
 @pytest.mark.parametrize("n", [1, 300, 5000])
 def test_a_stretch_read_gives_the_rows_of_a_whole_read_and_filter(tmp_path, monkeypatch, n):
-    monkeypatch.setattr(gpu_support, "PIECE_MIN_GROUP_ROWS", 16)       # many row groups in a small piece
+    monkeypatch.setattr(gpu_support, "PIECE_FRAGMENT_ROWS", 16)       # many row groups in a small piece
     piece = _ranged_piece(n, n)
     path = str(tmp_path / "p.parquet")
     write_like_the_gpu(piece, path)
@@ -100,7 +100,7 @@ def test_a_stretch_read_gives_the_rows_of_a_whole_read_and_filter(tmp_path, monk
 
 def test_shards_together_read_a_piece_about_once(tmp_path, monkeypatch):
     """64 shards over a piece of 64 row groups read it about 3 times in all, not 64 times."""
-    monkeypatch.setattr(gpu_support, "PIECE_MIN_GROUP_ROWS", 16)
+    monkeypatch.setattr(gpu_support, "PIECE_FRAGMENT_ROWS", 16)
     piece = _ranged_piece(20_000, 5)
     path = str(tmp_path / "p.parquet")
     write_like_the_gpu(piece, path)
@@ -193,7 +193,7 @@ SHARDS = {
 def test_shards_from_stretch_reads_are_the_shards_of_whole_reads(tmp_path, monkeypatch, shard):
     """A run whose shard tasks read only their stretches writes the bytes the CPU's run writes,
     reading fewer rows than whole reads would; pieces without starts are read whole, same bytes."""
-    monkeypatch.setattr(gpu_support, "PIECE_MIN_GROUP_ROWS", 16)
+    monkeypatch.setattr(gpu_support, "PIECE_FRAGMENT_ROWS", 16)
     monkeypatch.setattr(parquet, "SHARD_BATCH_BYTES", 20_000)          # shuffled shards in several turns
     write_access_logs(tmp_path / "access.log", lines=1500, seed=3)
 
