@@ -159,6 +159,7 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.io.parquet.ParquetWriterOptionsBuilder.utc_timestamps", 1, ()),
     ("pylibcudf.io.parquet.ParquetWriterOptionsBuilder.build", 0, ()),
     ("pylibcudf.io.parquet.write_parquet", 1, ()),
+    ("cudf.utils.ioutils.generate_pandas_metadata", 2, ()),
     ("pylibcudf.io.types.ColumnInMetadata.child", 1, ()),
     ("cudf.read_parquet", 1, ("columns",)),
     ("cudf.read_parquet", 1, ("columns", "skip_rows", "nrows")),

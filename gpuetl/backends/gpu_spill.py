@@ -82,20 +82,18 @@ def histogram_to_host(hist, xp, to_host) -> np.ndarray:
     return out
 
 
-def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows: int, starts: list[int] | None):
+def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows: int, key_values: dict[str, str]):
     """libcudf's Parquet writer options for a spill piece: the columns named (struct fields and
     list elements too, as cuDF's to_parquet names them), no compression, no statistics (nothing
-    reads them), row groups of piece_group_rows, and the placement groups' starts, if any, in
-    the key-value metadata. Timestamps are written as cuDF writes them (not marked UTC; read_spill
-    puts the zone back)."""
+    reads them), row groups of piece_group_rows, `key_values` in the footer. Timestamps are
+    written as cuDF writes them (not marked UTC; read_spill puts the zone back)."""
     meta = plc.io.types.TableInputMetadata(table)
     for column, name, dtype in zip(meta.column_metadata, names, dtypes):
         column.set_name(name)
         _name_children(column, dtype)
-    stored = {} if starts is None else {PIECE_GROUPS_KEY: encode_group_starts(starts)}
     return (plc.io.parquet.ParquetWriterOptions.builder(plc.io.SinkInfo([path]), table)
             .metadata(meta)
-            .key_value_metadata([stored])
+            .key_value_metadata([key_values])
             .compression(plc.io.types.CompressionType.NONE)
             .stats_level(plc.io.types.StatisticsFreq.STATISTICS_NONE)
             .row_group_size_rows(piece_group_rows(rows))
@@ -173,10 +171,14 @@ class GpuSpillMixin:
         if PLACE in piece.columns and len(piece):
             starts = group_starts(_device_values(piece[PLACE]), cp,
                                   lambda found: to_host_copy(found, "control: where a piece's placement groups start"))
+        # what cuDF's to_parquet stores (read_parquet rebuilds the dtypes from it), and the starts
+        key_values = {"pandas": cudf.utils.ioutils.generate_pandas_metadata(piece, False)}
+        if starts is not None:
+            key_values[PIECE_GROUPS_KEY] = encode_group_starts(starts)
         names = list(piece.columns)
         table = plc.Table([piece[name].to_pylibcudf()[0] for name in names])
         plc.io.parquet.write_parquet(piece_writer_options(table, partial, names, [piece[n].dtype for n in names],
-                                                         len(piece), starts))
+                                                         len(piece), key_values))
         os.replace(partial, path)
 
     def read_spill(self, path: str, columns: list[str] | None = None,

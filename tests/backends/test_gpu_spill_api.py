@@ -84,13 +84,21 @@ def test_a_histogram_of_huge_buckets_crosses_exactly():
     assert np.array_equal(gpu_spill.histogram_to_host(hist.copy(), np, np.array), hist)
 
 
-@pytest.mark.parametrize("starts", [None, [0] * 100 + [7] * 157])
+@pytest.mark.parametrize("starts", [False, True])
 def test_the_piece_writer_options_build_with_the_real_pylibcudf(tmp_path, starts):
-    """gpu_spill.write_spill's writer options (key-value metadata, no compression or statistics,
-    row groups of piece_group_rows, timestamps as cuDF writes them) are built by the installed
-    pylibcudf: building touches no device (an empty table), writing would."""
+    """gpu_spill.write_spill's writer options (cuDF's pandas metadata and the placement groups'
+    starts in the footer, no compression or statistics, row groups of piece_group_rows,
+    timestamps as cuDF writes them) are built by the installed cuDF and pylibcudf: building
+    touches no device (an empty table), writing would."""
+    import cudf
     import pylibcudf as plc
 
-    options = gpu_spill.piece_writer_options(plc.Table([]), str(tmp_path / "p.parquet.partial"), [], [], 7, starts)
+    from gpuetl.backends.gpu_support import PIECE_GROUPS_KEY, encode_group_starts
+
+    key_values = {"pandas": cudf.utils.ioutils.generate_pandas_metadata(cudf.DataFrame(), False)}
+    if starts:
+        key_values[PIECE_GROUPS_KEY] = encode_group_starts([0] * 100 + [7] * 157)
+
+    options = gpu_spill.piece_writer_options(plc.Table([]), str(tmp_path / "p.parquet.partial"), [], [], 7, key_values)
     assert isinstance(options, plc.io.parquet.ParquetWriterOptions)
 
