@@ -183,6 +183,8 @@ class GpuSpillMixin:
 
     def read_spill(self, path: str, columns: list[str] | None = None,
                    buckets: tuple[int, int] | None = None):
+        """For a shard's buckets, only the rows of their placement groups where the piece says
+        where those lie (an empty stretch reads no rows: libcudf gives the empty columns)."""
         local = local_piece(path)
         if local != path:
             count_host_bytes("spill: run-store piece read through a host file", os.path.getsize(local))
