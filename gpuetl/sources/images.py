@@ -35,6 +35,7 @@ from .ranges import Partition, Whole, pack
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
 READ_THREADS = 8
+TAR_TAIL_CHECKED = 1 << 20      # bytes after a tar's last member checked to be its zero end blocks
 # The backend's switch (base.Backend.images_on_gpu) that lets an images source run on its image
 # path (backends/gpu_images.py); off, planning one for a backend other than the CPU is refused:
 # that path has not been checked on a GPU yet (docs/gpu.md, "Images"). Named in the message.
@@ -288,7 +289,7 @@ def _side_file(loaded) -> dict[str, dict]:
     path = src.side_file if os.path.isabs(src.side_file) else str(loaded.base_dir / src.side_file)
     where = f"{loaded.path}: source.side_file: {path}"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")      # a spreadsheet's BOM is not part of 'key'
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{where}: cannot read it: {err}") from None
     rows: list[dict] = []
@@ -306,7 +307,10 @@ def _side_file(loaded) -> dict[str, dict]:
         import csv
         import io
 
-        rows = list(csv.DictReader(io.StringIO(text)))
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        if long := next((i for i, row in enumerate(rows, 1) if None in row), None):
+            raise SpecError(f"{where}, record {long}: more fields than the header names",
+                            hint="quote a value holding a comma (\"a, b\"), or name every column in the header")
     out: dict[str, dict] = {}
     for i, row in enumerate(rows, 1):
         if "key" not in row or row["key"] in (None, ""):
@@ -339,23 +343,32 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                                             name=f.display), 1))
                     break
                 if member is None:
+                    if damage := _tar_end_damage(tar.fileobj, tar.offset, f.size):
+                        out.append((ImageRecord(f.index, tar.offset, f"{f.display}@{tar.offset}", None, None,
+                                                problem=f"{f.display}: {damage}", name=f.display), 1))
                     break
                 if member.isdir():
                     continue
-                unsafe = _unsafe(member)
+                folder, base = os.path.split(member.name)
+                stem = base.split(".", 1)[0]
+                unsafe = _unsafe(member) or (None if stem else "a name starting with '.' has no key")
+                if not unsafe and member.offset_data + member.size > f.size:
+                    unsafe = (f"the tar is cut short inside this member ({max(f.size - member.offset_data, 0):,} "
+                              f"of {member.size:,} bytes present)")
                 if unsafe:
                     out.append((ImageRecord(f.index, member.offset, member.name, None, None,
                                             problem=f"{f.display}: member {member.name!r}: {unsafe}; not read",
                                             name=member.name), 1))
+                    if member.offset_data + member.size > f.size:
+                        break                       # the damage is this member's: nothing follows it
                     continue
-                folder, base = os.path.split(member.name)
-                stem = base.split(".", 1)[0]
                 groups.setdefault(f"{folder}/{stem}" if folder else stem, []).append(member)
     except (tarfile.TarError, OSError) as err:
         return [(ImageRecord(f.index, 0, f.display, None, None, problem=f"{f.display}: not a readable tar ({err})",
                              name=f.display), 1)]
     for key, members in groups.items():
         images, extras, problem = [], [], None
+        seen: set[str] = set()
         for m in members:
             ext = os.path.basename(m.name).split(".", 1)[1].lower() if "." in os.path.basename(m.name) else ""
             if ext in IMAGE_EXTENSIONS:
@@ -365,6 +378,10 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
             if not _FIELD_NAME.match(name) or name in BASE_COLUMNS:
                 problem = problem or f"member {m.name!r}: the extension {ext!r} cannot name a column"
                 continue
+            if name in seen:             # two `0001.cls`: keeping either would lose the other silently
+                problem = problem or f"two members give the field {name!r} of this key ({m.name!r} repeated)"
+                continue
+            seen.add(name)
             extra_fields.setdefault(name, None)
             extras.append((name, m.offset_data, m.size))
         first = min(members, key=lambda m: m.offset)
@@ -377,6 +394,24 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                                 name=key if problem else ""), max(sum(m.size for m in members), 1)))
     out.sort(key=lambda item: item[0].offset)
     return out
+
+
+def _tar_end_damage(fileobj, offset: int, size: int) -> str | None:
+    """Why a tar whose member list ended at `offset` did not end there cleanly, or None. Python's
+    tarfile ends the list quietly at a header cut short or failing its checksum, so the members
+    after it would be lost without a word: a tar ends with zero blocks, and nothing follows them."""
+    if offset >= size:
+        return f"the tar ends at byte {offset:,} without its end-of-archive blocks (cut short?)"
+    fileobj.seek(offset)
+    rest = fileobj.read(min(size - offset, TAR_TAIL_CHECKED))
+    zeros = len(rest) - len(rest.lstrip(b"\0"))
+    if zeros == len(rest):
+        return None
+    if zeros < tarfile.BLOCKSIZE:
+        return (f"a damaged or cut-short member header at byte {offset:,}; the members after it "
+                "cannot be found")
+    return (f"data after the tar's end-of-archive blocks, at byte {offset + zeros:,}, is not read "
+            "(tars joined with cat? write them as separate shards)")
 
 
 def _unsafe(member: tarfile.TarInfo) -> str | None:
