@@ -256,13 +256,15 @@ def _label(rec: ImageRecord, how: str, regex, side: dict, files: list[InputFile]
         if m is None or (m.group("label") if "label" in regex.groupindex else m.group(1)) is None:
             return _problem(rec, f"the key {rec.key!r} does not match label_regex")
         label = m.group("label") if "label" in regex.groupindex else m.group(1)
+        if not label:
+            return _problem(rec, f"label_regex gives the key {rec.key!r} an empty label")
     elif how == "file":
         values = side.get(rec.key) or side.get(os.path.splitext(rec.key)[0])
         if values is None:
             return _problem(rec, f"the key {rec.key!r} is not in the side file")
         label = values.get("label")
         fields = tuple((k, v) for k, v in sorted(values.items()) if k not in ("key", "label"))
-        if label is None:
+        if not label:
             return _problem(rec, f"the side file has no label for {rec.key!r}")
     return ImageRecord(rec.file_index, rec.offset, rec.key, label, rec.image, rec.extras, fields)
 

@@ -130,3 +130,45 @@ def test_verify_and_inspect_on_an_images_dataset(tmp_path, capsys):
     assert balanced(result)
     assert main(["verify", str(tmp_path / "out")]) == 0
     assert main(["inspect", str(tmp_path / "out")]) == 0
+
+
+@pytest.mark.parametrize("how", ["regex", "file"])
+def test_an_empty_label_is_quarantined_not_a_class(tmp_path, surroundings, how):
+    """`img__2.jpg` under `img_(?P<label>[^_]*)_`, or a side file's empty label: no class named ''."""
+    for i, name in enumerate(["img_cat_1.jpg", "img__2.jpg"]):
+        write(tmp_path / "photos" / name, jpeg_bytes(seed=i))
+    write(tmp_path / "labels.csv", b"key,label\nimg_cat_1.jpg,cat\nimg__2.jpg,\n")
+    source = ({"label": "regex", "label_regex": "img_(?P<label>[^_]*)_"} if how == "regex"
+              else {"label": "file", "side_file": "labels.csv"})
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = run_images(tmp_path, path="photos/*.jpg", source=source)
+    assert balanced(result) and result.counts["rows_out"] == 1 and result.counts["quarantined"] == 1
+    assert [r["label"] for r in rows_of(out)] == ["cat"]
+    assert "img__2.jpg" in quarantine_of(out)[0]["_reason"]
+
+
+def _jpeg_claiming(w: int, h: int) -> bytes:
+    data = bytearray(jpeg_bytes(seed=4))
+    sof = data.find(b"\xff\xc0")
+    data[sof + 5: sof + 9] = w.to_bytes(2, "big") + h.to_bytes(2, "big")     # height, width as stored
+    return bytes(data)
+
+
+def test_a_jpeg_header_claiming_a_huge_size_names_the_pixels_it_claims(tmp_path, surroundings):
+    """Pillow refuses past twice its own limit, before max_pixels is looked at: the reason said
+    'exceeds limit of 178956970 pixels', a number the user never set."""
+    write(tmp_path / "photos" / "x" / "big.jpg", _jpeg_claiming(60000, 60000))
+    write(tmp_path / "photos" / "x" / "ok.jpg", jpeg_bytes())
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = run_images(tmp_path)
+    assert balanced(result) and result.counts["quarantined"] == 1
+    reason = quarantine_of(out)[0]["_reason"]
+    assert "over the pixel limit: the header gives 3,600,000,000 pixels" in reason and "178956970" not in reason
+
+
+def test_max_pixels_past_what_pillow_opens_is_a_pipeline_error(tmp_path):
+    photo_folder(tmp_path / "photos", n=1)
+    with pytest.raises(SpecError, match=r"source.max_pixels.*178956970"):
+        run_images(tmp_path, source={"max_pixels": 300_000_000})
