@@ -129,7 +129,10 @@ def test_verify_and_inspect_on_an_images_dataset(tmp_path, capsys):
     result = run_images(tmp_path)
     assert balanced(result)
     assert main(["verify", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
     assert main(["inspect", str(tmp_path / "out")]) == 0
+    sample = [line for line in capsys.readouterr().out.splitlines() if line.startswith('  {"key"')]
+    assert len(sample) == 3 and all('"image": "<' in line and '"width": 32' in line for line in sample)
 
 
 @pytest.mark.parametrize("how", ["regex", "file"])
