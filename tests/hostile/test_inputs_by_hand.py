@@ -67,3 +67,23 @@ def test_a_field_only_in_quarantined_records_is_not_said_to_be_missing(tmp_path,
     assert _balanced(result) and result.counts["quarantined"] == 1
     (note,) = [n for n in result.manifest["notes"] if "null in every row" in n]
     assert "no record has the field" not in note and "quarantined or filtered out" in note
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_number_past_the_float_range_is_a_bad_value_not_infinity(tmp_path, surroundings, kind):
+    """Text "1e400" in a float64 column (or "1e39" in float32) became inf silently; "inf" said
+    so and stays."""
+    (tmp_path / "in").mkdir()
+    values = ["1e400", "-1e400", "inf", "-Infinity", "1e308", "1e39"]
+    if kind == "csv":
+        (tmp_path / "in" / "a.csv").write_text("x,y\n" + "".join(f"{v},{v}\n" for v in values[:5]) + "1,1e39\n")
+    else:
+        (tmp_path / "in" / "a.jsonl").write_text("".join(f'{{"x": "{v}", "y": "{v}"}}\n' for v in values[:5])
+                                                 + '{"x": "1", "y": "1e39"}\n')
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = _run(tmp_path, {"type": kind, "path": f"in/*.{kind}"}, columns={"x": "float64", "y": "float32"})
+    assert _balanced(result) and result.counts["rows_out"] == 2 and result.counts["quarantined"] == 4
+    rows = pq.read_table(out).to_pylist()
+    assert [r["x"] for r in rows] == [float("inf"), float("-inf")]
+    assert all("not a valid float" in r["_reason"] for r in _quarantine(out))
