@@ -217,6 +217,11 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
         fields.update({"_file": "string", "_offset": "int64"})
     labelled = [(_label(rec, src.label or "parent", regex, side, files), size) for rec, size in records]
     labels = sorted({rec.label for rec, _ in labelled if rec.label is not None and not rec.problem})
+    if (src.label or "parent") == "parent" and len(labels) == 1 and len(labelled) > 1:
+        # a flat folder, or WebDataset shards (their folder names every member): one class is a slip
+        notes.append(f"source: label: parent gives every image the one label {labels[0]!r} (the folder the images "
+                     "or their tars are in); for a class per folder, glob from the folder above; otherwise "
+                     "set source.label to none, regex or file")
     stage = ImagesStage(Whole(files), fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
                         src.exif_transpose, tuple([*extra_fields, *side_fields]))
     partitions = [Partition(p.index, Whole(p.ranges)) for p in pack(labelled, src.blocksize)]

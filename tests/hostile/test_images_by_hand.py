@@ -175,3 +175,24 @@ def test_max_pixels_past_what_pillow_opens_is_a_pipeline_error(tmp_path):
     photo_folder(tmp_path / "photos", n=1)
     with pytest.raises(SpecError, match=r"source.max_pixels.*178956970"):
         run_images(tmp_path, source={"max_pixels": 300_000_000})
+
+
+@pytest.mark.parametrize("layout", ["tar shards", "flat folder"])
+def test_one_label_for_every_image_from_parent_folders_is_noted(tmp_path, surroundings, layout):
+    """WebDataset shards under the default `label: parent` all got their folder's name as the
+    label ('shards'), as did a flat folder of images: one class, without a word."""
+    if layout == "tar shards":
+        write(tmp_path / "shards" / "s.tar", _tar_bytes([(f"{i:04d}.jpg", jpeg_bytes(seed=i)) for i in range(2)]))
+        path = "shards/*.tar"
+    else:
+        for i in range(2):
+            write(tmp_path / "shards" / f"{i}.jpg", jpeg_bytes(seed=i))
+        path = "shards/*.jpg"
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = run_images(tmp_path, path=path)
+    assert balanced(result) and {r["label"] for r in rows_of(out)} == {"shards"}
+    assert any("gives every image the one label 'shards'" in n for n in result.manifest["notes"])
+    two = run_images(tmp_path, path="shards/*.tar" if layout == "tar shards" else "shards/*.jpg",
+                     source={"label": "none"})
+    assert not any("one label" in n for n in two.manifest["notes"])
