@@ -29,7 +29,7 @@ from pathlib import Path
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
-from .files import InputFile, relative_to
+from .files import InputFile, readable_name, relative_to
 from .ranges import Partition, Whole, pack
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -86,7 +86,8 @@ class ImagesStage:
         row = {"file_index": rec.file_index, "offset": rec.offset, "key": rec.key, "label": rec.label,
                "side": dict(rec.side), "extras": {}, "raw": None, "reason": None}
         if rec.problem:
-            row.update(raw=rec.name.encode("utf-8", "surrogateescape"), reason=rec.problem)
+            row.update(key=readable_name(rec.key), label=None, raw=rec.name.encode("utf-8", "surrogateescape"),
+                       reason=rec.problem)
             return row
         f = self.files[rec.file_index]
         try:
@@ -252,6 +253,8 @@ def _root_of(path: str, roots: list[str]) -> str:
 def _label(rec: ImageRecord, how: str, regex, side: dict, files: list[InputFile]) -> ImageRecord:
     if rec.problem:
         return rec
+    if readable_name(rec.key) != rec.key:
+        return _problem(rec, f"the name {readable_name(rec.key)!r} is not UTF-8 text, which a key must be; rename it")
     label, fields = None, ()
     if how == "parent":
         folder = os.path.dirname(rec.key)
@@ -271,6 +274,8 @@ def _label(rec: ImageRecord, how: str, regex, side: dict, files: list[InputFile]
         fields = tuple((k, v) for k, v in sorted(values.items()) if k not in ("key", "label"))
         if not label:
             return _problem(rec, f"the side file has no label for {rec.key!r}")
+    if label is not None and readable_name(label) != label:
+        return _problem(rec, f"the label {readable_name(label)!r} is not UTF-8 text; rename its folder")
     return ImageRecord(rec.file_index, rec.offset, rec.key, label, rec.image, rec.extras, fields)
 
 

@@ -6,6 +6,7 @@ changes."""
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 
 import pytest
@@ -196,3 +197,23 @@ def test_one_label_for_every_image_from_parent_folders_is_noted(tmp_path, surrou
     two = run_images(tmp_path, path="shards/*.tar" if layout == "tar shards" else "shards/*.jpg",
                      source={"label": "none"})
     assert not any("one label" in n for n in two.manifest["notes"])
+
+
+def test_names_that_are_not_utf8_are_quarantined_not_an_internal_error(tmp_path, surroundings):
+    """A file named with bytes that are not UTF-8 (and a tar member so named) stopped the run with
+    an internal UnicodeEncodeError: a key and `_file` are text."""
+    folder = tmp_path / "photos" / "cat"
+    folder.mkdir(parents=True)
+    with open(os.path.join(os.fsencode(folder), b"\xff\xfebad.jpg"), "wb") as fh:
+        fh.write(jpeg_bytes(seed=1))
+    write(folder / "ok.jpg", jpeg_bytes(seed=2))
+    write(tmp_path / "photos" / "s.tar", _tar_bytes([("\udcff01.jpg", jpeg_bytes(seed=3)),
+                                                      ("0002.jpg", jpeg_bytes(seed=4))]))
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = run_images(tmp_path, path="photos/**/*")
+    assert balanced(result) and result.counts["rows_out"] == 2 and result.counts["quarantined"] == 2
+    bad = {r["_raw"]: r["_reason"] for r in quarantine_of(out)}
+    assert set(bad) == {b"cat/\xff\xfebad.jpg", b"\xff01"}                    # the exact bytes of the names
+    assert all("is not UTF-8 text" in why for why in bad.values())
+    assert {r["key"] for r in rows_of(out)} == {"cat/ok.jpg", "0002"}

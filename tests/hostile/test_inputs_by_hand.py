@@ -4,6 +4,8 @@ identity, and that nothing outside the dataset changed."""
 
 from __future__ import annotations
 
+import os
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -87,3 +89,17 @@ def test_a_number_past_the_float_range_is_a_bad_value_not_infinity(tmp_path, sur
     rows = pq.read_table(out).to_pylist()
     assert [r["x"] for r in rows] == [float("inf"), float("-inf")]
     assert all("not a valid float" in r["_reason"] for r in _quarantine(out))
+
+
+def test_a_log_file_named_with_bytes_that_are_not_utf8_keeps_its_quarantine(tmp_path, surroundings):
+    """Writing the quarantine's `_file` of such a file was an internal UnicodeEncodeError."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    with open(os.path.join(os.fsencode(folder), b"\xff.log"), "wb") as fh:
+        fh.write(b"good\n\xff\xfe\n")
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = _run(tmp_path, {"type": "text", "path": "in/*.log"})
+    assert _balanced(result) and result.counts["rows_out"] == 1 and result.counts["quarantined"] == 1
+    (bad,) = _quarantine(out)
+    assert bad["_file"] == "in/\ufffd.log" and bad["_raw"] == b"\xff\xfe"
