@@ -103,3 +103,13 @@ def test_a_log_file_named_with_bytes_that_are_not_utf8_keeps_its_quarantine(tmp_
     assert _balanced(result) and result.counts["rows_out"] == 1 and result.counts["quarantined"] == 1
     (bad,) = _quarantine(out)
     assert bad["_file"] == "in/\ufffd.log" and bad["_raw"] == b"\xff\xfe"
+
+
+def test_a_declared_path_differing_only_in_case_suggests_that_path(tmp_path, surroundings):
+    """`user.ID` was answered with "did you mean 'user'?" (difflib's nearest string)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"user": {"id": 1}, "duration_ms": 3}\n')
+    with surroundings(tmp_path):
+        with pytest.raises(gpuetl.errors.SpecError, match=r"columns\.user\.ID: .*did you mean 'user\.id'\?"):
+            _run(tmp_path, {"type": "jsonl", "path": "in/*.jsonl"}, columns={"user.ID": "int64"})
+    assert not (tmp_path / "out").exists()
