@@ -217,3 +217,16 @@ def test_names_that_are_not_utf8_are_quarantined_not_an_internal_error(tmp_path,
     assert set(bad) == {b"cat/\xff\xfebad.jpg", b"\xff01"}                    # the exact bytes of the names
     assert all("is not UTF-8 text" in why for why in bad.values())
     assert {r["key"] for r in rows_of(out)} == {"cat/ok.jpg", "0002"}
+
+
+def test_a_compressed_tar_named_tar_says_to_decompress_it(tmp_path, surroundings):
+    import gzip
+
+    write(tmp_path / "shards" / "s.tar", gzip.compress(_tar_bytes([("0001.jpg", jpeg_bytes())])))
+    write(tmp_path / "shards" / "t.tar", _tar_bytes([("0002.jpg", jpeg_bytes(seed=2))]))
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = run_images(tmp_path, path="shards/*.tar")
+    assert balanced(result) and result.counts["rows_out"] == 1 and result.counts["quarantined"] == 1
+    assert "s.tar: a gzip-compressed tar: images read plain .tar shards; decompress it first" in \
+        quarantine_of(out)[0]["_reason"]
