@@ -217,6 +217,12 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
     if src.provenance:
         fields.update({"_file": "string", "_offset": "int64"})
     labelled = [(_label(rec, src.label or "parent", regex, side, files), size) for rec, size in records]
+    if side and records:     # `./cat/1.jpg` or `cat\\1.jpg` for `cat/1.jpg`: every image quarantined as unlabelled
+        keys = {k for rec, _ in records for k in (rec.key, os.path.splitext(rec.key)[0])}
+        if unmatched := [k for k in side if k not in keys]:
+            notes.append(f"source.side_file: {len(unmatched):,} of its {len(side):,} keys match no image "
+                         f"(e.g. {unmatched[0]!r}); a key is the path relative to the glob's folder, such as "
+                         f"{records[0][0].key!r}")
     labels = sorted({rec.label for rec, _ in labelled if rec.label is not None and not rec.problem})
     if (src.label or "parent") == "parent" and len(labels) == 1 and len(labelled) > 1:
         # a flat folder, or WebDataset shards (their folder names every member): one class is a slip

@@ -230,3 +230,16 @@ def test_a_compressed_tar_named_tar_says_to_decompress_it(tmp_path, surroundings
     assert balanced(result) and result.counts["rows_out"] == 1 and result.counts["quarantined"] == 1
     assert "s.tar: a gzip-compressed tar: images read plain .tar shards; decompress it first" in \
         quarantine_of(out)[0]["_reason"]
+
+
+def test_side_file_keys_that_match_no_image_are_noted(tmp_path, surroundings):
+    """A side file written with `./cat/000.jpg` keys labels nothing: every image was quarantined
+    as missing from it, and nothing said the file's keys were the wrong form."""
+    photo_folder(tmp_path / "photos", n=2)
+    write(tmp_path / "labels.csv", b"key,label\n./cat/000.jpg,a\ndog/001.jpg,b\n")
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = run_images(tmp_path, source={"label": "file", "side_file": "labels.csv"})
+    assert balanced(result) and result.counts["rows_out"] == 1 and result.counts["quarantined"] == 1
+    (note,) = [n for n in result.manifest["notes"] if "side_file" in n]
+    assert "1 of its 2 keys match no image (e.g. './cat/000.jpg')" in note and "such as 'cat/000.jpg'" in note
