@@ -303,7 +303,11 @@ class CpuBackend(Backend):
             return self._cast_integer(values, type_name)
         if type_name in ("float32", "float64"):
             ok = pc.match_substring_regex(values, _FLOAT_RE)
-            return pc.cast(pc.if_else(ok, values, pa.scalar(None, pa.string())), ARROW_TYPES[type_name])
+            number = pc.cast(pc.if_else(ok, values, pa.scalar(None, pa.string())), ARROW_TYPES[type_name])
+            # "1e400" (or "1e39" as float32) is past the type's range, not infinity: a bad value
+            overflow = pc.fill_null(pc.and_(pc.is_inf(number), pc.invert(pc.match_substring_regex(
+                values, r"(?i)^[+-]?inf(inity)?$"))), False)
+            return pc.if_else(overflow, pa.scalar(None, number.type), number)
         if type_name == "bool":
             lowered = pc.utf8_lower(values)
             truthy = pc.is_in(lowered, pa.array(_TRUE))

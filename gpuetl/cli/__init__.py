@@ -430,7 +430,9 @@ def cmd_inspect(args) -> int:
         print(f"  {name}: {_count(s['shards'], 'shard')}, {s['rows']:,} rows, {format_size(s['bytes'])}")
     print("  schema: " + ", ".join(f"{f['name']}: {f['type']}" for f in m["schema"]))
     for row in info["sample"]:
-        print("  " + json.dumps(row, default=str, ensure_ascii=False)[:300])
+        # an image's bytes as their size: escaped, they filled the line and hid the columns after them
+        shown = {k: f"<{len(v):,} bytes>" if isinstance(v, bytes) else v for k, v in row.items()}
+        print("  " + json.dumps(shown, default=str, ensure_ascii=False)[:300])
     return 0
 
 

@@ -361,8 +361,9 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
     warnings = _balance_warnings(layout, shards, counts["rows_out"])
     empty = empty_declared_columns(plan, **_shards_at(run_tmp, store), shards=shards)
     if empty:
-        message = (f"declared column(s) {', '.join(map(repr, empty))} are null in every row: no record has "
-                   "the field (a misspelt name, or a path that does not reach it?)")
+        message = (f"declared column(s) {', '.join(map(repr, empty))} are null in every row: no record written "
+                   "has a value there (a misspelt name, a path that does not reach it, or only in records "
+                   "quarantined or filtered out?)")
         if spec.strict:
             raise DataError(message, hint="strict: true makes this an error; fix `columns` or set strict: false")
         warnings.append(message)

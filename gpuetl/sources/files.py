@@ -121,7 +121,7 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
                 st = os.stat(path)
             except OSError as err:
                 raise SpecError(f"source.path: cannot read {path}: {err.strerror}") from None
-        display = relative_to(path, base)
+        display = readable_name(relative_to(path, base))      # shown, and stored as text in `_file`
         first = seen.setdefault((st.st_dev, st.st_ino), display)
         if first != display:             # the same file by another name (a link): read once
             duplicates.append(f"{display} (= {first})")
@@ -194,6 +194,12 @@ def _display(path: str, base_dir: Path | str) -> str:
     """The path (absolute) relative to the pipeline folder (`../x` included); absolute only where
     no relative path leads there (another drive)."""
     return relative_to(path, os.path.abspath(base_dir))
+
+
+def readable_name(name: str) -> str:
+    """A file or member name as text: bytes that are not UTF-8 (kept by the OS and tarfile as
+    surrogate escapes, which Arrow and JSON text cannot hold) shown as U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def relative_to(path: str, folder: str) -> str:

@@ -214,7 +214,7 @@ def _pread(f: InputFile, offset: int, length: int) -> bytes:
 @dataclass(frozen=True)
 class CsvFraming:
     """RFC 4180 records: a newline ends a record only outside quotes. The first record of each
-    file is its header and is skipped (only that one: a later line equal to it is data). Ranges
+    file is its header and is skipped (only that one: the parser quarantines a later repeat). Ranges
     come from plan_csv_partitions, so each starts on a record start."""
 
     def read(self, files: list[InputFile], ranges, backend):

@@ -29,12 +29,13 @@ from pathlib import Path
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
-from .files import InputFile, relative_to
+from .files import InputFile, readable_name, relative_to
 from .ranges import Partition, Whole, pack
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
 READ_THREADS = 8
+TAR_TAIL_CHECKED = 1 << 20      # bytes after a tar's last member checked to be its zero end blocks
 # The backend's switch (base.Backend.images_on_gpu) that lets an images source run on its image
 # path (backends/gpu_images.py); off, planning one for a backend other than the CPU is refused:
 # that path has not been checked on a GPU yet (docs/gpu.md, "Images"). Named in the message.
@@ -85,7 +86,8 @@ class ImagesStage:
         row = {"file_index": rec.file_index, "offset": rec.offset, "key": rec.key, "label": rec.label,
                "side": dict(rec.side), "extras": {}, "raw": None, "reason": None}
         if rec.problem:
-            row.update(raw=rec.name.encode("utf-8", "surrogateescape"), reason=rec.problem)
+            row.update(key=readable_name(rec.key), label=None, raw=rec.name.encode("utf-8", "surrogateescape"),
+                       reason=rec.problem)
             return row
         f = self.files[rec.file_index]
         try:
@@ -220,7 +222,18 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
     if src.provenance:
         fields.update({"_file": "string", "_offset": "int64"})
     labelled = [(_label(rec, src.label or "parent", regex, side, files), size) for rec, size in records]
+    if side and records:     # `./cat/1.jpg` or `cat\\1.jpg` for `cat/1.jpg`: every image quarantined as unlabelled
+        keys = {k for rec, _ in records for k in (rec.key, os.path.splitext(rec.key)[0])}
+        if unmatched := [k for k in side if k not in keys]:
+            notes.append(f"source.side_file: {len(unmatched):,} of its {len(side):,} keys match no image "
+                         f"(e.g. {unmatched[0]!r}); a key is the path relative to the glob's folder, such as "
+                         f"{records[0][0].key!r}")
     labels = sorted({rec.label for rec, _ in labelled if rec.label is not None and not rec.problem})
+    if (src.label or "parent") == "parent" and len(labels) == 1 and len(labelled) > 1:
+        # a flat folder, or WebDataset shards (their folder names every member): one class is a slip
+        notes.append(f"source: label: parent gives every image the one label {labels[0]!r} (the folder the images "
+                     "or their tars are in); for a class per folder, glob from the folder above; otherwise "
+                     "set source.label to none, regex or file")
     stage = ImagesStage(Whole(files), fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
                         src.exif_transpose, tuple([*extra_fields, *side_fields]))
     partitions = [Partition(p.index, Whole(p.ranges)) for p in pack(labelled, src.blocksize)]
@@ -251,6 +264,8 @@ def _root_of(path: str, roots: list[str]) -> str:
 def _label(rec: ImageRecord, how: str, regex, side: dict, files: list[InputFile]) -> ImageRecord:
     if rec.problem:
         return rec
+    if readable_name(rec.key) != rec.key:
+        return _problem(rec, f"the name {readable_name(rec.key)!r} is not UTF-8 text, which a key must be; rename it")
     label, fields = None, ()
     if how == "parent":
         folder = os.path.dirname(rec.key)
@@ -260,14 +275,18 @@ def _label(rec: ImageRecord, how: str, regex, side: dict, files: list[InputFile]
         if m is None or (m.group("label") if "label" in regex.groupindex else m.group(1)) is None:
             return _problem(rec, f"the key {rec.key!r} does not match label_regex")
         label = m.group("label") if "label" in regex.groupindex else m.group(1)
+        if not label:
+            return _problem(rec, f"label_regex gives the key {rec.key!r} an empty label")
     elif how == "file":
         values = side.get(rec.key) or side.get(os.path.splitext(rec.key)[0])
         if values is None:
             return _problem(rec, f"the key {rec.key!r} is not in the side file")
         label = values.get("label")
         fields = tuple((k, v) for k, v in sorted(values.items()) if k not in ("key", "label"))
-        if label is None:
+        if not label:
             return _problem(rec, f"the side file has no label for {rec.key!r}")
+    if label is not None and readable_name(label) != label:
+        return _problem(rec, f"the label {readable_name(label)!r} is not UTF-8 text; rename its folder")
     return ImageRecord(rec.file_index, rec.offset, rec.key, label, rec.image, rec.extras, fields)
 
 
@@ -293,7 +312,7 @@ def _side_file(loaded) -> dict[str, dict]:
     path = src.side_file if os.path.isabs(src.side_file) else str(loaded.base_dir / src.side_file)
     where = f"{loaded.path}: source.side_file: {path}"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")      # a spreadsheet's BOM is not part of 'key'
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{where}: cannot read it: {err}") from None
     rows: list[dict] = []
@@ -311,7 +330,10 @@ def _side_file(loaded) -> dict[str, dict]:
         import csv
         import io
 
-        rows = list(csv.DictReader(io.StringIO(text)))
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        if long := next((i for i, row in enumerate(rows, 1) if None in row), None):
+            raise SpecError(f"{where}, record {long}: more fields than the header names",
+                            hint="quote a value holding a comma (\"a, b\"), or name every column in the header")
     out: dict[str, dict] = {}
     for i, row in enumerate(rows, 1):
         if "key" not in row or row["key"] in (None, ""):
@@ -344,23 +366,35 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                                             name=f.display), 1))
                     break
                 if member is None:
+                    if damage := _tar_end_damage(tar.fileobj, tar.offset, f.size):
+                        out.append((ImageRecord(f.index, tar.offset, f"{f.display}@{tar.offset}", None, None,
+                                                problem=f"{f.display}: {damage}", name=f.display), 1))
                     break
                 if member.isdir():
                     continue
-                unsafe = _unsafe(member)
+                folder, base = os.path.split(member.name)
+                stem = base.split(".", 1)[0]
+                unsafe = _unsafe(member) or (None if stem else "a name starting with '.' has no key")
+                if not unsafe and member.offset_data + member.size > f.size:
+                    unsafe = (f"the tar is cut short inside this member ({max(f.size - member.offset_data, 0):,} "
+                              f"of {member.size:,} bytes present)")
                 if unsafe:
                     out.append((ImageRecord(f.index, member.offset, member.name, None, None,
                                             problem=f"{f.display}: member {member.name!r}: {unsafe}; not read",
                                             name=member.name), 1))
+                    if member.offset_data + member.size > f.size:
+                        break                       # the damage is this member's: nothing follows it
                     continue
-                folder, base = os.path.split(member.name)
-                stem = base.split(".", 1)[0]
                 groups.setdefault(f"{folder}/{stem}" if folder else stem, []).append(member)
     except (tarfile.TarError, OSError) as err:
-        return [(ImageRecord(f.index, 0, f.display, None, None, problem=f"{f.display}: not a readable tar ({err})",
+        packed = _compressed_as(f.path)
+        why = (f"a {packed}-compressed tar: images read plain .tar shards; decompress it first" if packed
+               else f"not a readable tar ({err})")
+        return [(ImageRecord(f.index, 0, f.display, None, None, problem=f"{f.display}: {why}",
                              name=f.display), 1)]
     for key, members in groups.items():
         images, extras, problem = [], [], None
+        seen: set[str] = set()
         for m in members:
             ext = os.path.basename(m.name).split(".", 1)[1].lower() if "." in os.path.basename(m.name) else ""
             if ext in IMAGE_EXTENSIONS:
@@ -370,6 +404,10 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
             if not _FIELD_NAME.match(name) or name in BASE_COLUMNS:
                 problem = problem or f"member {m.name!r}: the extension {ext!r} cannot name a column"
                 continue
+            if name in seen:             # two `0001.cls`: keeping either would lose the other silently
+                problem = problem or f"two members give the field {name!r} of this key ({m.name!r} repeated)"
+                continue
+            seen.add(name)
             extra_fields.setdefault(name, None)
             extras.append((name, m.offset_data, m.size))
         first = min(members, key=lambda m: m.offset)
@@ -382,6 +420,36 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                                 name=key if problem else ""), max(sum(m.size for m in members), 1)))
     out.sort(key=lambda item: item[0].offset)
     return out
+
+
+TAR_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+
+
+def _compressed_as(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return None
+    return next((kind for magic, kind in TAR_MAGIC.items() if head.startswith(magic)), None)
+
+
+def _tar_end_damage(fileobj, offset: int, size: int) -> str | None:
+    """Why a tar whose member list ended at `offset` did not end there cleanly, or None. Python's
+    tarfile ends the list quietly at a header cut short or failing its checksum, so the members
+    after it would be lost without a word: a tar ends with zero blocks, and nothing follows them."""
+    if offset >= size:
+        return f"the tar ends at byte {offset:,} without its end-of-archive blocks (cut short?)"
+    fileobj.seek(offset)
+    rest = fileobj.read(min(size - offset, TAR_TAIL_CHECKED))
+    zeros = len(rest) - len(rest.lstrip(b"\0"))
+    if zeros == len(rest):
+        return None
+    if zeros < tarfile.BLOCKSIZE:
+        return (f"a damaged or cut-short member header at byte {offset:,}; the members after it "
+                "cannot be found")
+    return (f"data after the tar's end-of-archive blocks, at byte {offset + zeros:,}, is not read "
+            "(tars joined with cat? write them as separate shards)")
 
 
 def _unsafe(member: tarfile.TarInfo) -> str | None:

@@ -108,7 +108,8 @@ class CsvParser:
 
     def parse(self, text, backend, file_index=None):
         if not self.layouts or file_index is None or not len(text):
-            return backend.parse_csv(text, self.names, self.delimiter, self.null_values)
+            return _header_repeated(*backend.parse_csv(text, self.names, self.delimiter, self.null_values),
+                                    self.names, backend, text.index)
         which = np.asarray(self.layout_of, dtype=np.int64)[np.asarray(backend.to_host(file_index), dtype=np.int64)]
         present = np.unique(which)
         if len(present) == 1:
@@ -129,9 +130,27 @@ class CsvParser:
     def _by_header(self, text, layout: int, backend):
         """Records of files that share one header, read by it; declared columns it lacks are null."""
         header = self.names if layout < 0 else self.layouts[layout]
-        cols, ok, reason = backend.parse_csv(text, header, self.delimiter, self.null_values)
+        cols, ok, reason = _header_repeated(*backend.parse_csv(text, header, self.delimiter, self.null_values),
+                                            header, backend, text.index)
         return ({name: cols[name] if name in cols else backend.nulls(len(text), "string", index=text.index)
                  for name in self.names}, ok, reason)
+
+
+def _header_repeated(cols: dict, ok, reason, header: tuple[str, ...], backend, index):
+    """Records that repeat their file's header (`cat a.csv b.csv > all.csv`) made bad with that
+    reason: as data they were kept silently wherever every column is a string."""
+    repeat = cols[header[0]] == header[0]
+    if not bool(repeat.fillna(False).any()):
+        return cols, ok, reason
+    for name in header[1:]:
+        repeat = repeat & (cols[name] == name)
+    repeat = repeat.fillna(False).astype(bool)
+    if not bool(repeat.any()):
+        return cols, ok, reason
+    why = "CSV record repeats the header (files joined with cat?); remove it, or give each file its own header once"
+    if isinstance(reason, str):
+        reason = backend.series([reason] * len(index), "string", index=index)
+    return cols, ok & ~repeat, reason.where(~repeat, why)
 
 
 MAX_HEADER_BYTES = 1 << 20

@@ -73,7 +73,8 @@ class Source(Model):
     label_regex: str | None = Field(None, description="images, label: regex: searched in the key; group 'label' or 1")
     side_file: str | None = Field(None, description="images, label: file: csv or jsonl with a 'key' and a 'label' field")
     exif_transpose: bool = Field(True, description="images: apply the EXIF orientation when decoding")
-    max_pixels: int = Field(89_478_485, ge=1, description="images: larger images are quarantined, read from the header")
+    max_pixels: int = Field(89_478_485, ge=1, le=178_956_970, description="images: larger images are quarantined, "
+                            "read from the header (Pillow refuses images over 178,956,970 pixels on its own)")
     extensions: list[str] | None = Field(None, description="images: file suffixes read (default jpg jpeg png webp tar)")
     storage_options: dict[str, Any] | None = STORAGE_OPTIONS
 

@@ -210,6 +210,10 @@ class Decode(_ImageRaw, RowStep):
 
     def derive(self, schema: Schema) -> Binding:
         _needs(schema, ["image", "orientation"], "decode reads an images source's image column")
+        if taken := [n for n in PIXELS if n in schema]:      # a side-file field or tar member `width`
+            raise StepError(f"the column(s) {', '.join(map(repr, taken))} exist already (a side-file field or "
+                            "a tar member's extension?); decode writes the pixels' size and format there: "
+                            "rename that field or extension")
         out = {k: v for k, v in schema.items() if k != "orientation"}
         return Binding({**out, **PIXELS})
 

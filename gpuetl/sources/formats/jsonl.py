@@ -110,7 +110,9 @@ def _check_declared(loaded, columns: tuple[JsonColumn, ...], sample: "JsonSample
         if col.name in sample.paths or (col.path and path_pattern(col.path) in sample.paths):
             continue
         known = sorted(sample.shown_paths())
-        hint = difflib.get_close_matches(col.name, known, n=1, cutoff=0.6)
+        # a name differing only in case is the likeliest slip (`user.ID`: difflib's nearest was `user`)
+        hint = ([k for k in known if k.lower() == col.name.lower()]
+                or difflib.get_close_matches(col.name, known, n=1, cutoff=0.6))
         raise SpecError(
             f"{loaded.key('columns', col.name)}: none of the {sample.records} records sampled from "
             f"{sample.files_read} file(s) has the field {col.name!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""),
