@@ -218,7 +218,10 @@ class Backend(ABC):
     spill_suffix: str = ".arrow"
 
     def spill_piece(self, df: Any, schema: Schema) -> Any:
-        """The live rows, with exactly `schema`'s columns and types, as a piece."""
+        """The live rows, with exactly `schema`'s columns and types, as a piece. The columns keep
+        the partition's chunks (one per parsed piece) unjoined: a ranged piece's gather
+        (spill_groups) already writes one chunk per column, and joining first would copy the
+        whole partition beside its frame for no less work downstream."""
         return self.to_arrow(df, schema)
 
     def spill_groups(self, piece: Any, split: np.ndarray, ranged: bool) -> dict[int, Any]:

@@ -130,3 +130,27 @@ def test_a_resumed_run_keeps_pieces_in_either_form(tmp_path):
         assert spill.load_result(str(folder), 3) is None             # not where this run writes it
     with pytest.raises(ValueError, match="spill pieces"):
         spill.piece_path(str(tmp_path), 0, 3, ".csv")
+
+
+def test_a_ranged_piece_is_one_chunk_per_column_when_the_frame_is_in_several():
+    """A partition's columns arrive as one chunk per parsed piece; spill_piece leaves them so
+    (joining would copy the partition), and the ranged gather writes each split's rows as one
+    chunk per column, so the shard writers sort and take over as many chunks as before."""
+    import pandas as pd
+    import pyarrow as pa
+
+    backend = CpuBackend()
+    rows = 600
+    place = np.random.default_rng(0).integers(0, 2**63, rows, dtype=np.uint64)
+    parts = [slice(0, 250), slice(250, 400), slice(400, rows)]
+    chunked = {PLACE: pa.chunked_array([pa.array(place[p]) for p in parts]),
+               "text": pa.chunked_array([pa.array([f"row {i}" for i in range(rows)][p]) for p in parts])}
+    frame = pd.DataFrame({name: pd.Series(pd.arrays.ArrowExtensionArray(col)) for name, col in chunked.items()})
+    piece = backend.spill_piece(frame, {PLACE: "uint64", "text": "string"})
+    assert piece.column("text").num_chunks == 3
+    split = (np.arange(rows) % 3).astype(np.int8)
+    groups = backend.spill_groups(piece, split, ranged=True)
+    assert sorted(groups) == [0, 1, 2]
+    for s, table in groups.items():
+        assert [table.column(name).num_chunks for name in table.column_names] == [1, 1]
+        assert sorted(table.column("text").to_pylist()) == sorted(f"row {i}" for i in range(s, rows, 3))
