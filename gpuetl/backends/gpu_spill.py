@@ -118,10 +118,14 @@ def device_arrow_type(dtype):
 
 def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows: int, key_values: dict[str, str]):
     """libcudf's Parquet writer options for a spill piece: the columns and their nested children
-    named (writer_metadata), no compression, no statistics (nothing reads them), row groups of
-    piece_group_rows, `key_values` in the footer. Timestamps are written as cuDF writes them (not
-    marked UTC; read_spill puts the zone back)."""
-    meta = writer_metadata(table, names, [device_arrow_type(d) for d in dtypes])
+    named and declared nullable (writer_metadata), no compression, no statistics (nothing reads
+    them), row groups of piece_group_rows, `key_values` in the footer. Timestamps are written as
+    cuDF writes them (not marked UTC; read_spill puts the zone back).
+
+    Nullable: libcudf's single write would mark a column without a null mask required, so two
+    pieces of one run read on the host (compression_ratio's sample, a run resumed on the CPU)
+    could differ in their Arrow schema's nullability, which pa.concat_tables refuses."""
+    meta = writer_metadata(table, names, [device_arrow_type(d) for d in dtypes], nullable=True)
     return (plc.io.parquet.ParquetWriterOptions.builder(plc.io.SinkInfo([path]), table)
             .metadata(meta)
             .key_value_metadata([key_values])

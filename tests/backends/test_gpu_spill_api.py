@@ -177,3 +177,46 @@ def test_both_writers_name_nested_children_as_the_cpu_writes_them(tmp_path, writ
     for column, field in zip(meta.column_metadata, written):
         assert _names(column, field.type) == _arrow_names(field.type), field.name
     assert _arrow_names(written.field("event").type) == [("a", []), ("b", [("element", [("c", [])])])]
+
+
+class _RecordedColumn:
+    """What writer_metadata asks of a column's metadata (pylibcudf's ColumnInMetadata has no
+    getter for nullability)."""
+
+    def __init__(self):
+        self.name, self.nullable, self.children = None, None, {}
+
+    def set_name(self, name):
+        self.name = name
+
+    def set_nullability(self, nullable):
+        self.nullable = nullable
+
+    def child(self, i):
+        return self.children.setdefault(i, _RecordedColumn())
+
+    def declared(self):
+        """(name, nullable) of this column and of every child asked for, depth first."""
+        return [(self.name, self.nullable)] + [d for _, c in sorted(self.children.items()) for d in c.declared()]
+
+
+def test_a_spill_piece_declares_every_column_and_child_nullable(tmp_path, monkeypatch):
+    """A piece's columns and nested children are all optional, as pyarrow writes them: libcudf's
+    single write marks a column without a null mask required, and two pieces read on the host
+    (compression_ratio's sample) would then differ in nullability, which pa.concat_tables refuses."""
+    import cudf
+    import pylibcudf as plc
+
+    from gpuetl.types import ARROW_TYPES
+
+    event = ARROW_TYPES[NESTED_SCHEMA["event"]]
+    asked = []
+    real = gpu_spill.writer_metadata
+    monkeypatch.setattr(gpu_spill, "writer_metadata", lambda *a, **k: asked.append(k) or real(*a, **k))
+    gpu_spill.piece_writer_options(plc.Table([_empty_column(event)]), str(tmp_path / "p.parquet.partial"), ["event"],
+                                   [cudf.StructDtype.from_arrow(event)], 0, {})
+    assert asked == [{"nullable": True}]
+
+    root = _RecordedColumn()
+    gpu_spill._describe(root, event, True)
+    assert root.declared() == [(None, True), ("a", True), ("b", True), ("element", True), ("c", True)]
