@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pylibcudf as plc
 
-from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, is_nested
+from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is_nested
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
@@ -35,7 +35,7 @@ from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micr
                           remote_record_span, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_records import GpuRecordsMixin
-from .gpu_spill import GpuSpillMixin
+from .gpu_spill import GpuSpillMixin, writer_metadata
 from .gpu_text import GpuTextMixin
 
 # Every RAPIDS call this backend makes, with the positional-argument count and the keywords it
@@ -161,6 +161,8 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.io.parquet.write_parquet", 1, ()),
     ("cudf.utils.ioutils.generate_pandas_metadata", 2, ()),
     ("pylibcudf.io.types.ColumnInMetadata.child", 1, ()),
+    ("cudf.StructDtype.to_arrow", 0, ()),
+    ("cudf.ListDtype.to_arrow", 0, ()),
     ("cudf.read_parquet", 1, ("columns",)),
     ("cudf.read_parquet", 1, ("columns", "skip_rows", "nrows")),
     ("cudf.DataFrame.take", 1, ()),
@@ -1051,12 +1053,10 @@ class GpuShardWriter:
         return plc.Table([frame[name].to_pylibcudf()[0] for name in self.schema])
 
     def _open(self, first):
-        """libcudf's chunked writer, every column declared nullable (as pyarrow writes them: the
-        Arrow schema read back is the CPU backend's, and a later chunk with nulls is accepted)."""
-        meta = plc.io.types.TableInputMetadata(self._table(first))
-        for column, name in zip(meta.column_metadata, self.schema):
-            column.set_name(name)
-            column.set_nullability(True)
+        """libcudf's chunked writer, every column and nested child named and declared nullable
+        as pyarrow writes them (gpu_spill.writer_metadata): the Arrow schema read back is the
+        CPU backend's, and a later chunk with nulls is accepted."""
+        meta = writer_metadata(self._table(first), list(self.schema), arrow_schema(self.schema).types, nullable=True)
         kinds = plc.io.types.CompressionType
         compression = kinds.NONE if self.options.compression == "none" else getattr(kinds, self.options.compression.upper())
         options = (plc.io.parquet.ChunkedParquetWriterOptions.builder(plc.io.SinkInfo([self.path + ".partial"]))

@@ -25,6 +25,7 @@ import os
 import cudf
 import cupy as cp
 import numpy as np
+import pyarrow as pa
 import pylibcudf as plc
 
 from ..placement import BUCKET_BITS, BUCKETS, COARSE_BITS, NESTED_ROW_BYTES, PLACE, hash_range
@@ -82,15 +83,49 @@ def histogram_to_host(hist, xp, to_host) -> np.ndarray:
     return out
 
 
-def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows: int, key_values: dict[str, str]):
-    """libcudf's Parquet writer options for a spill piece: the columns named (struct fields and
-    list elements too, as cuDF's to_parquet names them), no compression, no statistics (nothing
-    reads them), row groups of piece_group_rows, `key_values` in the footer. Timestamps are
-    written as cuDF writes them (not marked UTC; read_spill puts the zone back)."""
+def writer_metadata(table, names: list[str], arrow_types: list, nullable: bool | None = None):
+    """libcudf's Parquet writer metadata for `table`, every column and nested child named as the
+    CPU's pyarrow names them, so a file reads back with the CPU backend's Arrow schema: struct
+    fields by their names (libcudf writes an unnamed child with an empty name), a list's values
+    `element` (the Parquet LIST convention, which libcudf also applies by itself). `arrow_types`:
+    each column's Arrow type (None stands for any type without children). `nullable`: declare every
+    column and child optional, as pyarrow writes them; None leaves libcudf's default."""
     meta = plc.io.types.TableInputMetadata(table)
-    for column, name, dtype in zip(meta.column_metadata, names, dtypes):
+    for column, name, arrow_type in zip(meta.column_metadata, names, arrow_types):
         column.set_name(name)
-        _name_children(column, dtype)
+        _describe(column, arrow_type, nullable)
+    return meta
+
+
+def _describe(column, arrow_type, nullable: bool | None) -> None:
+    if nullable is not None:
+        column.set_nullability(nullable)
+    if arrow_type is None:
+        return
+    if pa.types.is_struct(arrow_type):
+        for i, field in enumerate(arrow_type):
+            column.child(i).set_name(field.name)
+            _describe(column.child(i), field.type, nullable)
+    elif pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        column.child(1).set_name("element")      # child 0: the offsets
+        _describe(column.child(1), arrow_type.value_type, nullable)
+
+
+def device_arrow_type(dtype):
+    """The Arrow type of a cuDF nested dtype (its field names), None for any other dtype."""
+    return dtype.to_arrow() if isinstance(dtype, (cudf.StructDtype, cudf.ListDtype)) else None
+
+
+def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows: int, key_values: dict[str, str]):
+    """libcudf's Parquet writer options for a spill piece: the columns and their nested children
+    named and declared nullable (writer_metadata), no compression, no statistics (nothing reads
+    them), row groups of piece_group_rows, `key_values` in the footer. Timestamps are written as
+    cuDF writes them (not marked UTC; read_spill puts the zone back).
+
+    Nullable: libcudf's single write would mark a column without a null mask required, so two
+    pieces of one run read on the host (compression_ratio's sample, a run resumed on the CPU)
+    could differ in their Arrow schema's nullability, which pa.concat_tables refuses."""
+    meta = writer_metadata(table, names, [device_arrow_type(d) for d in dtypes], nullable=True)
     return (plc.io.parquet.ParquetWriterOptions.builder(plc.io.SinkInfo([path]), table)
             .metadata(meta)
             .key_value_metadata([key_values])
@@ -99,17 +134,6 @@ def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows:
             .row_group_size_rows(piece_group_rows(rows))
             .utc_timestamps(False)
             .build())
-
-
-def _name_children(column, dtype) -> None:
-    """Name a nested column's children in the writer's metadata as cuDF's to_parquet does."""
-    if isinstance(dtype, cudf.StructDtype):
-        for i, (field, field_dtype) in enumerate(dtype.fields.items()):
-            column.child(i).set_name(field)
-            _name_children(column.child(i), field_dtype)
-    elif isinstance(dtype, cudf.ListDtype):
-        column.child(1).set_name("element")
-        _name_children(column.child(1), dtype.element_type)
 
 
 class GpuSpillMixin:

@@ -102,3 +102,121 @@ def test_the_piece_writer_options_build_with_the_real_pylibcudf(tmp_path, starts
     options = gpu_spill.piece_writer_options(plc.Table([]), str(tmp_path / "p.parquet.partial"), [], [], 7, key_values)
     assert isinstance(options, plc.io.parquet.ParquetWriterOptions)
 
+
+
+NESTED_SCHEMA = {"event": "struct<a: string, b: list<struct<c: int64>>>", "tags": "list<string>", "n": "int64"}
+
+
+def _empty_column(arrow_type):
+    """An empty pylibcudf column of `arrow_type` with no device memory (what the writer's
+    metadata is built from: only the column tree matters)."""
+    import pylibcudf as plc
+
+    ids = plc.TypeId
+    if pa.types.is_struct(arrow_type):
+        kind, children = ids.STRUCT, [_empty_column(f.type) for f in arrow_type]
+    elif pa.types.is_list(arrow_type):
+        kind, children = ids.LIST, [_empty_column(pa.int32()), _empty_column(arrow_type.value_type)]
+    else:
+        kind, children = {pa.string(): ids.STRING, pa.int64(): ids.INT64, pa.int32(): ids.INT32}[arrow_type], []
+    return plc.Column(plc.DataType(kind), 0, None, None, 0, 0, children)
+
+
+def _names(column, arrow_type):
+    """The names the writer's metadata gives a column's children, walked along `arrow_type`'s
+    shape: [(name, its children's names)] per struct field, or the list's one element."""
+    if pa.types.is_struct(arrow_type):
+        return [(column.child(i).get_name(), _names(column.child(i), f.type)) for i, f in enumerate(arrow_type)]
+    if pa.types.is_list(arrow_type):
+        return [(column.child(1).get_name(), _names(column.child(1), arrow_type.value_type))]
+    return []
+
+
+def _arrow_names(arrow_type):
+    if pa.types.is_struct(arrow_type):
+        return [(f.name, _arrow_names(f.type)) for f in arrow_type]
+    if pa.types.is_list(arrow_type):
+        return [(arrow_type.value_field.name, _arrow_names(arrow_type.value_type))]
+    return []
+
+
+@pytest.mark.parametrize("writer", ["shard", "spill"])
+def test_both_writers_name_nested_children_as_the_cpu_writes_them(tmp_path, writer):
+    """The shard writer (GpuShardWriter: from the pipeline's schema) and the spill writer
+    (write_spill: from the cuDF dtypes) name every struct field and list element in libcudf's
+    writer metadata as the CPU's Parquet reads back: an unnamed struct field would be written
+    with an empty name, a different Arrow schema from the CPU backend's."""
+    import cudf
+    import pyarrow.parquet as pq
+    import pylibcudf as plc
+
+    from gpuetl.backends.shard_writer import ShardWriter
+    from gpuetl.types import arrow_schema
+
+    schema = arrow_schema(NESTED_SCHEMA)
+    table = plc.Table([_empty_column(t) for t in schema.types])
+    if writer == "shard":
+        meta = gpu_spill.writer_metadata(table, schema.names, schema.types, nullable=True)
+    else:
+        dtypes = [cudf.StructDtype.from_arrow(t) if pa.types.is_struct(t) else
+                  cudf.ListDtype.from_arrow(t) if pa.types.is_list(t) else np.dtype("int64") for t in schema.types]
+        meta = gpu_spill.writer_metadata(table, schema.names, [gpu_spill.device_arrow_type(d) for d in dtypes])
+        assert isinstance(gpu_spill.piece_writer_options(table, str(tmp_path / "p.parquet.partial"), schema.names,
+                                                         dtypes, 0, {}), plc.io.parquet.ParquetWriterOptions)
+
+    class Options:
+        row_group_rows, row_group_bytes, compression = 10, None, "none"
+
+    class Task:
+        relpath, split_name = "shard.parquet", "train"
+
+    cpu = ShardWriter(str(tmp_path / "cpu" / "shard.parquet"), NESTED_SCHEMA, Options(), Task())
+    cpu.close()
+    written = pq.read_schema(tmp_path / "cpu" / "shard.parquet")
+    assert [c.get_name() for c in meta.column_metadata] == written.names
+    for column, field in zip(meta.column_metadata, written):
+        assert _names(column, field.type) == _arrow_names(field.type), field.name
+    assert _arrow_names(written.field("event").type) == [("a", []), ("b", [("element", [("c", [])])])]
+
+
+class _RecordedColumn:
+    """What writer_metadata asks of a column's metadata (pylibcudf's ColumnInMetadata has no
+    getter for nullability)."""
+
+    def __init__(self):
+        self.name, self.nullable, self.children = None, None, {}
+
+    def set_name(self, name):
+        self.name = name
+
+    def set_nullability(self, nullable):
+        self.nullable = nullable
+
+    def child(self, i):
+        return self.children.setdefault(i, _RecordedColumn())
+
+    def declared(self):
+        """(name, nullable) of this column and of every child asked for, depth first."""
+        return [(self.name, self.nullable)] + [d for _, c in sorted(self.children.items()) for d in c.declared()]
+
+
+def test_a_spill_piece_declares_every_column_and_child_nullable(tmp_path, monkeypatch):
+    """A piece's columns and nested children are all optional, as pyarrow writes them: libcudf's
+    single write marks a column without a null mask required, and two pieces read on the host
+    (compression_ratio's sample) would then differ in nullability, which pa.concat_tables refuses."""
+    import cudf
+    import pylibcudf as plc
+
+    from gpuetl.types import ARROW_TYPES
+
+    event = ARROW_TYPES[NESTED_SCHEMA["event"]]
+    asked = []
+    real = gpu_spill.writer_metadata
+    monkeypatch.setattr(gpu_spill, "writer_metadata", lambda *a, **k: asked.append(k) or real(*a, **k))
+    gpu_spill.piece_writer_options(plc.Table([_empty_column(event)]), str(tmp_path / "p.parquet.partial"), ["event"],
+                                   [cudf.StructDtype.from_arrow(event)], 0, {})
+    assert asked == [{"nullable": True}]
+
+    root = _RecordedColumn()
+    gpu_spill._describe(root, event, True)
+    assert root.declared() == [(None, True), ("a", True), ("b", True), ("element", True), ("c", True)]
