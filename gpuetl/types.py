@@ -33,6 +33,13 @@ class _ArrowTypes(dict):
             raise KeyError(name)
         return _nested_arrow_type(name)      # not stored: the keys stay the scalar names
 
+    def get(self, name, default=None):
+        """dict.get skips __missing__: without this, a nested name would give None."""
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
 
 ARROW_TYPES: dict[str, pa.DataType] = _ArrowTypes({
     "bool": pa.bool_(),

@@ -52,6 +52,9 @@ def test_paths_parse():
 def test_nested_type_names_are_canonical_and_typed():
     assert canonical_type_name("struct<lat:float64,  lon: float64>") == "struct<lat: float64, lon: float64>"
     assert str(ARROW_TYPES["list<struct<a: int64>>"]) == "list<item: struct<a: int64>>"
+    # .get as well as [] (the GPU's from-Arrow cast looks types up with .get)
+    assert ARROW_TYPES.get("list<struct<a: int64>>") == ARROW_TYPES["list<struct<a: int64>>"]
+    assert ARROW_TYPES.get("int46") is None and ARROW_TYPES.get("int46", "x") == "x"
     with pytest.raises(ValueError, match="did you mean 'int64'"):
         canonical_type_name("list<int46>")
     with pytest.raises(ValueError, match="timestamp"):
