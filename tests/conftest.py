@@ -10,15 +10,26 @@ from gpuetl.samples import write_access_logs
 os.environ.setdefault("GPUETL_NO_TUNING", "1")
 
 
-@pytest.fixture
-def access_logs(tmp_path):
+def write_access_log_folder(folder):
     """Three access-log files (one with garbage lines, one gzipped), ~6k lines."""
-    folder = tmp_path / "in"
     folder.mkdir()
     write_access_logs(folder / "a.log", lines=2500, seed=1)
     write_access_logs(folder / "b.log", lines=2500, seed=2, bad_every=250)
     write_access_logs(folder / "c.log.gz", lines=1000, seed=3, gzip=True)
     return folder
+
+
+@pytest.fixture
+def access_logs(tmp_path):
+    """tmp_path/in: the access-log files of write_access_log_folder."""
+    return write_access_log_folder(tmp_path / "in")
+
+
+@pytest.fixture(scope="session")
+def shared_access_logs(tmp_path_factory):
+    """The same files written once, for tests that only read them: <base>/in, with runs given
+    base_dir=<base> and a sink outside it (their own tmp_path)."""
+    return write_access_log_folder(tmp_path_factory.mktemp("access-logs") / "in")
 
 
 def access_spec(**overrides):

@@ -45,12 +45,13 @@ RUNS = {
 }
 
 
-def _run(tmp_path, name, label, backend="cpu", scheduler="sync", blocksize=None, workers=None):
+def _run(tmp_path, name, label, backend="cpu", scheduler="sync", blocksize=None, workers=None, inputs=None):
+    """Runs the case on `inputs`/in (default: tmp_path/in) into tmp_path/out-<label>."""
     out = tmp_path / f"out-{label}"
     spec = access_spec(sink__path=str(out), **CASES[name])
     if blocksize:
         spec["source"] = {**spec["source"], "blocksize": blocksize}
-    pipeline = Pipeline.from_dict(spec, base_dir=tmp_path)
+    pipeline = Pipeline.from_dict(spec, base_dir=inputs or tmp_path)
     with _cluster(workers) as client:
         result = pipeline.run(backend=backend, scheduler=scheduler, client=client)
     quarantine = [pq.read_table(out / q["path"]).to_pylist() for q in result.quarantine]
@@ -91,10 +92,24 @@ def _matrix():
             for name, run in cases]
 
 
+@pytest.fixture(scope="module")
+def sync_run(shared_access_logs, tmp_path_factory):
+    """name → the case's reference run (sync, its own blocksize), made once for the module: every
+    run of the matrix is compared with it, none changes it."""
+    inputs, done = shared_access_logs.parent, {}
+
+    def get(name):
+        if name not in done:
+            done[name] = _run(tmp_path_factory.mktemp(f"sync-{name}"), name, "sync", inputs=inputs)
+        return done[name]
+    return get
+
+
 @pytest.mark.parametrize("name, run", _matrix())
-def test_cpu_gives_the_same_bytes_on_every_scheduler_worker_count_and_blocksize(tmp_path, access_logs, name, run):
-    reference = _run(tmp_path, name, "sync")
-    got = _run(tmp_path, name, run, **RUNS[run])
+def test_cpu_gives_the_same_bytes_on_every_scheduler_worker_count_and_blocksize(tmp_path, shared_access_logs, sync_run,
+                                                                              name, run):
+    reference = sync_run(name)
+    got = _run(tmp_path, name, run, inputs=shared_access_logs.parent, **RUNS[run])
     if "blocksize" in RUNS[run]:
         assert got[3] != reference[3]                   # the input was cut differently
     _same(got, reference)
@@ -137,6 +152,6 @@ def test_gpu_bytes_do_not_depend_on_the_blocksize(tmp_path, access_logs):
     assert sha[0] == sha[1] == sha[2]
 
 
-def test_cpu_fixed_counts(tmp_path, access_logs):
-    result, _, quarantine, _ = _run(tmp_path, "combined", "sync")
+def test_cpu_fixed_counts(sync_run):
+    result, _, quarantine, _ = sync_run("combined")
     assert result.counts["quarantined"] == 10 and sum(len(q) for q in quarantine) == 10

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -383,56 +384,77 @@ def _write_foreign_lock(path: Path) -> None:
 
 
 RACER = textwrap.dedent("""
-    import os, sys, time
+    import contextlib, sys, time
     from pathlib import Path
     from gpuetl.cli import main
     from gpuetl.sinks import commit
 
-    me, other, folder = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    go = folder / "go"
-    while not go.exists():            # start together
-        time.sleep(0.001)
+    me, other, pipe, signals, rounds = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
     real_acquire, real_survey = commit.RunLock.acquire, commit.OutputFolder.survey
+    turn = 0
 
     def acquire(self, log):
         try:
             return real_acquire(self, log)
         finally:
-            (folder / f"tried-{me}").touch()
+            (signals / f"tried-{me}-{turn}").touch()
 
     def survey(self, mode):
         # the winner holds the lock until the other one has tried: the lock decides, not timing
         deadline = time.monotonic() + 120
-        while not (folder / f"tried-{other}").exists() and time.monotonic() < deadline:
+        while not (signals / f"tried-{other}-{turn}").exists() and time.monotonic() < deadline:
             time.sleep(0.001)
         return real_survey(self, mode)
 
     commit.RunLock.acquire, commit.OutputFolder.survey = acquire, survey
-    sys.exit(main(["run", str(folder / "pipe.yaml"), "--scheduler", "sync", "--set", "sink.mode=overwrite"]))
+    for turn in range(rounds):
+        deadline = time.monotonic() + 300
+        while not (signals / f"go-{turn}").exists():       # start together
+            assert time.monotonic() < deadline, "no go"
+            time.sleep(0.001)
+        with open(signals / f"err-{me}-{turn}", "w") as err, contextlib.redirect_stderr(err):
+            code = main(["run", pipe, "--scheduler", "sync", "--set", "sink.mode=overwrite"])
+        (signals / f"code-{me}-{turn}").write_text(str(code))
 """)
 
 
 @pytest.mark.slow
-def test_two_runs_started_together_one_proceeds(base, surroundings):
+def test_two_runs_started_together_one_proceeds(base, surroundings, tmp_path_factory):
+    """Three rounds, the first into no dataset, the others over the last one's. The two racing
+    processes stay up for all three (one `gpuetl run` each per round: Python and gpuetl start
+    once, not three times); the rounds' signal files lie outside `base`."""
     (base / "pipe.yaml").write_text(yaml.safe_dump(spec()))
+    signals = tmp_path_factory.mktemp("race")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    for _ in range(3):
-        with surroundings(base, dataset=base / "out"):
-            procs = [subprocess.Popen([sys.executable, "-c", RACER, me, other, str(base)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for me, other in (("a", "b"), ("b", "a"))]
-            (base / "go").touch()
-            outputs = [p.communicate(timeout=300) for p in procs]
-            results = [(p.returncode, *o) for p, o in zip(procs, outputs)]
-            (base / "go").unlink()
-            for marker in base.glob("tried-*"):
-                marker.unlink()
-        codes = sorted(r[0] for r in results)
-        assert codes == [0, 2], results
-        loser = next(r for r in results if r[0] == 2)
-        assert "in use by another gpuetl run (host" in loser[2], loser
-        assert main(["verify", str(base / "out")]) == 0
-        assert not (base / "out" / "_tmp").exists()
+    rounds = 3
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, me, other, str(base / "pipe.yaml"), str(signals),
+                               str(rounds)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for me, other in (("a", "b"), ("b", "a"))]
+    try:
+        for turn in range(rounds):
+            with surroundings(base, dataset=base / "out"):
+                (signals / f"go-{turn}").touch()
+                codes = [signals / f"code-{me}-{turn}" for me in ("a", "b")]
+                deadline = time.monotonic() + 300
+                while not all(c.exists() and c.read_text() for c in codes):
+                    gone = [p for p, c in zip(procs, codes) if p.poll() is not None and not c.exists()]
+                    assert time.monotonic() < deadline and not gone, [p.communicate(timeout=60) for p in gone]
+                    time.sleep(0.01)
+            results = [(int(c.read_text()), (signals / f"err-{me}-{turn}").read_text())
+                       for me, c in zip(("a", "b"), codes)]
+            assert sorted(r[0] for r in results) == [0, 2], results
+            loser = next(r for r in results if r[0] == 2)
+            assert "in use by another gpuetl run (host" in loser[1], loser
+            assert main(["verify", str(base / "out")]) == 0
+            assert not (base / "out" / "_tmp").exists()
+        for proc in procs:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err[-2000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 # --------------------------------------------------------------------------- verify: the manifest against itself

@@ -128,18 +128,19 @@ def _interrupt_when_a_partition_is_done(base: Path, *argv: str) -> subprocess.Co
 
 @pytest.fixture
 def big(tmp_path) -> Path:
-    """Enough partitions that the run is still going when the first one is done."""
+    """Enough partitions that the run is still going when the first one is done (~200 of 16 KiB:
+    many small ones, so that the resumed run, which reads them all again, stays short)."""
     from gpuetl import samples
 
     (tmp_path / "in").mkdir()
     for i in range(4):
-        samples.write_access_logs(tmp_path / "in" / f"{i}.log", lines=20_000, seed=i, bad_every=500)
+        samples.write_access_logs(tmp_path / "in" / f"{i}.log", lines=4_000, seed=i, bad_every=500)
     return tmp_path
 
 
 def _small_blocks(base: Path, **kw) -> Path:
     spec = GALLERY.spec(**kw)
-    spec["source"]["blocksize"] = "64KiB"
+    spec["source"]["blocksize"] = "16KiB"
     path = base / "pipe.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

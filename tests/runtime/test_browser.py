@@ -30,15 +30,12 @@ def chromium(url: str, *args: str) -> subprocess.CompletedProcess:
                            "--virtual-time-budget=10000", *args, url], capture_output=True, timeout=180)
 
 
-def dom(url: str) -> str:
-    return chromium(url, "--dump-dom").stdout.decode()
-
-
-def plot_pixels(url: str, shot) -> int:
-    """Pixels of the plots' blue in a screenshot of the page (none: nothing was drawn)."""
-    chromium(url, f"--screenshot={shot}", "--window-size=1200,3000")
+def render(url: str, shot) -> tuple[str, int]:
+    """The page's DOM once its scripts ran, and the pixels of the plots' blue in a screenshot of
+    it (none: nothing was drawn), from one start of the browser."""
+    done = chromium(url, "--dump-dom", f"--screenshot={shot}", "--window-size=1200,3000")
     pixels = np.asarray(Image.open(shot).convert("RGB"), dtype=np.int16)
-    return int((np.abs(pixels - np.array(PLOT_BLUE)) <= 12).all(axis=-1).sum())
+    return done.stdout.decode(), int((np.abs(pixels - np.array(PLOT_BLUE)) <= 12).all(axis=-1).sum())
 
 
 def spec() -> dict:
@@ -55,13 +52,11 @@ def test_report_and_page_render_with_stage_names_and_plots(tmp_path):
     with open_executor("local", backend, quiet=True) as executor:
         result = run_plan(plan, backend, executor, log=lambda *_: None)
         page_url = f"http://127.0.0.1:{executor.client.cluster.scheduler.http_server.port}/gpuetl"
-        page_dom = dom(page_url)
-        page_blue = plot_pixels(page_url, tmp_path / "page.png")
-    report_url = result.report.as_uri()
-    report_dom = dom(report_url)
+        page_dom, page_blue = render(page_url, tmp_path / "page.png")
+    report_dom, report_blue = render(result.report.as_uri(), tmp_path / "report.png")
     for name in STAGES:
         assert name in report_dom and name in page_dom
     assert "bk-Canvas" in report_dom or "<canvas" in report_dom        # bokeh drew its plots
     assert "<polyline" in page_dom
-    assert plot_pixels(report_url, tmp_path / "report.png") > 200
+    assert report_blue > 200
     assert page_blue > 50

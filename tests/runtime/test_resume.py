@@ -16,7 +16,7 @@ from gpuetl.errors import OutputError
 from gpuetl.samples import write_access_logs
 
 
-def pipeline(tmp_path, mode, shard=None, steps=None, blocksize="256KiB"):
+def pipeline(tmp_path, mode, shard=None, steps=None, blocksize="128KiB"):
     spec = {
         "version": 1, "name": "r",
         "source": {"type": "text", "path": "in/*.log", "blocksize": blocksize},
@@ -30,12 +30,17 @@ def pipeline(tmp_path, mode, shard=None, steps=None, blocksize="256KiB"):
     return path
 
 
-@pytest.fixture
-def inputs(tmp_path):
+def write_inputs(tmp_path, lines):
     (tmp_path / "in").mkdir()
     for i in range(3):
-        write_access_logs(tmp_path / "in" / f"{i}.log", lines=12_000, seed=i, bad_every=1000)
+        write_access_logs(tmp_path / "in" / f"{i}.log", lines=lines, seed=i, bad_every=1000)
     return tmp_path
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """Three logs of ~0.8 MB, ~20 partitions: a run killed after one or two is far from done."""
+    return write_inputs(tmp_path, 4_000)
 
 
 def shards_of(out: Path):
@@ -105,7 +110,7 @@ def test_resume_refuses_changed_inputs(inputs):
     with pytest.raises(OutputError, match=r"(?s)inputs changed.*1\.log: size"):
         Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
     overwrite = Pipeline.from_file(file, ["sink.mode=overwrite"]).run(backend="cpu", scheduler="sync")
-    assert overwrite.counts["rows_in"] == 36_001
+    assert overwrite.counts["rows_in"] == 12_001
 
 
 def test_resume_refuses_a_complete_dataset_of_other_inputs(inputs):
@@ -117,7 +122,8 @@ def test_resume_refuses_a_complete_dataset_of_other_inputs(inputs):
 
 
 @pytest.mark.slow
-def test_target_bytes_shards_are_within_ten_percent(inputs):
+def test_target_bytes_shards_are_within_ten_percent(tmp_path):
+    inputs = write_inputs(tmp_path, 12_000)                     # ~0.9 MB of Parquet: four train shards
     file = pipeline(inputs, "overwrite", {"target_bytes": "200KiB", "splits": {"train": 0.8, "val": 0.2}},
                     blocksize="128KiB")
     result = Pipeline.from_file(file).run(backend="cpu", scheduler="sync")

@@ -70,7 +70,7 @@ def base(tmp_path) -> Path:
 def killed(tmp_path_factory) -> Path:
     """A `gpuetl run` killed with SIGKILL while it spills partitions; returns the folder."""
     folder = tmp_path_factory.mktemp("killed")
-    samples.write_access_logs(folder / "big.log", lines=300_000)
+    samples.write_access_logs(folder / "big.log", lines=100_000)           # 20 MB, ~80 partitions
     samples.write_access_logs(folder / "small.log", lines=1000, bad_every=50)
     pipe = folder / "pipe.yaml"
     pipe.write_text(PIPELINE.format(source="big.log", blocksize="256KiB"))

@@ -16,16 +16,28 @@ from gpuetl.samples import write_access_logs
 
 
 def spec(sink, mode="overwrite", source="in/*.log"):
-    return {"version": 1, "name": "sink", "source": {"type": "text", "path": source, "blocksize": "16KiB"},
+    return {"version": 1, "name": "sink", "source": {"type": "text", "path": source, "blocksize": "64KiB"},
             "parse": {"preset": "apache_combined"}, "shard": {"count": 3, "splits": {"train": 0.8, "val": 0.2}},
             "sink": {"path": sink, "mode": mode}}
 
 
+def write_inputs(base):
+    (base / "in").mkdir()
+    write_access_logs(base / "in" / "a.log", lines=1500, seed=4, bad_every=300)
+    return base
+
+
 @pytest.fixture
 def inputs(tmp_path):
-    (tmp_path / "in").mkdir()
-    write_access_logs(tmp_path / "in" / "a.log", lines=1500, seed=4, bad_every=300)
-    return tmp_path
+    return write_inputs(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The local run of spec() on the same inputs, made once: the shards each s3:// run must equal
+    (tests only read it). → (its result, its folder)."""
+    base = write_inputs(tmp_path_factory.mktemp("reference"))
+    return run(base, spec("reference")), base / "reference"
 
 
 def run(tmp_path, data):
@@ -37,13 +49,13 @@ def visible(s3, prefix="out/"):
     return [k for k in s3.keys(prefix) if "/_tmp/" not in k]
 
 
-def test_s3_sink_commits_the_local_runs_shards_and_verifies(s3, inputs, capsys):
-    local = run(inputs, spec("local-out"))
+def test_s3_sink_commits_the_local_runs_shards_and_verifies(s3, inputs, reference, capsys):
+    local, local_out = reference
     remote = run(inputs, spec(s3.url("out")))
     assert [(s["path"], s["sha256"]) for s in remote.manifest["shards"]] == \
         [(s["path"], s["sha256"]) for s in local.manifest["shards"]]
     for shard in local.manifest["shards"]:
-        assert s3.get(f"out/{shard['path']}") == (inputs / "local-out" / shard["path"]).read_bytes()
+        assert s3.get(f"out/{shard['path']}") == (local_out / shard["path"]).read_bytes()
     assert s3.keys("out/_tmp/") == []                 # uploads, journal, owner record and lock removed
     manifest = json.loads(s3.get("out/_manifest.json"))
     assert manifest["shards"] == remote.manifest["shards"]
@@ -124,8 +136,8 @@ KILLER = textwrap.dedent("""
 
 @pytest.mark.parametrize("point,after", [("uploaded", 1), pytest.param("copying", 0, marks=pytest.mark.slow),
                                          pytest.param("copied", 3, marks=pytest.mark.slow)])
-def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inputs, point, after):
-    reference = run(inputs, spec(s3.url("reference")))
+def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inputs, reference, point, after):
+    reference = reference[0]          # the local run's shards: an s3:// run's equal them (the first test)
     (inputs / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("out"), mode="resume")))
     proc = subprocess.run([sys.executable, "-c", KILLER, point, str(after), str(inputs / "p.yaml")],
                           capture_output=True, text=True, timeout=300)
@@ -149,7 +161,8 @@ def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inpu
 
 @pytest.mark.slow                     # a run killed in a subprocess, three runs more
 @pytest.mark.parametrize("point,after", [("removing", 4), ("copied", 3)])
-def test_a_commit_killed_over_a_previous_dataset_never_shows_files_of_both(s3, inputs, point, after, capsys):
+def test_a_commit_killed_over_a_previous_dataset_never_shows_files_of_both(s3, inputs, reference, point, after,
+                                                                         capsys):
     """The old dataset's files go before any new one is copied in, the old manifest last: after
     a kill, what a listing shows is part of one dataset, never a mix (the shard names are the
     same, their bytes differ)."""
@@ -157,8 +170,8 @@ def test_a_commit_killed_over_a_previous_dataset_never_shows_files_of_both(s3, i
     old["shard"]["seed"] = 7
     old_result = run(inputs, old)
     old_bytes = {s["path"]: s3.get(f"out/{s['path']}") for s in old_result.manifest["shards"]}
-    reference = run(inputs, spec("reference"))
-    new_bytes = {s["path"]: (inputs / "reference" / s["path"]).read_bytes() for s in reference.manifest["shards"]}
+    reference, reference_out = reference
+    new_bytes = {s["path"]: (reference_out / s["path"]).read_bytes() for s in reference.manifest["shards"]}
     assert set(old_bytes) == set(new_bytes) and all(old_bytes[p] != new_bytes[p] for p in old_bytes)
     (inputs / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("out"))))
     proc = subprocess.run([sys.executable, "-c", KILLER, point, str(after), str(inputs / "p.yaml")],

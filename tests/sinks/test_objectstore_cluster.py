@@ -67,9 +67,14 @@ def cluster(tmp_path):
         with Client(address, timeout="60s") as client:
             client.wait_for_workers(2, timeout=120)
         yield address, homes
+        with Client(address, timeout="60s") as client:
+            client.shutdown()          # the scheduler closes its workers, then itself: quicker than signals
+        for proc in procs:
+            proc.wait(timeout=30)
     finally:
         for proc in reversed(procs):
-            proc.terminate()
+            if proc.poll() is None:
+                proc.terminate()
         for proc in reversed(procs):
             try:
                 proc.wait(timeout=30)
