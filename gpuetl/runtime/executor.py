@@ -43,7 +43,8 @@ class Executor:
                 if on_result is not None:
                     from distributed import as_completed
 
-                    for future in as_completed(futures):
+                    # the client's own loop: a caller's Client(set_as_default=False) is no default
+                    for future in as_completed(futures, loop=self.client.loop):
                         if future.status != "finished":
                             break              # gather raises its error
                         on_result(future.result())

@@ -184,3 +184,19 @@ def test_local_cluster_wakes_its_event_loop_less_and_leaves_the_users_timers_and
     with dask.config.set(mine), backend_cluster(CpuBackend(), quiet=True) as cluster:
         assert timers(cluster) == (50, 200, 300, False)
     assert dask.config.config == before
+
+
+def test_a_callers_client_that_is_not_the_default_runs_and_reports_each_result():
+    """A library caller may hand gpuetl a Client made with set_as_default=False: results still
+    come back through that client, each one told to on_result (no lookup of a default client)."""
+    import distributed
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as own:
+        with pytest.raises(ValueError):
+            distributed.default_client()          # the test means something only without one
+        seen = []
+        tasks = [dask.delayed(int, pure=False)(i) for i in range(5)]
+        assert Executor(own).compute(tasks, on_result=seen.append) == list(range(5))
+        assert sorted(seen) == list(range(5))
