@@ -19,9 +19,11 @@ import fnmatch
 import functools
 import glob
 import os
+import pickle
 import re
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .. import storage
@@ -54,6 +56,55 @@ class InputFile:
                     "mtime_ns": self.mtime_ns}
         pin = {"path": self.display, "bytes": self.size, "mtime_ns": self.mtime_ns}
         return {**pin, "location": self.path} if located else pin
+
+
+class InputFiles(Sequence):
+    """The inputs as each partition's task carries them (to read them and to name them in
+    errors): one value, which dask passes whole (it walks lists and tuples item by item), pickled
+    as one blob of the inputs' fields that is made once. An images source has an input per image,
+    and pickling thousands of frozen dataclasses one by one, for every task, held the GIL for
+    longer than the task's own Python; after unpickling, an input is rebuilt when first asked for."""
+
+    __slots__ = ("_files", "_columns", "_blob")
+
+    def __init__(self, files=()):
+        self._files: list = list(files)
+        self._columns: tuple | None = None   # after unpickling: each of InputFile's fields, for every input
+        self._blob: bytes | None = None      # the pickled fields, made on the first pickling
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        f = self._files[i]
+        if f is None:                         # two threads may both rebuild it: the same value
+            f = self._files[i] = InputFile(*(column[i] for column in self._columns))
+        return f
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (InputFiles, list, tuple)) and list(self) == list(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"InputFiles({len(self)} inputs)"
+
+    def __reduce__(self):
+        if self._blob is None:
+            names = [x.name for x in fields(InputFile)]      # InputFile's own order: its arguments
+            self._blob = pickle.dumps(tuple([getattr(f, n) for f in self] for n in names),
+                                      protocol=pickle.HIGHEST_PROTOCOL)
+        return _input_files, (self._blob,)
+
+
+def _input_files(blob: bytes) -> InputFiles:
+    files = InputFiles()
+    files._columns = pickle.loads(blob)
+    files._files = [None] * len(files._columns[0])
+    files._blob = blob                        # pickled again (a worker hands it on): the same blob
+    return files
 
 
 def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,

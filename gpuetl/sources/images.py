@@ -29,7 +29,7 @@ from pathlib import Path
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
-from .files import InputFile, relative_to
+from .files import InputFile, InputFiles, relative_to
 from .ranges import Partition, Whole, pack
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -216,7 +216,7 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
         fields.update({"_file": "string", "_offset": "int64"})
     labelled = [(_label(rec, src.label or "parent", regex, side, files), size) for rec, size in records]
     labels = sorted({rec.label for rec, _ in labelled if rec.label is not None and not rec.problem})
-    stage = ImagesStage(Whole(files), fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
+    stage = ImagesStage(InputFiles(files), fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
                         src.exif_transpose, tuple([*extra_fields, *side_fields]))
     partitions = [Partition(p.index, Whole(p.ranges)) for p in pack(labelled, src.blocksize)]
     return partitions, stage, {"labels": labels}
