@@ -18,10 +18,12 @@ from __future__ import annotations
 import fnmatch
 import functools
 import glob
+import itertools
 import os
 import pickle
 import re
 import stat
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -61,16 +63,17 @@ class InputFile:
 class InputFiles(Sequence):
     """The inputs as each partition's task carries them (to read them and to name them in
     errors): one value, which dask passes whole (it walks lists and tuples item by item), pickled
-    as one blob of the inputs' fields that is made once. An images source has an input per image,
-    and pickling thousands of frozen dataclasses one by one, for every task, held the GIL for
-    longer than the task's own Python; after unpickling, an input is rebuilt when first asked for."""
+    as one blob made once. An images source has an input per image, and pickling thousands of
+    frozen dataclasses one by one, for every task, held the GIL for longer than the task's own
+    Python. Unpickled, an input is rebuilt from its piece of the blob when first asked for: a
+    task reads only its own partition's inputs."""
 
-    __slots__ = ("_files", "_columns", "_blob")
+    __slots__ = ("_files", "_blob", "_ends")
 
     def __init__(self, files=()):
         self._files: list = list(files)
-        self._columns: tuple | None = None   # after unpickling: each of InputFile's fields, for every input
-        self._blob: bytes | None = None      # the pickled fields, made on the first pickling
+        self._blob: bytes | None = None       # each input's fields, pickled, one after another
+        self._ends: array | None = None       # where each input's piece of the blob ends
 
     def __len__(self) -> int:
         return len(self._files)
@@ -80,7 +83,8 @@ class InputFiles(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         f = self._files[i]
         if f is None:                         # two threads may both rebuild it: the same value
-            f = self._files[i] = InputFile(*(column[i] for column in self._columns))
+            i = i % len(self._files)
+            f = self._files[i] = InputFile(*pickle.loads(self._blob[self._ends[i - 1] if i else 0:self._ends[i]]))
         return f
 
     def __eq__(self, other) -> bool:
@@ -94,16 +98,18 @@ class InputFiles(Sequence):
     def __reduce__(self):
         if self._blob is None:
             names = [x.name for x in fields(InputFile)]      # InputFile's own order: its arguments
-            self._blob = pickle.dumps(tuple([getattr(f, n) for f in self] for n in names),
-                                      protocol=pickle.HIGHEST_PROTOCOL)
-        return _input_files, (self._blob,)
+            pieces = [pickle.dumps(tuple(getattr(f, n) for n in names), protocol=pickle.HIGHEST_PROTOCOL)
+                      for f in self]
+            self._ends = array("q", itertools.accumulate(map(len, pieces)))
+            self._blob = b"".join(pieces)
+        return _input_files, (self._blob, self._ends.tobytes())
 
 
-def _input_files(blob: bytes) -> InputFiles:
+def _input_files(blob: bytes, ends: bytes) -> InputFiles:
     files = InputFiles()
-    files._columns = pickle.loads(blob)
-    files._files = [None] * len(files._columns[0])
-    files._blob = blob                        # pickled again (a worker hands it on): the same blob
+    files._blob, files._ends = blob, array("q")
+    files._ends.frombytes(ends)
+    files._files = [None] * len(files._ends)
     return files
 
 
