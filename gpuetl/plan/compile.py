@@ -92,9 +92,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         raise TypeError(f"source type {spec.source.type!r}: plan() returned {type(source).__name__}, neither a "
                         "SourceStage nor a RecordStage (gpuetl/sources/registry.py)")
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
-    # each task's segment names the inputs (passed whole, pickled as one blob): the source's own
-    # InputFiles where it keeps one, so that a task pickles them once
-    named = source.files if isinstance(getattr(source, "files", None), InputFiles) else InputFiles(files)
+    named = InputFiles(files)           # each task's segment names the inputs: passed whole, pickled as one blob
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=named)]
     schema = dict(source.schema)
     for i, step in enumerate(loaded.steps, start=1):
