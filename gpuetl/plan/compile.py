@@ -9,10 +9,10 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..cache import RemoteInputs
-from ..sources.files import InputFile, resolve_inputs
+from ..sources.files import InputFile, InputFiles, resolve_inputs
 from ..storage import is_remote, local_path
 from ..sources.parsers import RegexParser
-from ..sources.ranges import Partition, Whole
+from ..sources.ranges import Partition
 from ..sources.registry import RecordStage, get_source
 from ..sources.stage import SourceStage
 from ..spec.loader import LoadedSpec
@@ -92,7 +92,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         raise TypeError(f"source type {spec.source.type!r}: plan() returned {type(source).__name__}, neither a "
                         "SourceStage nor a RecordStage (gpuetl/sources/registry.py)")
     stages = [StageInfo(0, "read-parse", dict(source.schema), _source_detail(loaded))]
-    named = Whole(files)                # each task's segment names the inputs: passed whole (see Whole)
+    named = InputFiles(files)           # each task's segment names the inputs: passed whole, pickled as one blob
     segments = [Segment(source=source, schema=dict(source.schema), on_error=spec.on_error, files=named)]
     schema = dict(source.schema)
     for i, step in enumerate(loaded.steps, start=1):

@@ -18,10 +18,14 @@ from __future__ import annotations
 import fnmatch
 import functools
 import glob
+import itertools
 import os
+import pickle
 import re
 import stat
-from dataclasses import dataclass, field
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .. import storage
@@ -54,6 +58,59 @@ class InputFile:
                     "mtime_ns": self.mtime_ns}
         pin = {"path": self.display, "bytes": self.size, "mtime_ns": self.mtime_ns}
         return {**pin, "location": self.path} if located else pin
+
+
+class InputFiles(Sequence):
+    """The inputs as each partition's task carries them (to read them and to name them in
+    errors): one value, which dask passes whole (it walks lists and tuples item by item), pickled
+    as one blob made once. An images source has an input per image, and pickling thousands of
+    frozen dataclasses one by one, for every task, held the GIL for longer than the task's own
+    Python. Unpickled, an input is rebuilt from its piece of the blob when first asked for: a
+    task reads only its own partition's inputs."""
+
+    __slots__ = ("_files", "_blob", "_ends")
+
+    def __init__(self, files=()):
+        self._files: list = list(files)
+        self._blob: bytes | None = None       # each input's fields, pickled, one after another
+        self._ends: array | None = None       # where each input's piece of the blob ends
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        f = self._files[i]
+        if f is None:                         # two threads may both rebuild it: the same value
+            i = i % len(self._files)
+            f = self._files[i] = InputFile(*pickle.loads(self._blob[self._ends[i - 1] if i else 0:self._ends[i]]))
+        return f
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (InputFiles, list, tuple)) and list(self) == list(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"InputFiles({len(self)} inputs)"
+
+    def __reduce__(self):
+        if self._blob is None:
+            names = [x.name for x in fields(InputFile)]      # InputFile's own order: its arguments
+            pieces = [pickle.dumps(tuple(getattr(f, n) for n in names), protocol=pickle.HIGHEST_PROTOCOL)
+                      for f in self]
+            self._ends = array("q", itertools.accumulate(map(len, pieces)))
+            self._blob = b"".join(pieces)
+        return _input_files, (self._blob, self._ends.tobytes())
+
+
+def _input_files(blob: bytes, ends: bytes) -> InputFiles:
+    files = InputFiles()
+    files._blob, files._ends = blob, array("q")
+    files._ends.frombytes(ends)
+    files._files = [None] * len(files._ends)
+    return files
 
 
 def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,

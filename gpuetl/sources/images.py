@@ -29,7 +29,7 @@ from pathlib import Path
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
-from .files import InputFile, readable_name, relative_to
+from .files import InputFile, InputFiles, readable_name, relative_to
 from .ranges import Partition, Whole, pack
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -234,7 +234,7 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
         notes.append(f"source: label: parent gives every image the one label {labels[0]!r} (the folder the images "
                      "or their tars are in); for a class per folder, glob from the folder above; otherwise "
                      "set source.label to none, regex or file")
-    stage = ImagesStage(Whole(files), fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
+    stage = ImagesStage(InputFiles(files), fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
                         src.exif_transpose, tuple([*extra_fields, *side_fields]))
     partitions = [Partition(p.index, Whole(p.ranges)) for p in pack(labelled, src.blocksize)]
     return partitions, stage, {"labels": labels}

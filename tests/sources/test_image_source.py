@@ -213,3 +213,30 @@ def test_graph_building_does_not_walk_every_file_per_task(tmp_path, monkeypatch)
         result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
         assert balanced(result) and result.counts["rows_out"] == n
     assert calls["few"] == calls["many"]
+
+
+def test_a_task_pickles_the_inputs_as_one_blob_not_file_by_file(tmp_path, monkeypatch):
+    """Each task's arguments carry every input (an images source has one per image); a cluster
+    pickles each task's graph, and thousands of InputFile objects pickled one by one held the
+    GIL longer than the task's own Python. They travel as one blob, made once, and come back
+    equal."""
+    import pickle
+
+    from gpuetl.backends import get_backend
+    from gpuetl.sources.files import InputFile, InputFiles
+
+    photo_folder(tmp_path / "photos", n=12, w=8, h=8)
+    plan = Pipeline.from_dict(image_spec(), base_dir=tmp_path).plan(get_backend("cpu"))
+    segment = plan.segments[0]
+    assert isinstance(segment.files, InputFiles) and isinstance(segment.source.files, InputFiles)
+    calls = []
+    real = InputFile.__reduce_ex__
+    monkeypatch.setattr(InputFile, "__reduce_ex__", lambda self, proto: calls.append(self) or real(self, proto))
+    first, again = pickle.dumps(segment), pickle.dumps(segment)
+    assert calls == [] and len(first) == len(again)
+    back = pickle.loads(first)
+    assert back.source.files == back.files and len(back.files) == len(plan.files) == 12
+    assert list(back.files) == list(plan.files) and back.files == segment.files
+    assert back.files[-1] == plan.files[-1] and back.files[2:4] == plan.files[2:4]
+    assert pickle.dumps(back.files) == pickle.dumps(segment.files)       # handed on as it came
+    assert [f.display for f in pickle.loads(pickle.dumps(InputFiles()))] == []
