@@ -243,6 +243,9 @@ def _not_finite_rows(values: pa.Array) -> np.ndarray | None:
     """Which rows hold a float leaf (at any depth) that is not finite; None when none does."""
     kind = values.type
     if pa.types.is_floating(kind):
+        total = pc.sum(values).as_py()      # one pass: finite unless a value is not (or the sum overflows)
+        if total is None or math.isfinite(total):
+            return None
         not_finite = pc.invert(pc.fill_null(pc.is_finite(values), True))
         if not pc.any(not_finite).as_py():
             return None
