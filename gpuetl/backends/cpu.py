@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import decimal
+import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,8 @@ from .cpu_text import extract_groups_polars, polars_regex
 _INT_RE = r"^\s*[+-]?\d+\s*$"
 _UINT_RE = r"^\s*\+?\d+\s*$"
 _FLOAT_RE = r"(?i)^\s*[+-]?(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|inf|infinity|nan)\s*$"
+_INF_TEXT = r"(?i)^\s*[+-]?inf(inity)?\s*$"      # text that says infinity (other text past the range is bad)
+_FLOAT32_PAST = 2.0 ** 128 - 2.0 ** 103            # from here a float64 rounds to float32's infinity
 _TRUE = ("true", "t", "yes", "y", "1")
 _FALSE = ("false", "f", "no", "n", "0")
 # an offset after a time, an hour alone included ("T12Z"; a date's "-10" is not one)
@@ -306,7 +310,7 @@ class CpuBackend(Backend):
             number = pc.cast(pc.if_else(ok, values, pa.scalar(None, pa.string())), ARROW_TYPES[type_name])
             # "1e400" (or "1e39" as float32) is past the type's range, not infinity: a bad value
             overflow = pc.fill_null(pc.and_(pc.is_inf(number), pc.invert(pc.match_substring_regex(
-                values, r"(?i)^[+-]?inf(inity)?$"))), False)
+                values, _INF_TEXT))), False)
             return pc.if_else(overflow, pa.scalar(None, number.type), number)
         if type_name == "bool":
             lowered = pc.utf8_lower(values)
@@ -640,7 +644,12 @@ def _exact(value, type_name: str):
             info = np.iinfo(type_name)
             return number if info.min <= number <= info.max else _BAD
         if type_name in ("float32", "float64"):
-            return float(value) if not isinstance(value, bool) else _BAD
+            if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+                return _BAD         # a JSON number has no NaN or infinity: 1e400, or the literal NaN
+            number = float(value)
+            if math.isinf(number) and not re.match(_INF_TEXT, str(value)):
+                return _BAD         # text "1e400" is past the range; "inf" says infinity
+            return _BAD if type_name == "float32" and abs(number) >= _FLOAT32_PAST else number
         if type_name == "bool":
             return value if isinstance(value, bool) else _BAD
         if type_name == "string":

@@ -15,11 +15,18 @@ them (its tables then hold them as columns, which the columns read leave out), s
 counts, per field, the records in which it was dropped; the careful reader counts its records'
 alike. A field whose value is null is not counted: nothing is lost. Under `keep` the block reader
 reads the columns and Python's json only writes each record's other keys back as text.
+
+JSON has no NaN or infinity, but both readers take the literals `NaN` and `Infinity`, and the
+block reader reads a float32 past its range (`1e39`) as infinity: a record with a value that is
+not finite in a float column is left to the careful reader (one finiteness check on the table's
+float leaves), which makes it bad naming the value (`1e400 is out of float64's range`). Python's
+json reads `1e400` as infinity too: the careful reader keeps the text such a number was written as.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -55,6 +62,8 @@ def parse_json(backend, text, read: JsonRead, dropped: dict[str, int] | None = N
     table = None
     if not careful.all() or not n:
         table, careful = _read_blocks(arr, careful, read)
+    if table is not None:
+        table, careful = _not_finite_to_careful(table, careful, read)
     extra_text = None
     if table is not None and read.extra == "keep":
         table, extra_text, careful = _extra_as_text(arr, table, careful, read)
@@ -198,7 +207,7 @@ def _extra_as_text(arr: pa.Array, table: pa.Table, careful: np.ndarray, read: Js
         try:
             obj = json.loads(line)
             extra = {k: v for k, v in obj.items() if k not in roots}
-            texts.append(json.dumps(extra, ensure_ascii=False) if extra else None)
+            texts.append(_written_back(extra) if extra else None)
         except (ValueError, RecursionError, TypeError, AttributeError):
             refused[j] = True
             texts.append(None)
@@ -211,6 +220,52 @@ def _extra_as_text(arr: pa.Array, table: pa.Table, careful: np.ndarray, read: Js
         careful[fast_at[refused]] = True
         table, extra_text = table.filter(pa.array(~refused)), extra_text.filter(pa.array(~refused))
     return table, extra_text, careful
+
+
+def _not_finite_to_careful(table: pa.Table, careful: np.ndarray, read: JsonRead):
+    """(the table, the careful marks) with the records holding a value that is not finite in a
+    float column (NaN, Infinity, a float32 past its range) taken out of the table and marked
+    careful: see the module's docstring."""
+    bad = None
+    for field in read.arrow_schema():
+        if field.name in table.column_names:
+            rows = _not_finite_rows(one_array(table.column(field.name)))
+            if rows is not None:
+                bad = rows if bad is None else bad | rows
+    if bad is None:
+        return table, careful
+    careful = careful.copy()
+    careful[np.flatnonzero(~careful)[bad]] = True
+    return table.filter(pa.array(~bad)), careful
+
+
+def _not_finite_rows(values: pa.Array) -> np.ndarray | None:
+    """Which rows hold a float leaf (at any depth) that is not finite; None when none does."""
+    kind = values.type
+    if pa.types.is_floating(kind):
+        total = pc.sum(values).as_py()      # one pass: finite unless a value is not (or the sum overflows)
+        if total is None or math.isfinite(total):
+            return None
+        not_finite = pc.invert(pc.fill_null(pc.is_finite(values), True))
+        if not pc.any(not_finite).as_py():
+            return None
+        return np.asarray(not_finite.to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_struct(kind):
+        bad = None
+        for child in values.flatten():         # the struct's nulls applied to its fields
+            rows = _not_finite_rows(child)
+            if rows is not None:
+                bad = rows if bad is None else bad | rows
+        return bad
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        inner = _not_finite_rows(values.flatten())
+        if inner is None:
+            return None
+        bad = np.zeros(len(values), dtype=bool)
+        parents = np.asarray(pc.list_parent_indices(values).to_numpy(zero_copy_only=False))
+        bad[parents[inner]] = True
+        return bad
+    return None
 
 
 def _try_read(arr: pa.Array, schema: pa.Schema, parse_options) -> tuple[pa.Table | None, str | None]:
@@ -322,7 +377,7 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
     arrow_schema = None
     for i, line in enumerate(arr.to_pylist()):
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_float=_json_float, parse_constant=_NotFinite)
         except json.JSONDecodeError as err:
             why = "text after the first JSON value (one line must be one record)" if err.msg == "Extra data" else err.msg
             ok[i], reasons[i] = False, f"invalid JSON: {why}"
@@ -373,9 +428,11 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
                 problem = f"field {next(iter(extra))!r} is not in columns (extra_fields: error)"
             elif extra and read.extra == "keep":
                 try:
-                    extra_text[i] = json.dumps(extra, ensure_ascii=False)
-                except (RecursionError, ValueError):
+                    extra_text[i] = _written_back(extra)
+                except RecursionError:
                     problem = "an extra field is nested too deeply to write back as text"
+                except ValueError:
+                    problem = _unwritable_extra(extra)
         if problem:
             ok[i], reasons[i] = False, problem
     by_name = {c.name: c for c in read.columns}
@@ -405,7 +462,7 @@ def _json_value(value, type_name: str, strict: bool):
     if value is None:
         return None, None, False
     if type_name == "string":
-        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None, False
+        return (value if isinstance(value, str) else _written_back(value)), None, False
     if type_name.startswith(("list<", "struct<")):
         return _conform(value, ARROW_TYPES[type_name], "")
     if isinstance(value, str) and not strict and type_name != "bool":
@@ -441,7 +498,7 @@ def _conform(value, arrow_type: pa.DataType, where: str):
         return out, None, False
     name = type_name_of(arrow_type)
     if name == "string":
-        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None, False
+        return (value if isinstance(value, str) else _written_back(value)), None, False
     problem = _json_value_problem(value, name)
     if problem:
         return None, f"{where}: {problem}" if where else problem, False
@@ -454,12 +511,67 @@ def _json_value_problem(value, type_name: str) -> str | None:
     if type_name == "string" or type_name == "timestamp":
         return None if isinstance(value, str) or type_name == "string" else f"expected a string, got {value!r}"
     # JSON types must fit as they are, as in pyarrow's reader: "4" is not an int64, true is not 1
+    if isinstance(value, _NotFinite) and (value.is_literal or type_name.startswith("float")):
+        return value.problem(type_name)
     fits = (isinstance(value, bool) if type_name == "bool"
             else isinstance(value, (int, float)) and not isinstance(value, bool) if type_name.startswith("float")
             else isinstance(value, int) and not isinstance(value, bool))
     if not fits or _exact(value, type_name) is _BAD:
-        return f"expected {type_name}, got {json.dumps(value)[:80]}"
+        shown = value.text if isinstance(value, _NotFinite) else json.dumps(value)[:80]
+        if fits and type_name == "float32":
+            return f"{shown} is out of float32's range"
+        return f"expected {type_name}, got {shown}"
     return None
+
+
+def _unwritable_extra(extra: dict) -> str:
+    """The reason naming the first extra field `_extra` cannot hold as JSON text."""
+    for key, value in extra.items():
+        try:
+            if isinstance(value, _NotFinite):
+                raise ValueError(value.problem("float64"))
+            _written_back(value)
+        except ValueError as err:
+            return f"field {key!r} (an extra field, kept in _extra): {err}"
+    return "an extra field cannot be written back as JSON text"
+
+
+class _NotFinite(float):
+    """A number Python's json reads as not finite, with the text it was written as: past
+    float64's range (`1e400`), or a literal JSON does not have (`NaN`, `Infinity`, `-Infinity`)."""
+
+    def __new__(cls, text: str):
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+    @property
+    def is_literal(self) -> bool:
+        return self.text in ("NaN", "Infinity", "-Infinity")
+
+    def problem(self, type_name: str) -> str:
+        return (f"{self.text} is not JSON (it has no NaN or infinity)" if self.is_literal
+                else f"{self.text} is out of {type_name}'s range")
+
+
+def _json_float(text: str) -> float:
+    """Python's json reads `1e400` as infinity: such a number keeps its text (_NotFinite)."""
+    number = float(text)
+    return number if math.isfinite(number) else _NotFinite(text)
+
+
+def _written_back(value) -> str:
+    """A JSON value that is not a string, as JSON text (for a string column or `_extra`);
+    ValueError for a value JSON has no text for (NaN, Infinity), or one that holds such a value
+    or a number past float64's range (written as the number's own text when it is the value)."""
+    if isinstance(value, _NotFinite):
+        if value.is_literal:
+            raise ValueError(value.problem("float64"))
+        return value.text
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise ValueError("holds NaN, Infinity or a number past float64's range (JSON text has no value for it)") from None
 
 
 def _has_lone_surrogate(obj) -> bool:
