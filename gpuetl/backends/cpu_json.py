@@ -13,7 +13,9 @@ readers' rows are put back in the records' order.
 Extra fields (top-level keys no column reads): under `extra_fields: drop` the block reader infers
 them (its tables then hold them as columns, which the columns read leave out), so each batch
 counts, per field, the records in which it was dropped; the careful reader counts its records'
-alike. A field whose value is null is not counted: nothing is lost. Under `keep` the block reader
+alike. A field whose value is null is not counted: nothing is lost. Inferring takes time growing
+with the square of a record's depth (and overflows the stack far enough down), so a record that
+may nest deeper than DEEP_LEVELS is left to the careful reader (_deep). Under `keep` the block reader
 reads the columns and Python's json only writes each record's other keys back as text.
 
 JSON has no NaN or infinity, but both readers take the literals `NaN` and `Infinity`, and the
@@ -40,6 +42,7 @@ from .cpu import _BAD, _arrow, _exact, _scratch_pool
 from .cpu_clf import one_array
 
 BLOCK_BYTES = 1 << 20         # the reader's block (a 16 MiB batch as one block parses slower: benchmarks/README.md)
+DEEP_LEVELS = 1_000           # records nested deeper are not handed to the inferring block reader (_deep)
 NAMED_ROUNDS = 16             # refusals that name a field, followed before splitting takes over
 SMALL_RUN = 64                # runs of records this short that the block reader refuses go to the careful reader
 SPLIT_PIECES = 16             # a refused run is read again in this many pieces
@@ -59,6 +62,8 @@ def parse_json(backend, text, read: JsonRead, dropped: dict[str, int] | None = N
     n = len(arr)
     arr, careful = _brace_delimited(arr)
     careful = ~careful
+    if read.extra == "drop":
+        careful |= _deep(arr)
     table = None
     if not careful.all() or not n:
         table, careful = _read_blocks(arr, careful, read)
@@ -174,6 +179,31 @@ def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, 
             pieces.append(table)
         else:
             _split_refused(arr, part, schema, options, careful, pieces, refused=True)
+
+
+def _deep(arr: pa.Array) -> np.ndarray:
+    """Which records may nest deeper than DEEP_LEVELS (counted by brackets, strings not told
+    apart: a bound from above). Inferring the fields no column reads (`drop`), pyarrow's reader
+    takes time growing with the square of a record's depth, so one hostile record could stall a
+    partition for hours; such records go to the careful reader, whose work is linear in their
+    length. Only records long enough to be that deep are looked at."""
+    n = len(arr)
+    deep = np.zeros(n, dtype=bool)
+    if not n:
+        return deep
+    offsets = np.frombuffer(arr.buffers()[1], np.int64 if pa.types.is_large_string(arr.type) else np.int32,
+                            count=n + 1, offset=arr.offset * (8 if pa.types.is_large_string(arr.type) else 4))
+    long = np.flatnonzero(np.diff(offsets) > 2 * DEEP_LEVELS)
+    if not len(long):
+        return deep
+    data = np.frombuffer(arr.buffers()[2], np.uint8)
+    for i, start, end in zip(long.tolist(), offsets[long].tolist(), offsets[long + 1].tolist()):
+        text = data[start:end]
+        opens = (text == 0x7B) | (text == 0x5B)                                   # { [
+        if np.count_nonzero(opens) > DEEP_LEVELS:                 # opened that often: how deep at most
+            step = opens.astype(np.int32) - ((text == 0x7D) | (text == 0x5D))     # } ]
+            deep[i] = np.cumsum(step).max() > DEEP_LEVELS
+    return deep
 
 
 def _parse_options(schema: pa.Schema, read: JsonRead):
@@ -584,16 +614,35 @@ def _has_lone_surrogate(obj) -> bool:
     return False
 
 
-def _top_level_fields(line: str) -> list[str]:
-    """The top-level keys with a value other than null of a record Python's json cannot read, as
-    pyarrow's reader reads it (none when it cannot)."""
-    import pyarrow.json as pj
+_STRUCTURE = re.compile(r'["{}\[\],]')
+_NULL_VALUE = re.compile(r"\s*:\s*null\s*[,}]")
 
+
+def _top_level_fields(line: str) -> list[str]:
+    """The top-level keys with a value other than null of a record Python's json cannot read
+    (nested past its recursion limit; pyarrow's reader has read it), in one pass over its text:
+    pyarrow inferring the record's types would take time growing with the square of its depth."""
+    keys: dict[str, None] = {}
+    depth, pos, key_next = 0, 0, False
     try:
-        table = pj.read_json(pa.BufferReader(line.encode() + b"\n"))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return []
-    return [name for name, column in zip(table.column_names, table.columns) if column.null_count < len(column)]
+        while (m := _STRUCTURE.search(line, pos)) is not None:
+            c, pos = m.group(), m.end()
+            if c == '"':
+                text, pos = json.decoder.scanstring(line, pos)
+                if key_next:
+                    key_next = False
+                    if not _NULL_VALUE.match(line, pos):
+                        keys[text] = None
+            elif c in "{[":
+                depth += 1
+                key_next = depth == 1 and c == "{"
+            elif c == ",":
+                key_next = depth == 1
+            else:
+                depth -= 1
+    except ValueError:           # not JSON after all: what was found so far
+        pass
+    return list(keys)
 
 
 class _Unreadable:
