@@ -186,7 +186,7 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
         result.append(InputFile(len(result), path, display, st.st_size, st.st_mtime_ns, _compression(path, compression)))
         if compression == "infer" and result[-1].compression is None and notes is not None and sniffed < MAX_SNIFFED:
             sniffed += 1
-            if kind := _compressed_by_its_bytes(path):
+            if kind := compressed_by_its_bytes(path):
                 mislabelled.append(f"{display} ({kind})")
     if notes is not None:
         if mislabelled:
@@ -401,7 +401,7 @@ MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bz2", b"\xfd
          b"PK\x03\x04": "zip"}
 
 
-def _compressed_by_its_bytes(path: str) -> str | None:
+def compressed_by_its_bytes(path: str) -> str | None:
     """The compression a file's first bytes announce (a mislabelled `.log` that is gzip), or None."""
     try:
         with open(path, "rb") as fh:

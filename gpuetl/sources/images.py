@@ -29,7 +29,7 @@ from pathlib import Path
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
-from .files import InputFile, InputFiles, readable_name, relative_to
+from .files import InputFile, InputFiles, compressed_by_its_bytes, readable_name, relative_to
 from .ranges import Partition, Whole, pack
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -387,7 +387,7 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                     continue
                 groups.setdefault(f"{folder}/{stem}" if folder else stem, []).append(member)
     except (tarfile.TarError, OSError) as err:
-        packed = _compressed_as(f.path)
+        packed = compressed_by_its_bytes(f.path)
         why = (f"a {packed}-compressed tar: images read plain .tar shards; decompress it first" if packed
                else f"not a readable tar ({err})")
         return [(ImageRecord(f.index, 0, f.display, None, None, problem=f"{f.display}: {why}",
@@ -420,18 +420,6 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                                 name=key if problem else ""), max(sum(m.size for m in members), 1)))
     out.sort(key=lambda item: item[0].offset)
     return out
-
-
-TAR_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
-
-
-def _compressed_as(path: str) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(6)
-    except OSError:
-        return None
-    return next((kind for magic, kind in TAR_MAGIC.items() if head.startswith(magic)), None)
 
 
 def _tar_end_damage(fileobj, offset: int, size: int) -> str | None:
