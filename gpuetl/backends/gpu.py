@@ -1011,11 +1011,12 @@ class GpuShardWriter:
     close, a sha256 of the bytes, abort() idempotent."""
 
     def __init__(self, path: str, schema: Schema, options, task):
-        from .shard_writer import DEFAULT_ROW_GROUP_ROWS
+        from .shard_writer import GroupSizing
 
         self.path, self.task, self.options, self.schema = path, task, options, dict(schema)
-        self.rows_per_group = options.row_group_rows or DEFAULT_ROW_GROUP_ROWS
-        self.sized = options.row_group_rows is not None or not options.row_group_bytes
+        self.sizing = GroupSizing.of(options)
+        self.rows_per_group = self.sizing.rows
+        self.sized = self.rows_per_group is not None
         self.pending: list = []
         self.pending_rows = 0
         self.rows = 0
@@ -1036,16 +1037,15 @@ class GpuShardWriter:
             return
         self.pending.append(self._frame(rows))
         self.pending_rows += len(rows)
-        if not self.sized and self.pending_rows >= 65_536:
+        if not self.sized and self.pending_rows >= self.sizing.sample_rows:
             self._size_groups()
         if self.sized and self.pending_rows >= self.rows_per_group:
             self._flush(final=False)
 
     def _size_groups(self) -> None:
-        """row_group_bytes: rows per group from the shard's first rows (the same on every run)."""
-        sample = cudf.concat(self.pending, ignore_index=True).iloc[:65_536]
-        per_row = max(1.0, float(sample.memory_usage(index=False).sum()) / max(len(sample), 1))
-        self.rows_per_group = max(1, int(self.options.row_group_bytes // per_row))
+        """Rows per group from the shard's first rows (shard_writer.GroupSizing, as the CPU's)."""
+        sample = cudf.concat(self.pending, ignore_index=True).iloc[:self.sizing.sample_rows]
+        self.rows_per_group = self.sizing.rows_for(float(sample.memory_usage(index=False).sum()), len(sample))
         self.sized = True
 
     def _table(self, frame):
@@ -1056,14 +1056,17 @@ class GpuShardWriter:
         """libcudf's chunked writer, every column and nested child named and declared nullable
         as pyarrow writes them (gpu_spill.writer_metadata): the Arrow schema read back is the
         CPU backend's, and a later chunk with nulls is accepted."""
+        from .shard_writer import DEFAULT_ROW_GROUP_ROWS
+
+        rows = self.rows_per_group or DEFAULT_ROW_GROUP_ROWS       # None: an empty shard, no rows judged
         meta = writer_metadata(self._table(first), list(self.schema), arrow_schema(self.schema).types, nullable=True)
         kinds = plc.io.types.CompressionType
         compression = kinds.NONE if self.options.compression == "none" else getattr(kinds, self.options.compression.upper())
         options = (plc.io.parquet.ChunkedParquetWriterOptions.builder(plc.io.SinkInfo([self.path + ".partial"]))
                    .metadata(meta).compression(compression)
                    .stats_level(plc.io.types.StatisticsFreq.STATISTICS_ROWGROUP)
-                   .row_group_size_rows(self.rows_per_group)
-                   .max_page_size_rows(min(20_000, self.rows_per_group))
+                   .row_group_size_rows(rows)
+                   .max_page_size_rows(min(20_000, rows))
                    .build())
         options.set_dictionary_policy(plc.io.types.DictionaryPolicy.ADAPTIVE)
         # No Arrow schema is stored (libcudf's types strings as Utf8View): readers take the

@@ -18,6 +18,34 @@ import pyarrow.parquet as pq
 from ..types import Schema, arrow_schema
 
 DEFAULT_ROW_GROUP_ROWS = 131_072
+DEFAULT_ROW_GROUP_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class GroupSizing:
+    """How a shard's rows per row group are chosen, the same for every backend's writer. With
+    neither sink option, DEFAULT_ROW_GROUP_ROWS, or fewer where rows are wide (images,
+    documents) so a group holds about DEFAULT_ROW_GROUP_BYTES: a writer buffers a whole group
+    before writing it, and 131,072 photos are gigabytes. Judged on the shard's first
+    `sample_rows` rows, so the choice depends only on the rows."""
+
+    rows: int | None          # known from the options; None: judged on the first rows
+    sample_rows: int = 0
+    target_bytes: int = 0
+    most_rows: int | None = None
+
+    @classmethod
+    def of(cls, options) -> "GroupSizing":
+        if options.row_group_rows:
+            return cls(options.row_group_rows)
+        if options.row_group_bytes:
+            return cls(None, _SIZING_ROWS, options.row_group_bytes)
+        return cls(None, _DEFAULT_SIZING_ROWS, DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS)
+
+    def rows_for(self, sample_bytes: float, sample_rows: int) -> int:
+        per_row = max(1.0, sample_bytes / max(sample_rows, 1))
+        rows = max(1, int(self.target_bytes // per_row))
+        return min(rows, self.most_rows) if self.most_rows else rows
 
 
 @dataclass
@@ -38,7 +66,8 @@ class ShardWriter:
     def __init__(self, path: str, schema: Schema, options: Any, task: Any):
         self.path, self.task, self.options = path, task, options
         self.schema = arrow_schema(schema)
-        self.rows_per_group = options.row_group_rows or (None if options.row_group_bytes else DEFAULT_ROW_GROUP_ROWS)
+        self.sizing = GroupSizing.of(options)
+        self.rows_per_group = self.sizing.rows
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
         self.rows = 0
@@ -60,16 +89,15 @@ class ShardWriter:
             return
         self.pending.append(table.select(self.schema.names).cast(self.schema))
         self.pending_rows += table.num_rows
-        if self.rows_per_group is None and self.pending_rows >= _SIZING_ROWS:
+        if self.rows_per_group is None and self.pending_rows >= self.sizing.sample_rows:
             self._size_groups()
         if self.rows_per_group is not None and self.pending_rows >= self.rows_per_group:
             self._flush(final=False)
 
     def _size_groups(self) -> None:
-        """row_group_bytes: rows per group from the shard's first rows (the same on every run)."""
-        sample = pa.concat_tables(self.pending).slice(0, _SIZING_ROWS)
-        per_row = max(1.0, sample.nbytes / max(sample.num_rows, 1))
-        self.rows_per_group = max(1, int(self.options.row_group_bytes // per_row))
+        """Rows per group from the shard's first rows (GroupSizing: the same on every run)."""
+        sample = pa.concat_tables(self.pending).slice(0, self.sizing.sample_rows)
+        self.rows_per_group = self.sizing.rows_for(sample.nbytes, sample.num_rows)
 
     def _flush(self, final: bool) -> None:
         table = pa.concat_tables(self.pending) if len(self.pending) > 1 else self.pending[0]
@@ -118,7 +146,8 @@ class ShardWriter:
                            self.digest.hexdigest())
 
 
-_SIZING_ROWS = 65_536
+_SIZING_ROWS = 65_536           # row_group_bytes is judged on this many first rows
+_DEFAULT_SIZING_ROWS = 1_024    # the default on fewer: a wide row's group is soon full
 DICTIONARY_MAX_SHARE = 0.3
 _DICTIONARY_SAMPLE_ROWS = DEFAULT_ROW_GROUP_ROWS    # at most one default row group
 
@@ -130,8 +159,23 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     row group though rarely within its first few thousand rows). Timestamps, sizes and URLs are
     mostly distinct: their dictionary is as large as the data and slower to build, so they are
     plain-encoded (measurements in benchmarks/README.md). Nested columns (structs, lists) are
-    left to the writer's defaults: there is no distinct count of a struct."""
+    left to the writer's defaults: there is no distinct count of a struct. Nor are text or
+    binary values longer than WIDE_VALUE_BYTES on average (images, documents): counting their
+    distinct values hashes every byte of them, and such values rarely repeat."""
     sample = table.slice(0, _DICTIONARY_SAMPLE_ROWS)
     limit = DICTIONARY_MAX_SHARE * max(sample.num_rows, 1)
     return [name for name in sample.column_names
-            if not pa.types.is_nested(sample.schema.field(name).type) and pc.count_distinct(sample.column(name), mode="all").as_py() <= limit]
+            if not pa.types.is_nested(sample.schema.field(name).type) and not _wide(sample.column(name))
+            and pc.count_distinct(sample.column(name), mode="all").as_py() <= limit]
+
+
+WIDE_VALUE_BYTES = 1024
+
+
+def _wide(column: pa.ChunkedArray) -> bool:
+    t = column.type
+    if not (pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t)
+            or pa.types.is_large_string(t)):
+        return False
+    total = pc.sum(pc.binary_length(column)).as_py() or 0
+    return total > WIDE_VALUE_BYTES * max(len(column) - column.null_count, 1)

@@ -77,12 +77,38 @@ class ImagesStage:
     default_key: tuple[str, ...] = ("key",)   # splits and placement hash the path, never pixels
 
     def read(self, partition: Partition, segment, backend):
+        """A few threads only read (the bytes of files on a slow disk or a network folder arrive
+        in parallel); this thread checks each image as its bytes arrive, in order. The checks
+        (header, sha256) are Python and C under the GIL: in the readers they would contend
+        with the other tasks' image work for it."""
         records = partition.ranges
         with ThreadPoolExecutor(min(READ_THREADS, max(len(records), 1))) as pool:
-            rows = list(pool.map(self._read_one, records))
+            rows = [self._check(rec, fetched) for rec, fetched in zip(records, pool.map(self._fetch, records))]
         return _frame(rows, self, segment, backend)
 
-    def _read_one(self, rec: ImageRecord) -> dict:
+    def _fetch(self, rec: ImageRecord):
+        """The record's image bytes and tar members' text, or the OSError or BadImage reading
+        them gave (None for a record quarantined at planning)."""
+        if rec.problem:
+            return None
+        path = self.files[rec.file_index].path
+        try:
+            data = _pread(path, *rec.image)
+        except OSError as err:
+            return err
+        extras = {}
+        try:
+            for name, offset, size in rec.extras:
+                value = _pread(path, offset, size)
+                try:
+                    extras[name] = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise BadImage(f"member {rec.key}.{name} is not valid UTF-8") from None
+        except (OSError, BadImage) as err:
+            return data, err
+        return data, extras
+
+    def _check(self, rec: ImageRecord, fetched) -> dict:
         row = {"file_index": rec.file_index, "offset": rec.offset, "key": rec.key, "label": rec.label,
                "side": dict(rec.side), "extras": {}, "raw": None, "reason": None}
         if rec.problem:
@@ -90,20 +116,17 @@ class ImagesStage:
                        reason=rec.problem)
             return row
         f = self.files[rec.file_index]
-        try:
-            data = _pread(f.path, *rec.image)
-            for name, offset, size in rec.extras:
-                value = _pread(f.path, offset, size)
-                try:
-                    row["extras"][name] = value.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise BadImage(f"member {rec.key}.{name} is not valid UTF-8") from None
-        except OSError as err:
-            row.update(raw=b"", reason=f"{f.display}: cannot read: {err.strerror or err}")
+        if isinstance(fetched, OSError):
+            row.update(raw=b"", reason=f"{f.display}: cannot read: {fetched.strerror or fetched}")
             return row
-        except BadImage as err:
-            row.update(raw=data, reason=str(err))
+        data, extras = fetched
+        if isinstance(extras, OSError):
+            row.update(raw=b"", reason=f"{f.display}: cannot read: {extras.strerror or extras}")
             return row
+        if isinstance(extras, BadImage):
+            row.update(raw=data, reason=str(extras))
+            return row
+        row["extras"] = extras
         try:
             fmt, w, h, orientation = probe(data, self.max_pixels)
         except BadImage as err:
