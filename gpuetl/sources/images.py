@@ -3,8 +3,8 @@
 A record is one image with its key, label and side fields. Planning lists every record (tar
 headers are read, no image is), gives each its label and label_id (the index in the sorted
 label list, as torchvision's ImageFolder does), and packs records into partitions of about
-`blocksize` bytes, so a million small files make a few hundred tasks. A task reads its records
-with a few threads (small-file reads wait on storage, not on the CPU), checks each header
+`blocksize` bytes, so a million small files make a few hundred tasks. A task asks the kernel to
+read all its records' bytes at once (small-file reads wait on storage, not on the CPU), checks each header
 (format, size, the pixel limit: nothing is decoded here) and hands on the bytes as a binary
 `image` column. Anything unusable is quarantined with its reason and its exact bytes.
 
@@ -22,7 +22,6 @@ import json
 import os
 import re
 import tarfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,6 @@ from .ranges import Partition, Whole, pack
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
-READ_THREADS = 8
 TAR_TAIL_CHECKED = 1 << 20      # bytes after a tar's last member checked to be its zero end blocks
 # The backend's switch (base.Backend.images_on_gpu) that lets an images source run on its image
 # path (backends/gpu_images.py); off, planning one for a backend other than the CPU is refused:
@@ -77,13 +75,13 @@ class ImagesStage:
     default_key: tuple[str, ...] = ("key",)   # splits and placement hash the path, never pixels
 
     def read(self, partition: Partition, segment, backend):
-        """A few threads only read (the bytes of files on a slow disk or a network folder arrive
-        in parallel); this thread checks each image as its bytes arrive, in order. The checks
-        (header, sha256) are Python and C under the GIL: in the readers they would contend
-        with the other tasks' image work for it."""
+        """The kernel is asked to read every record's bytes at once (`_prefetch`); then this
+        thread reads, checks (header, pixel limit, sha256) and hands on each image in order,
+        while the rest still arrive. Reader threads did the same job worse: their Python and
+        checks contended for the GIL with the other tasks' image work (benchmarks/README.md)."""
         records = partition.ranges
-        with ThreadPoolExecutor(min(READ_THREADS, max(len(records), 1))) as pool:
-            rows = [self._check(rec, fetched) for rec, fetched in zip(records, pool.map(self._fetch, records))]
+        _prefetch(self.files, records)
+        rows = [self._check(rec, self._fetch(rec)) for rec in records]
         return _frame(rows, self, segment, backend)
 
     def _fetch(self, rec: ImageRecord):
@@ -136,6 +134,31 @@ class ImagesStage:
                    content_hash=hashlib.sha256(data).hexdigest(),
                    orientation=orientation if self.exif_transpose else 1)
         return row
+
+
+def _prefetch(files: list[InputFile], records) -> None:
+    """Start the reads of a partition's bytes, all at once (POSIX_FADV_WILLNEED): on a cold
+    disk or a network folder the kernel reads them in parallel while the task checks and
+    decodes the first ones; on files already in memory it costs an open and a close each. A
+    file that cannot be opened is left to the read, which quarantines it with the reason."""
+    if not hasattr(os, "posix_fadvise"):         # not on macOS or Windows: the reads wait in turn
+        return
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for rec in records:
+        if not rec.problem:
+            ranges.setdefault(rec.file_index, []).extend([rec.image, *((o, n) for _, o, n in rec.extras)])
+    for index, wanted in ranges.items():
+        try:
+            fd = os.open(files[index].path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            for offset, size in wanted:
+                os.posix_fadvise(fd, offset, size, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass                                 # advice only: the read itself will tell
+        finally:
+            os.close(fd)
 
 
 def _pread(path: str, offset: int, size: int) -> bytes:

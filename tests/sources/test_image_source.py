@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpuetl.api import Pipeline
+from gpuetl.backends import get_backend
+from gpuetl.columns import REASON
 from gpuetl.errors import SpecError
 from gpuetl.samples import write_images
 from imagedata import (balanced, image_spec, jpeg_bytes, manifest_of, photo_folder, pixels, quarantine_of,
@@ -240,3 +242,37 @@ def test_a_task_pickles_the_inputs_as_one_blob_not_file_by_file(tmp_path, monkey
     assert back.files[-1] == plan.files[-1] and back.files[2:4] == plan.files[2:4]
     assert pickle.dumps(back.files) == pickle.dumps(segment.files)       # handed on as it came
     assert [f.display for f in pickle.loads(pickle.dumps(InputFiles()))] == []
+
+
+
+def test_a_task_asks_the_kernel_for_all_its_bytes_before_reading_them(tmp_path, monkeypatch):
+    """Parallel reads without reader threads: every record's range (images and tar members) is
+    advised WILLNEED before the first read; a file gone by then is left to the read, which
+    quarantines it with the reason."""
+    import os
+
+    from gpuetl.sources import images
+
+    photo_folder(tmp_path / "photos", n=4)
+    _tar(tmp_path / "photos" / "shard.tar", [("k/0001.jpg", jpeg_bytes(seed=1)), ("k/0001.txt", b"a cat")])
+    plan = Pipeline.from_dict(image_spec(source={"path": "photos/**/*"}), base_dir=tmp_path).plan()
+    (partition,) = plan.partitions
+    stage = plan.segments[0].source
+    events, advised = [], []
+    real_fadvise, real_pread = os.posix_fadvise, images._pread
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, how: (
+        events.append("advise"), advised.append((off, n, how)), real_fadvise(fd, off, n, how))[-1])
+    monkeypatch.setattr(images, "_pread", lambda path, off, n: (events.append("read"), real_pread(path, off, n))[-1])
+    frame = stage.read(partition, plan.segments[0], get_backend("cpu"))
+    want = sorted([r.image for r in partition.ranges] + [(o, n) for r in partition.ranges for _, o, n in r.extras])
+    assert len(want) == 6 and sorted((o, n) for o, n, _ in advised) == want
+    assert {h for *_, h in advised} == {os.POSIX_FADV_WILLNEED}
+    assert events == ["advise"] * 6 + ["read"] * 6 and len(frame) == 5
+
+    gone = next(r for r in partition.ranges if not r.extras)
+    os.remove(stage.files[gone.file_index].path)
+    advised.clear()
+    frame = stage.read(partition, plan.segments[0], get_backend("cpu"))
+    assert len(advised) == 5                                 # the others still advised
+    reasons = frame[REASON].dropna().tolist()
+    assert len(reasons) == 1 and "cannot read" in reasons[0] and "No such file" in reasons[0]
