@@ -321,7 +321,7 @@ def _cpu_cluster(dashboard_address: str | None):
 
     from distributed import LocalCluster
 
-    threads = max(1, min(os.cpu_count() or 1, 64))
+    threads = local_threads()
     stealing = {_STEALING: False} if _is_default(_STEALING, True) else {}     # one worker: nothing to steal
     with dask.config.set(stealing):
         return LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
@@ -329,6 +329,15 @@ def _cpu_cluster(dashboard_address: str | None):
                             # without a dashboard the scheduler still serves /health and the like:
                             # on a free local port, not dask's usual 8787
                             scheduler_kwargs={} if dashboard_address else {"dashboard_address": "127.0.0.1:0"})
+
+
+def local_threads() -> int:
+    """A task thread per core this process may use: dask's count takes the CPU affinity
+    (`taskset`, a container's cpuset) and a cgroup CPU quota into account, where
+    `os.cpu_count()` gives the whole machine's, and threads beyond the cores only contend."""
+    import dask.system
+
+    return max(1, min(dask.system.cpu_count(), 64))
 
 
 @contextmanager

@@ -200,3 +200,20 @@ def test_a_callers_client_that_is_not_the_default_runs_and_reports_each_result()
         tasks = [dask.delayed(int, pure=False)(i) for i in range(5)]
         assert Executor(own).compute(tasks, on_result=seen.append) == list(range(5))
         assert sorted(seen) == list(range(5))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_the_local_cluster_has_a_thread_per_core_the_process_may_use():
+    """`taskset -c 0 gpuetl run …` on a larger machine: one task thread, not one per core of the
+    machine (os.cpu_count() counts them all)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom gpuetl.runtime.executor import _cpu_cluster, local_threads\n"
+            "with _cpu_cluster(None) as c:\n"
+            "    print(os.cpu_count(), local_threads(), sum(w.nthreads for w in c.scheduler.workers.values()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+    machine, usable, threads = map(int, out.stdout.split())
+    assert (usable, threads) == (1, 1) and machine == os.cpu_count()
