@@ -264,8 +264,7 @@ def check_apart_from_inputs(out: Path, input_files: list[str], patterns: list[st
     inputs, and a later run would read its own output."""
     _check_sink_name(out)
     sink = os.path.realpath(out)
-    for path in input_files:
-        real = os.path.realpath(path)
+    for path, real in zip(input_files, _real_paths(input_files)):
         if real == sink or real.startswith(sink.rstrip(os.sep) + os.sep):
             raise OutputError(f"sink.path: {out} holds the input file {path}; gpuetl refuses to write its "
                               "output over its inputs", hint="choose a sink.path outside the inputs' folders")
@@ -275,6 +274,21 @@ def check_apart_from_inputs(out: Path, input_files: list[str], patterns: list[st
             raise OutputError(f"sink.path: {out} lies where source.path {pattern!r} reads: a later run would "
                               "read this run's output", hint="choose a sink.path outside the inputs' folders, "
                               "or narrow the pattern")
+
+
+def _real_paths(paths: list[str]):
+    """os.path.realpath of each path, each folder resolved once: realpath checks every part of
+    a path with an lstat, and a million images sit in a few thousand folders. A path that is
+    itself a link is resolved in full."""
+    folders: dict[str, str] = {}
+    for path in paths:
+        if os.path.islink(path):
+            yield os.path.realpath(path)
+            continue
+        folder, name = os.path.split(path)
+        if folder not in folders:
+            folders[folder] = os.path.realpath(folder or os.curdir)
+        yield os.path.join(folders[folder], name)
 
 
 def _check_sink_name(out: Path) -> None:

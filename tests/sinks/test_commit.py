@@ -356,3 +356,31 @@ def test_commit_journal_bytes_read_back_as_the_journal():
     raw = commit.journal_bytes(journal)
     assert json.loads(raw) == journal
     assert b"\n" not in raw and b", " not in raw
+
+
+def test_the_inputs_real_paths_match_realpath_with_links_anywhere(tmp_path):
+    """Each folder is resolved once (a million images sit in a few thousand folders), with the
+    answer os.path.realpath gives: links as folders, as files, chained, `..`, relative paths;
+    and an input reached through a link into the sink is still refused."""
+    real = tmp_path / "real"
+    (real / "a").mkdir(parents=True)
+    (real / "a" / "1.jpg").write_bytes(b"x")
+    (real / "a" / "2.jpg").write_bytes(b"y")
+    (tmp_path / "via").symlink_to(real / "a")                      # a folder link
+    (tmp_path / "via2").symlink_to(tmp_path / "via")               # a chain of them
+    (real / "a" / "link.jpg").symlink_to(real / "a" / "2.jpg")     # a file link
+    (real / "b").mkdir()
+    paths = [str(real / "a" / "1.jpg"), str(tmp_path / "via" / "1.jpg"), str(tmp_path / "via2" / "2.jpg"),
+             str(real / "a" / "link.jpg"), str(real / "b" / ".." / "a" / "1.jpg"), os.path.relpath(real / "a" / "2.jpg"),
+             str(tmp_path / "gone" / "x.jpg")]
+    assert list(commit._real_paths(paths)) == [os.path.realpath(p) for p in paths]
+
+    sink = tmp_path / "out"
+    sink.mkdir()
+    (sink / "old.jpg").write_bytes(b"z")
+    (tmp_path / "into_sink").symlink_to(sink)
+    with pytest.raises(OutputError, match="holds the input file"):
+        commit.check_apart_from_inputs(sink, [str(tmp_path / "into_sink" / "old.jpg")], [], tmp_path)
+    (real / "a" / "to_sink.jpg").symlink_to(sink / "old.jpg")
+    with pytest.raises(OutputError, match="holds the input file"):
+        commit.check_apart_from_inputs(sink, [str(real / "a" / "to_sink.jpg")], [], tmp_path)
