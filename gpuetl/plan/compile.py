@@ -3,6 +3,8 @@ each, and the sink's layout. Everything here is checked before any data is read.
 
 from __future__ import annotations
 
+import functools
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,8 +74,9 @@ class Plan:
     def spec(self):
         return self.loaded.spec
 
-    @property
+    @functools.cached_property
     def input_bytes(self) -> int:
+        """Summed once: progress asks after every partition (quadratic at a million files)."""
         return sum(f.size for f in self.files)
 
 
