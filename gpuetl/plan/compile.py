@@ -3,6 +3,7 @@ each, and the sink's layout. Everything here is checked before any data is read.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import os
@@ -11,12 +12,12 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..cache import RemoteInputs
-from ..sources.files import InputFile, InputFiles, resolve_inputs
+from ..sources.files import InputFile, InputFiles, PartitionInputs, resolve_inputs
 from ..storage import is_remote, local_path
 from ..sources.parsers import RegexParser
 from ..sources.ranges import Partition
 from ..sources.registry import RecordStage, get_source
-from ..sources.stage import SourceStage
+from ..sources.stage import PartitionScoped, SourceStage
 from ..spec.loader import LoadedSpec
 from ..spec.yamlio import dotted
 from ..sinks.layout import Layout
@@ -41,6 +42,16 @@ class Segment:
     schema: Schema = field(default_factory=dict)   # data columns at the end
     on_error: str = "quarantine"
     files: list = field(default_factory=list)      # the inputs, to name them in errors
+
+    def for_partition(self, partition) -> "Segment":
+        """The segment as one partition's task carries it. A source stage that reads inputs by
+        the partition (sources.stage.PartitionScoped) carries only that partition's inputs, and
+        so does the segment (it names them in errors); others carry them all."""
+        if not isinstance(self.source, PartitionScoped):
+            return self
+        indices = self.source.input_indices(partition)
+        return dataclasses.replace(self, source=self.source.with_inputs(PartitionInputs.of(self.source.files, indices)),
+                                   files=PartitionInputs.of(self.files, indices))
 
     @property
     def label(self) -> str:

@@ -85,7 +85,7 @@ def partition_tasks(plan, backend, after=None):
                     streams.get(rng.file_index), plan.files[rng.file_index], rng, gate,
                     dask_key_name=(f"decompress-{token}", p.index, j))
                 decoded.append(got)
-        yield read(p, first, backend, decoded, gate, dask_key_name=(f"{first.label}-{token}", p.index))
+        yield read(p, first.for_partition(p), backend, decoded, gate, dask_key_name=(f"{first.label}-{token}", p.index))
 
 
 def _read_after(partition, segment, backend, decoded, gate):

@@ -105,6 +105,39 @@ class InputFiles(Sequence):
         return _input_files, (self._blob, self._ends.tobytes())
 
 
+class PartitionInputs(Sequence):
+    """The plan's inputs as one task carries them: the same indices, but only its partition's
+    inputs. A source whose task reads many small files (images) would otherwise carry every
+    input of the plan in every task: 430 bytes an input, 430 MB a task at a million photos.
+    Looked up by index only; listing them is refused, since a task holds only some."""
+
+    __slots__ = ("_n", "_files")
+
+    def __init__(self, n: int, files: dict):
+        self._n, self._files = n, dict(files)
+
+    @classmethod
+    def of(cls, inputs, indices) -> "PartitionInputs":
+        return cls(len(inputs), {i: inputs[i] for i in sorted(set(indices))})
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if not isinstance(i, int):
+            raise TypeError("a task's inputs are looked up one index at a time")
+        try:
+            return self._files[i + self._n if i < 0 else i]
+        except KeyError:
+            raise IndexError(f"input {i} is not one of this task's partition's inputs") from None
+
+    def __iter__(self):
+        raise TypeError("a task holds only its partition's inputs: look them up by index")
+
+    def __repr__(self) -> str:
+        return f"PartitionInputs({len(self._files)} of {self._n} inputs)"
+
+
 def _input_files(blob: bytes, ends: bytes) -> InputFiles:
     files = InputFiles()
     files._blob, files._ends = blob, array("q")

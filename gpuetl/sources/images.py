@@ -22,6 +22,7 @@ import json
 import os
 import re
 import tarfile
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
 from .files import InputFile, InputFiles, compressed_by_its_bytes, readable_name, relative_to
 from .ranges import Partition, Whole, pack
+from .stage import PartitionScoped
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
@@ -63,8 +65,9 @@ class ImageRecord:
 
 
 @dataclass
-class ImagesStage:
-    """What a partition's task needs (runtime/partition.py calls read)."""
+class ImagesStage(PartitionScoped):
+    """What a partition's task needs (runtime/partition.py calls read). A task carries only its
+    partition's inputs (`with_inputs`): a photo is an input, and there may be millions."""
 
     files: list[InputFile]
     schema: dict
@@ -73,6 +76,12 @@ class ImagesStage:
     exif_transpose: bool
     extra_fields: tuple[str, ...] = ()
     default_key: tuple[str, ...] = ("key",)   # splits and placement hash the path, never pixels
+
+    def input_indices(self, partition: Partition) -> set[int]:
+        return {rec.file_index for rec in partition.ranges}
+
+    def with_inputs(self, files) -> "ImagesStage":
+        return dataclasses.replace(self, files=files)
 
     def read(self, partition: Partition, segment, backend):
         """The kernel is asked to read every record's bytes at once (`_prefetch`); then this

@@ -4,6 +4,8 @@ partition's records into columns, the declared casts, and the schema after them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import difflib
 from dataclasses import dataclass
 
@@ -15,6 +17,22 @@ from .files import InputFile
 from .ranges import Partition, plan_partitions
 
 MAX_PARTITIONS = 100_000
+
+
+class PartitionScoped:
+    """A source stage whose task reads only the inputs its partition names: each task then
+    carries those inputs alone (plan.compile.Segment.for_partition), not every input of the
+    plan. `files` is indexed by an input's index, never listed."""
+
+    files: Any
+
+    def input_indices(self, partition) -> set[int]:
+        """The indices of the inputs this partition's task reads."""
+        raise NotImplementedError
+
+    def with_inputs(self, files) -> "PartitionScoped":
+        """A copy that carries `files` (a sources.files.PartitionInputs) instead."""
+        raise NotImplementedError
 
 
 @dataclass

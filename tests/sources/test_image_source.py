@@ -276,3 +276,44 @@ def test_a_task_asks_the_kernel_for_all_its_bytes_before_reading_them(tmp_path, 
     assert len(advised) == 5                                 # the others still advised
     reasons = frame[REASON].dropna().tolist()
     assert len(reasons) == 1 and "cannot read" in reasons[0] and "No such file" in reasons[0]
+
+
+def test_a_task_carries_its_partitions_inputs_not_every_input(tmp_path):
+    """A photo is an input: a million of them made every task's arguments 430 MB. A task's
+    segment carries its own partition's inputs, looked up by the same indices; its size follows
+    the partition, not the plan; the run's shards are the same bytes."""
+    import pickle
+
+    from gpuetl.sources.files import PartitionInputs
+
+    one = jpeg_bytes(seed=3)
+    sizes = {}
+    for n in (40, 800):
+        folder = tmp_path / f"p{n}" / "photos" / "cat"
+        folder.mkdir(parents=True)
+        for i in range(n):
+            (folder / f"{i:04d}.jpg").write_bytes(one)
+        plan = Pipeline.from_dict(image_spec(source={"blocksize": 10 * len(one)}), base_dir=tmp_path / f"p{n}").plan()
+        whole = plan.segments[0]
+        tasks = [whole.for_partition(p) for p in plan.partitions]
+        for p, seg in zip(plan.partitions, tasks):
+            assert isinstance(seg.files, PartitionInputs) and isinstance(seg.source.files, PartitionInputs)
+            for rec in p.ranges:
+                assert seg.files[rec.file_index] == whole.files[rec.file_index] == seg.source.files[rec.file_index]
+            outside = next(i for i in range(len(whole.files)) if i not in {r.file_index for r in p.ranges})
+            with pytest.raises(IndexError, match="not one of this task's"):
+                seg.files[outside]
+            with pytest.raises(TypeError):
+                list(seg.files)
+        sizes[n] = (max(len(pickle.dumps(t)) for t in tasks), len(pickle.dumps(whole)))
+    assert sizes[800][0] < 1.2 * sizes[40][0]            # a task's arguments do not grow with the plan
+    assert sizes[800][1] > 10 * sizes[800][0]            # the whole segment would
+    # the shards are the same bytes as a run without partitions (one task, every input)
+    runs = {}
+    for blocksize in (10 * len(one), 1 << 30):
+        out = f"out-{blocksize}"
+        result = Pipeline.from_dict(image_spec(source={"blocksize": blocksize}, sink=out),
+                                    base_dir=tmp_path / "p40").run(scheduler="sync")
+        assert balanced(result)
+        runs[blocksize] = sorted((p.name, p.read_bytes()) for p in (tmp_path / "p40" / out).rglob("*.parquet"))
+    assert runs[10 * len(one)] == runs[1 << 30]
