@@ -3,11 +3,9 @@ each, and the sink's layout. Everything here is checked before any data is read.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SpecError
@@ -50,7 +48,7 @@ class Segment:
         if not isinstance(self.source, PartitionScoped):
             return self
         indices = self.source.input_indices(partition)
-        return dataclasses.replace(self, source=self.source.with_inputs(PartitionInputs.of(self.source.files, indices)),
+        return replace(self, source=self.source.with_inputs(PartitionInputs.of(self.source.files, indices)),
                                    files=PartitionInputs.of(self.files, indices))
 
     @property

@@ -22,8 +22,7 @@ import json
 import os
 import re
 import tarfile
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
@@ -81,7 +80,7 @@ class ImagesStage(PartitionScoped):
         return {rec.file_index for rec in partition.ranges}
 
     def with_inputs(self, files) -> "ImagesStage":
-        return dataclasses.replace(self, files=files)
+        return replace(self, files=files)
 
     def read(self, partition: Partition, segment, backend):
         """The kernel is asked to read every record's bytes at once (`_prefetch`); then this
@@ -90,32 +89,10 @@ class ImagesStage(PartitionScoped):
         checks contended for the GIL with the other tasks' image work (benchmarks/README.md)."""
         records = partition.ranges
         _prefetch(self.files, records)
-        rows = [self._check(rec, self._fetch(rec)) for rec in records]
+        rows = [self._read_one(rec) for rec in records]
         return _frame(rows, self, segment, backend)
 
-    def _fetch(self, rec: ImageRecord):
-        """The record's image bytes and tar members' text, or the OSError or BadImage reading
-        them gave (None for a record quarantined at planning)."""
-        if rec.problem:
-            return None
-        path = self.files[rec.file_index].path
-        try:
-            data = _pread(path, *rec.image)
-        except OSError as err:
-            return err
-        extras = {}
-        try:
-            for name, offset, size in rec.extras:
-                value = _pread(path, offset, size)
-                try:
-                    extras[name] = value.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise BadImage(f"member {rec.key}.{name} is not valid UTF-8") from None
-        except (OSError, BadImage) as err:
-            return data, err
-        return data, extras
-
-    def _check(self, rec: ImageRecord, fetched) -> dict:
+    def _read_one(self, rec: ImageRecord) -> dict:
         row = {"file_index": rec.file_index, "offset": rec.offset, "key": rec.key, "label": rec.label,
                "side": dict(rec.side), "extras": {}, "raw": None, "reason": None}
         if rec.problem:
@@ -123,17 +100,20 @@ class ImagesStage(PartitionScoped):
                        reason=rec.problem)
             return row
         f = self.files[rec.file_index]
-        if isinstance(fetched, OSError):
-            row.update(raw=b"", reason=f"{f.display}: cannot read: {fetched.strerror or fetched}")
+        try:
+            data = _pread(f.path, *rec.image)
+            for name, offset, size in rec.extras:
+                value = _pread(f.path, offset, size)
+                try:
+                    row["extras"][name] = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise BadImage(f"member {rec.key}.{name} is not valid UTF-8") from None
+        except OSError as err:
+            row.update(raw=b"", reason=f"{f.display}: cannot read: {err.strerror or err}")
             return row
-        data, extras = fetched
-        if isinstance(extras, OSError):
-            row.update(raw=b"", reason=f"{f.display}: cannot read: {extras.strerror or extras}")
+        except BadImage as err:
+            row.update(raw=data, reason=str(err))
             return row
-        if isinstance(extras, BadImage):
-            row.update(raw=data, reason=str(extras))
-            return row
-        row["extras"] = extras
         try:
             fmt, w, h, orientation = probe(data, self.max_pixels)
         except BadImage as err:
