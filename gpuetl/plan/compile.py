@@ -47,9 +47,9 @@ class Segment:
         so does the segment (it names them in errors); others carry them all."""
         if not isinstance(self.source, PartitionScoped):
             return self
-        indices = self.source.input_indices(partition)
-        return replace(self, source=self.source.with_inputs(PartitionInputs.of(self.source.files, indices)),
-                                   files=PartitionInputs.of(self.files, indices))
+        # one object for both: the stage's inputs are the plan's, and pickle writes it once
+        inputs = PartitionInputs.of(self.files, self.source.input_indices(partition))
+        return replace(self, source=self.source.with_inputs(inputs), files=inputs)
 
     @property
     def label(self) -> str:

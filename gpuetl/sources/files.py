@@ -66,7 +66,8 @@ class InputFiles(Sequence):
     as one blob made once. An images source has an input per image, and pickling thousands of
     frozen dataclasses one by one, for every task, held the GIL for longer than the task's own
     Python. Unpickled, an input is rebuilt from its piece of the blob when first asked for: a
-    task reads only its own partition's inputs."""
+    task reads only its own partition's inputs. (A PartitionScoped source's task carries
+    PartitionInputs instead: its partition's inputs alone.)"""
 
     __slots__ = ("_files", "_blob", "_ends")
 

@@ -4,8 +4,8 @@ A record is one image with its key, label and side fields. Planning lists every 
 headers are read, no image is), gives each its label and label_id (the index in the sorted
 label list, as torchvision's ImageFolder does), and packs records into partitions of about
 `blocksize` bytes, so a million small files make a few hundred tasks. A task asks the kernel to
-read all its records' bytes at once (small-file reads wait on storage, not on the CPU), checks each header
-(format, size, the pixel limit: nothing is decoded here) and hands on the bytes as a binary
+read all its records' bytes at once (small-file reads wait on storage, not on the CPU), checks
+each header (format, size, the pixel limit: nothing is decoded here) and hands on the bytes as a binary
 `image` column. Anything unusable is quarantined with its reason and its exact bytes.
 
 The key is the path relative to the folder the glob starts in (`photos/**/*.jpg`: `cat/1.jpg`),
@@ -68,7 +68,7 @@ class ImagesStage(PartitionScoped):
     """What a partition's task needs (runtime/partition.py calls read). A task carries only its
     partition's inputs (`with_inputs`): a photo is an input, and there may be millions."""
 
-    files: list[InputFile]
+    files: InputFiles          # by index; a task's: sources.files.PartitionInputs
     schema: dict
     labels: dict[str, int]
     max_pixels: int
