@@ -360,45 +360,58 @@ def expand(pattern: str, base_dir: Path) -> list[str]:
     parts = [p for p in re.split(r"[\\/]+" if os.sep == "\\" else r"/+", rest) if p and p != "."]
     out: list[str] = []
     seen: set[tuple[int, int, int]] = set()
-    _walk(root, parts, 0, seen, out)
+    _walk(root, parts, seen, out)
     return out
 
 
-def _walk(folder: str, parts: list[str], k: int, seen: set, out: list[str]) -> None:
-    if k == len(parts):
-        out.append(folder)
-        return
-    part = parts[k]
-    if not glob.has_magic(part):
-        path = os.path.join(folder, part)
-        if k == len(parts) - 1:
-            if os.path.lexists(path):
-                out.append(path)
-        elif os.path.isdir(path):
-            _walk(path, parts, k + 1, seen, out)
-        return
-    if not _first_visit(folder, k, seen):
-        return
-    entries = _listdir(folder)
-    if part == "**":
-        _walk(folder, parts, k + 1, seen, out)            # '**' matches no folder at all, too
-        for name, is_dir in entries:
-            if name.startswith("."):
-                continue
-            path = os.path.join(folder, name)
-            if k == len(parts) - 1:
-                out.append(path)                          # a trailing '**' matches files as well
-            if is_dir:
-                _walk(path, parts, k, seen, out)
-        return
-    hidden = part.startswith(".")
-    for name, is_dir in entries:
-        if (hidden or not name.startswith(".")) and fnmatch.fnmatchcase(name, part):
-            path = os.path.join(folder, name)
-            if k == len(parts) - 1:
-                out.append(path)
-            elif is_dir:
-                _walk(path, parts, k + 1, seen, out)
+def _walk(root: str, parts: list[str], seen: set, out: list[str]) -> None:
+    """Depth first, with a stack of its own instead of recursion (a tree of any depth is walked:
+    Python's recursion limit is about a thousand frames), in the order a recursive walk takes:
+    an item is ('visit', folder, k), matching parts[k:] under the folder, or ('found', path)."""
+    stack: list[tuple] = [("visit", root, 0)]
+    last = len(parts) - 1
+    while stack:
+        item = stack.pop()
+        if item[0] == "found":
+            out.append(item[1])
+            continue
+        _, folder, k = item
+        if k == len(parts):
+            out.append(folder)
+            continue
+        part = parts[k]
+        if not glob.has_magic(part):
+            path = os.path.join(folder, part)
+            if k == last:
+                if os.path.lexists(path):
+                    out.append(path)
+            elif os.path.isdir(path):
+                stack.append(("visit", path, k + 1))
+            continue
+        if not _first_visit(folder, k, seen):
+            continue
+        entries = _listdir(folder)
+        todo: list[tuple] = []
+        if part == "**":
+            todo.append(("visit", folder, k + 1))           # '**' matches no folder at all, too
+            for name, is_dir in entries:
+                if name.startswith("."):
+                    continue
+                path = os.path.join(folder, name)
+                if k == last:
+                    todo.append(("found", path))            # a trailing '**' matches files as well
+                if is_dir:
+                    todo.append(("visit", path, k))
+        else:
+            hidden = part.startswith(".")
+            for name, is_dir in entries:
+                if (hidden or not name.startswith(".")) and fnmatch.fnmatchcase(name, part):
+                    path = os.path.join(folder, name)
+                    if k == last:
+                        todo.append(("found", path))
+                    elif is_dir:
+                        todo.append(("visit", path, k + 1))
+        stack.extend(reversed(todo))
 
 
 def _first_visit(folder: str, k: int, seen: set) -> bool:
