@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -141,7 +142,11 @@ class Source(Model):
 
     @property
     def paths(self) -> list[str]:
-        return [self.path] if isinstance(self.path, str) else list(self.path)
+        """The patterns, a leading `~` expanded as in sink.path and cache.path."""
+        from ..storage import scheme
+
+        raw = [self.path] if isinstance(self.path, str) else list(self.path)
+        return [p if scheme(p) else os.path.expanduser(p) for p in raw]
 
 
 class Parse(Model):
