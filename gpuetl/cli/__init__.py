@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 from .. import __version__
 from . import tuning
@@ -259,6 +260,16 @@ def _schema_change(before: dict, after: dict) -> list[str]:
 
 
 def cmd_run(args) -> int:
+    """Under --quiet the run prints errors only: the warnings libraries raise while it goes (Pillow
+    on odd EXIF data, dask) are silenced here, for this command, never by the library."""
+    if not args.quiet:
+        return _run_command(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _run_command(args)
+
+
+def _run_command(args) -> int:
     from ..api import load
     from ..backends import get_backend
     from ..runtime.executor import DASHBOARD_ADDRESS, dashboard_is_local, open_executor
