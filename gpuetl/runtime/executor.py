@@ -269,7 +269,6 @@ def _our_error(err: BaseException) -> GpuetlError | None:
 # dask's usual port, on loopback: the pages show quarantine reasons, which quote record values
 # (`gpuetl run --dashboard-address HOST:PORT` opens it wider); when it is taken dask picks a free one
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def dashboard_address(text: str) -> str:
@@ -282,7 +281,15 @@ def dashboard_address(text: str) -> str:
 
 def dashboard_is_local(address: str) -> bool:
     """Whether a dashboard at `address` (HOST:PORT) is reachable from this machine only."""
-    return address.rpartition(":")[0] in LOOPBACK
+    import ipaddress
+
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:          # a host name, or '' (every interface)
+        return False
 
 
 @contextmanager

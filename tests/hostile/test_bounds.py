@@ -27,6 +27,15 @@ def test_a_time_zone_that_is_no_zone_is_a_located_error(tmp_path, capsys, surrou
         assert code == 2 and "not a known IANA time zone" in message
 
 
+def test_a_time_zone_in_a_cast_step_is_checked_the_same_way(tmp_path, capsys, surroundings):
+    file = folder(tmp_path, BASE.replace("steps:\n", "steps:\n  - cast: {word: {type: timestamp, timezone: "
+                                                     "Mars/Olympus}}\n"))
+    with surroundings(tmp_path):
+        message = refused(capsys, file)
+    assert f"pipe.yaml:{line_of(file, 'Mars')}: steps[0].cast" in message
+    assert "timezone 'Mars/Olympus': not a known IANA time zone" in message
+
+
 def test_known_zones_and_fixed_offsets_are_taken(tmp_path, capsys, surroundings):
     pipeline = """\
     version: 1

@@ -74,3 +74,11 @@ def test_a_dashboard_address_that_is_not_host_and_port_is_a_usage_error(pipe, ca
         main(["run", str(pipe), "--dashboard-address", address])
     assert stop.value.code == 2 and "expected HOST:PORT" in capsys.readouterr().err
     assert not (pipe.parent / "out").exists()
+
+
+@pytest.mark.parametrize("address, local", [
+    ("127.0.0.1:8787", True), ("127.0.0.2:0", True), ("[::1]:8787", True), ("localhost:8787", True),
+    ("0.0.0.0:8787", False), (":8787", False), ("[::]:8787", False), ("10.0.0.5:8787", False), ("gpu-box:8787", False),
+])
+def test_which_addresses_other_machines_can_reach(address, local):
+    assert executor.dashboard_is_local(address) is local
