@@ -307,7 +307,7 @@ def _run_command(args) -> int:
         if executor.dashboard_link:
             link = executor.dashboard_link
             log(f"dashboard: {link}")
-            if address and not dashboard_is_local(address):
+            if executor.dashboard_host is not None and not dashboard_is_local(address):      # our cluster's
                 log(f"warning: the dashboard listens on {address}, reachable from other machines; its pages show "
                     "quarantine reasons, which quote record values")
             if link.endswith("/status"):
