@@ -20,7 +20,7 @@ from ..errors import DataError, OutputError, OutputWriteFailed
 from ..plan.compile import Plan
 from .graph import build_partitions
 from ..sinks import commit as commit_protocol
-from ..sinks.layout import Layout, cut_points
+from ..sinks.layout import MIN_SHARD_ROWS, Layout, cut_points
 from ..sinks.objectstore import check_remote_apart_from_inputs
 from ..sinks.runstore import RunStore, SinkThroughStore, spill_through_store, workers_share_disk
 from ..sources.files import check_objects_unchanged
@@ -386,9 +386,6 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
         manifest["notes"].append(dropped["note"])
     return RunResult(plan.out_dir, counts, stages, shards, quarantine, bad, backend.name, 0.0,
                      plan.input_bytes, manifest)
-
-
-MIN_SHARD_ROWS = 100     # shard.count giving fewer rows a shard than this is warned about
 
 
 def _thin_shards(layout: Layout, rows_out: int) -> str | None:

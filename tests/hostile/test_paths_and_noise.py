@@ -121,6 +121,22 @@ def test_a_shard_count_far_past_the_rows_is_warned_about_before_the_shards_are_w
     assert counts(tmp_path / "out")["rows_out"] == 60 and len(manifest["shards"]) == 40
 
 
+def test_the_plan_notes_a_shard_count_past_what_the_input_bytes_can_hold(tmp_path, capsys):
+    """2,000 lines of about 200 bytes cannot fill 10,000 shards of 100 rows: said before any
+    data is read (`gpuetl plan`, and the run's first notes)."""
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "a.log", lines=2000)
+    size = (tmp_path / "in" / "a.log").stat().st_size
+    file = write(tmp_path, access_spec("in/*.log", shard={"count": 10000}))
+    assert main(["plan", str(file)]) == 0
+    out = capsys.readouterr().out
+    assert f"note: shard.count: 10,000 shards, but the inputs hold {size:,} bytes: fewer than 100 records a " \
+           "shard" in out, out
+    file = write(tmp_path, access_spec("in/*.log", shard={"count": 4}))
+    assert main(["plan", str(file)]) == 0
+    assert "shard.count" not in capsys.readouterr().out
+
+
 def test_no_warning_for_shards_of_a_hundred_rows_or_more(tmp_path, capsys):
     """The bound: 400 rows in 4 shards is 100 rows a shard."""
     (tmp_path / "in").mkdir()
