@@ -9,17 +9,20 @@ import difflib
 import importlib
 from importlib.metadata import entry_points
 
-from .errors import GpuetlError, SpecError
+from .errors import SpecError
 
 GROUP = "gpuetl.plugins"
 _loaded = False
 
 
-class PluginError(GpuetlError):
-    pass
+class PluginError(SpecError):
+    """A plugin that does not load: the installation is wrong, not the data (exit 2)."""
 
 
 def load_plugins() -> None:
+    """Load every entry point once. A plugin that fails however it fails (an exception, or
+    `sys.exit()` at import, which would end the command with the plugin's exit code and nothing
+    said) is a PluginError naming it; a KeyboardInterrupt is the user's, and goes through."""
     global _loaded
     if _loaded:
         return
@@ -30,9 +33,11 @@ def load_plugins() -> None:
             obj = ep.load()
             if callable(obj):
                 obj()
-        except Exception as err:
-            raise PluginError(f"the gpuetl plugin {ep.name!r} ({where}) failed to load: "
-                              f"{type(err).__name__}: {err}") from err
+        except (Exception, SystemExit) as err:
+            what = f"SystemExit({err.code!r}): it called sys.exit()" if isinstance(err, SystemExit) else \
+                f"{type(err).__name__}: {err}"
+            raise PluginError(f"the gpuetl plugin {ep.name!r} ({where}) failed to load: {what}",
+                              hint=f"fix or uninstall {ep.dist.name if ep.dist else 'the distribution'}") from err
 
 
 def reset_plugins() -> None:

@@ -51,6 +51,37 @@ def local_path(path: str) -> str:
                     hint="use a local path, file://, s3://, gs:// or az://")
 
 
+SINK_GLOB_CHARS = "*?[]"
+
+
+def sink_url(url: str) -> str:
+    """An object-store sink's URL in one spelling, as a local sink.path is normalised: empty and
+    `.` parts dropped (`s3://b/./out//x/` is `s3://b/out/x`). A store takes every key literally,
+    while gpuetl lists a dataset with patterns, so a ValueError (a located error at validate)
+    refuses what would land elsewhere than named: `..` parts, the glob characters `* ? [ ]`
+    (`?versionId=` is a query, not part of a key) and control characters (a trailing newline)."""
+    s = scheme(url)
+    rest = url[len(s) + 3:]
+    control = sorted({c for c in rest if ord(c) < 0x20 or ord(c) == 0x7f})
+    if control:
+        raise ValueError(f"{url!r} holds the control character{'s' if len(control) > 1 else ''} "
+                         f"{', '.join(repr(c) for c in control)}; an object-store sink path takes none "
+                         "(a newline at the end of the value?)")
+    globs = sorted({c for c in rest if c in SINK_GLOB_CHARS})
+    if globs:
+        query = " (a query such as ?versionId= is not part of a sink path)" if "?" in globs and "=" in rest else ""
+        raise ValueError(f"{url!r} holds {' '.join(globs)}: an object-store sink path takes no glob characters "
+                         f"(* ? [ ]), since gpuetl lists and replaces the dataset's keys by pattern{query}")
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise ValueError(f"{url!r} names no bucket: {s}://BUCKET/PREFIX")
+    parts = [p for p in key.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{url!r}: '..' in an object-store sink path is not followed (a store would write it as a "
+                         "literal key part); name the prefix itself")
+    return f"{s}://{bucket}" + "".join("/" + p for p in parts)
+
+
 def inside(child: str, parent: str) -> bool:
     """Whether `child` is `parent` or lies under it, compared with a trailing '/' (out-old/ is
     not inside out)."""

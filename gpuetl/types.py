@@ -155,7 +155,7 @@ def type_name_of(arrow_type: pa.DataType) -> str:
 
 from typing import Annotated, Union  # noqa: E402
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema  # noqa: E402
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator  # noqa: E402
 
 # The same names, for the pipeline file's models: a scalar name or a nested one, canonicalised
 TypeName = Annotated[str, AfterValidator(canonical_type_name), WithJsonSchema({
@@ -171,6 +171,38 @@ class ColumnSpec(BaseModel):
     type: TypeName
     format: str | None = Field(None, description="strptime format, e.g. '%d/%b/%Y:%H:%M:%S %z'; ISO 8601 when absent")
     timezone: str | None = Field(None, description="IANA zone for values without an offset (default UTC)")
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, v):
+        if v is not None and (why := timezone_problem(v)):
+            raise ValueError(why)
+        return v
+
+
+_FIXED_OFFSET = re.compile(r"^[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]$")
+
+
+@functools.lru_cache(maxsize=64)
+def timezone_problem(name: str) -> str | None:
+    """Why `name` is not a zone the casts can use (None: it is one): an IANA name that both Arrow
+    and Python's zoneinfo know, or a fixed offset such as +05:30. A path (`../../etc/passwd`) is
+    no zone name, so nothing is read but the zone database."""
+    import zoneinfo
+
+    import pyarrow.compute as pc
+
+    if not _FIXED_OFFSET.match(name):
+        try:
+            zoneinfo.ZoneInfo(name)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            return (f"timezone {name!r}: not a known IANA time zone (e.g. UTC, Europe/Paris, America/New_York) "
+                    "or a fixed offset such as +05:30")
+    try:
+        pc.assume_timezone(pa.array([0], pa.timestamp("us")), timezone=name)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        return f"timezone {name!r}: Arrow's time zone database does not know it ({err})"
+    return None
 
 
 ColumnTypeValue = Union[TypeName, ColumnSpec]

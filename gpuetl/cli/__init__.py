@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 from .. import __version__
 from . import tuning
@@ -59,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="json: one JSON event per line on stderr (stage transitions, failures, messages)")
     run.add_argument("--no-report", dest="report", action="store_false",
                      help="write no run report (_report.json, _report.html) next to the dataset")
+    run.add_argument("--dashboard-address", type=_dashboard_address, default=None, metavar="HOST:PORT",
+                     help="serve the local cluster's dashboard here (default: 127.0.0.1:8787, at a terminal only); "
+                          "another host, such as 0.0.0.0, opens it to other machines: its pages show quarantine "
+                          "reasons, which quote record values")
 
     for name, text in (("validate", "check a pipeline file; exit 2 with located errors"),
                        ("plan", "print stages, schemas, partitions and tasks")):
@@ -93,6 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="print the report's JSON")
     sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     return parser
+
+
+def _dashboard_address(text: str) -> str:
+    from ..runtime.executor import dashboard_address
+
+    try:
+        return dashboard_address(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _positive(text: str) -> int:
@@ -246,9 +260,19 @@ def _schema_change(before: dict, after: dict) -> list[str]:
 
 
 def cmd_run(args) -> int:
+    """Under --quiet the run prints errors only: the warnings libraries raise while it goes (Pillow
+    on odd EXIF data, dask) are silenced here, for this command, never by the library."""
+    if not args.quiet:
+        return _run_command(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _run_command(args)
+
+
+def _run_command(args) -> int:
     from ..api import load
     from ..backends import get_backend
-    from ..runtime.executor import DASHBOARD_ADDRESS, open_executor
+    from ..runtime.executor import DASHBOARD_ADDRESS, dashboard_is_local, open_executor
     from ..runtime.progress import display_for
     from ..runtime.run import run_plan
 
@@ -277,12 +301,15 @@ def cmd_run(args) -> int:
         f"({format_size(plan.input_bytes)}), {_count(len(plan.partitions), 'partition')}")
     started = time.perf_counter()
     watched = sys.stderr.isatty() and not args.quiet    # a dashboard only where someone can open its link
-    with open_executor(args.scheduler, backend, quiet=True,
-                       dashboard_address=DASHBOARD_ADDRESS if watched else None) as executor:
+    address = args.dashboard_address or (DASHBOARD_ADDRESS if watched else None)     # asked for: served
+    with open_executor(args.scheduler, backend, quiet=True, dashboard_address=address) as executor:
         tuning.freeze_heap()
         if executor.dashboard_link:
             link = executor.dashboard_link
             log(f"dashboard: {link}")
+            if executor.dashboard_host is not None and not dashboard_is_local(address):      # our cluster's
+                log(f"warning: the dashboard listens on {address}, reachable from other machines; its pages show "
+                    "quarantine reasons, which quote record values")
             if link.endswith("/status"):
                 own = getattr(executor.client, "cluster", None) is not None
                 log(f"gpuetl page: {link.removesuffix('/status')}/gpuetl"

@@ -18,7 +18,7 @@ from ..sources.registry import RecordStage, get_source
 from ..sources.stage import PartitionScoped, SourceStage
 from ..spec.loader import LoadedSpec
 from ..spec.yamlio import dotted
-from ..sinks.layout import Layout
+from ..sinks.layout import MIN_SHARD_ROWS, Layout
 from ..steps.base import GlobalStep, Step, StepError, closest
 from ..types import Schema
 
@@ -132,6 +132,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, _layout(spec.shard, default_key),
                 notes, metadata, remote)
     _check_shard(plan)
+    _note_thin_shards(plan)
     if backend is not None:
         _check_regexes(plan, source.parser if isinstance(source, SourceStage) else None, backend)
     return plan
@@ -172,6 +173,20 @@ def _check_shard(plan: Plan) -> None:
             raise SpecError(f"{plan.loaded.key('shard', 'key')}: no output column {name!r}"
                             + (f"; did you mean {hint!r}?" if hint else "")
                             + f" (output columns: {', '.join(plan.output_schema)})")
+
+
+def _note_thin_shards(plan: Plan) -> None:
+    """shard.count past what the inputs can hold: uncompressed lines take a byte a record at
+    least, so fewer bytes than MIN_SHARD_ROWS a shard means thinner shards, whatever the data.
+    (The run warns again from the rows it counted, for every source, before writing them.)"""
+    shards = sum(plan.layout.shard_counts())
+    if not plan.spec.shard.count or shards <= len(plan.layout.split_names) or \
+            plan.spec.source.type not in ("text", "jsonl", "csv") or any(f.compression for f in plan.files):
+        return
+    if plan.input_bytes < MIN_SHARD_ROWS * shards:
+        plan.notes.append(f"shard.count: {shards:,} shards, but the inputs hold {plan.input_bytes:,} bytes: fewer "
+                          f"than {MIN_SHARD_ROWS} records a shard (each shard is a file, a footer and a task of its "
+                          "own); a smaller shard.count, or shard.target_bytes, gives fewer, fuller shards")
 
 
 # -- the source stage --------------------------------------------------------------------------

@@ -17,17 +17,29 @@ from ..errors import GpuetlError, SpecError
 
 
 class Executor:
-    def __init__(self, client=None, scheduler: str | None = None, dashboard: bool = True):
+    def __init__(self, client=None, scheduler: str | None = None, dashboard: bool = True,
+                 dashboard_host: str | None = None):
         self.client = client
         self.scheduler = scheduler
         self.dashboard = dashboard      # False: gpuetl's own cluster, started without one
+        self.dashboard_host = dashboard_host    # the host gpuetl's own cluster serves its dashboard on
 
     @property
     def dashboard_link(self) -> str | None:
-        """The dashboard's address, where there is one to see (bokeh draws its pages)."""
+        """The dashboard's address, where there is one to see (bokeh draws its pages). dask names
+        the machine's outward address whatever the dashboard listens on; a dashboard served on
+        one host (loopback) is named by that host."""
         if self.client is None or not self.dashboard or importlib.util.find_spec("bokeh") is None:
             return None
-        return self.client.dashboard_link
+        link = self.client.dashboard_link
+        host = self.dashboard_host
+        if host and host not in ("0.0.0.0", "::", "[::]"):
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(link)
+            if parts.port is not None:
+                link = parts._replace(netloc=f"{host}:{parts.port}").geturl()
+        return link
 
     def compute(self, tasks: list, on_result=None) -> list:
         """Run the tasks; on_result(result) is called for each as it finishes (in this process,
@@ -254,7 +266,30 @@ def _our_error(err: BaseException) -> GpuetlError | None:
     return None
 
 
-DASHBOARD_ADDRESS = ":8787"     # dask's usual port; when it is taken dask picks a free one
+# dask's usual port, on loopback: the pages show quarantine reasons, which quote record values
+# (`gpuetl run --dashboard-address HOST:PORT` opens it wider); when it is taken dask picks a free one
+DASHBOARD_ADDRESS = "127.0.0.1:8787"
+
+
+def dashboard_address(text: str) -> str:
+    """`--dashboard-address HOST:PORT` checked: a ValueError says what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or any(c.isspace() for c in text):
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:8787, or 0.0.0.0:8787 for every interface), got {text!r}")
+    return text
+
+
+def dashboard_is_local(address: str) -> bool:
+    """Whether a dashboard at `address` (HOST:PORT) is reachable from this machine only."""
+    import ipaddress
+
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:          # a host name, or '' (every interface)
+        return False
 
 
 @contextmanager
@@ -282,7 +317,8 @@ def open_executor(scheduler: str | None, backend, client=None, quiet: bool = Fal
             yield Executor(c)
         return
     with backend_cluster(backend, quiet, dashboard_address) as cluster, Client(cluster) as c:
-        yield Executor(c, dashboard=dashboard_address is not None)
+        yield Executor(c, dashboard=dashboard_address is not None,
+                       dashboard_host=dashboard_address.rpartition(":")[0] if dashboard_address else None)
 
 
 @contextmanager

@@ -733,14 +733,40 @@ def _remove_if_empty(path: Path) -> None:
         pass
 
 
+def looks_like_our_manifest(head: bytes) -> bool:
+    """Whether the first bytes of a `_manifest.json` are a gpuetl manifest's (`format` is written first)."""
+    return f'"format": "{MANIFEST_FORMAT}"'.encode() in head[:4096]
+
+
 def check_not_in_a_dataset_of_ours(out: Path) -> None:
-    """A sink inside another dataset's `_tmp` or `_quarantine` would be written where that
-    dataset's runs create, move and delete files."""
+    """A sink inside another gpuetl dataset (in its `_tmp` or `_quarantine`, among its splits, or
+    anywhere under it) would be written where that dataset's runs create, move and delete files,
+    and would be foreign files in it: the folders above the sink are looked at for a gpuetl
+    manifest or run lock (a `_tmp`/`_quarantine` folder's parent for any of its marks)."""
     for folder in out.parents:
-        if folder.name in (TMP, "_quarantine") and any(
-                os.path.lexists(folder.parent / name) for name in (MANIFEST, SUCCESS, os.path.join(TMP, LOCK))):
-            raise OutputError(f"sink.path: {out} lies inside {folder}, a folder the gpuetl dataset {folder.parent} "
+        marks = (MANIFEST, SUCCESS, os.path.join(TMP, LOCK)) if folder.name in (TMP, "_quarantine") else ()
+        parent = folder.parent
+        if marks and any(os.path.lexists(parent / name) for name in marks):
+            raise OutputError(f"sink.path: {out} lies inside {folder}, a folder the gpuetl dataset {parent} "
                               "keeps for itself", hint="choose a sink.path outside that dataset")
+        if _is_dataset(folder):
+            raise OutputError(f"sink.path: {out} lies inside the gpuetl dataset {folder}; a dataset inside another "
+                              "would be written among its files", hint="choose a sink.path outside that dataset")
+
+
+def _is_dataset(folder: Path) -> bool:
+    if os.path.lexists(folder / TMP / LOCK):
+        return True
+    try:
+        fd = os.open(folder / MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and looks_like_our_manifest(os.read(fd, 4096))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def survey_read_only(out: Path, mode: str) -> None:

@@ -20,6 +20,9 @@ _SPLIT_SALT = 0x51A7
 _ORDER_SALT = 0x0DE5
 
 
+MIN_SHARD_ROWS = 100     # shard.count giving fewer rows a shard than this is warned about (a file each)
+
+
 @dataclass(frozen=True)
 class Layout:
     splits: tuple[tuple[str, float], ...]   # () when the output has no splits

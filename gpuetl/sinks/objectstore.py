@@ -36,7 +36,8 @@ from pathlib import Path
 from .. import storage
 from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
-                     OutputFolder, listed_files, manifest_bytes, refuse, success_bytes, unsafe_reason)
+                     OutputFolder, listed_files, looks_like_our_manifest, manifest_bytes, refuse, success_bytes,
+                     unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
@@ -160,6 +161,7 @@ class ObjectStoreFolder:
             if not self.fs.exists(bucket):
                 raise OutputError(f"sink.path: {self.url}: the bucket {bucket} does not exist",
                                         hint="create it first, or check its name (and AWS_ENDPOINT_URL)")
+            self._refuse_inside_a_dataset()
         self.local.open()
         try:
             self._acquire()
@@ -167,6 +169,26 @@ class ObjectStoreFolder:
             self.local.close()
             raise
         return self
+
+    def _refuse_inside_a_dataset(self) -> None:
+        """The local rule (commit.check_not_in_a_dataset_of_ours): no sink inside another gpuetl
+        dataset, i.e. under a prefix with a gpuetl manifest or run lock (its `_tmp/`, its
+        `_quarantine/`, its splits, any new prefix in it)."""
+        bucket, _, key = storage.bare(self.url).partition("/")
+        parts = [p for p in key.split("/") if p]
+        self.fs.invalidate_cache()
+        for n in range(len(parts)):
+            above = f"{storage.scheme(self.url)}://{bucket}" + "".join("/" + p for p in parts[:n])
+            with storage.translated(above, self.options, "read", output=True):
+                try:
+                    head = self.fs.cat_file(storage.bare(storage.join(above, MANIFEST)), start=0, end=4096)
+                except FileNotFoundError:
+                    head = b""
+                locked = self.fs.exists(storage.bare(storage.join(above, f"{TMP}/{LOCK}")))
+            if locked or looks_like_our_manifest(head):
+                raise OutputError(f"sink.path: {self.url} lies inside the gpuetl dataset {above}; a dataset inside "
+                                  "another would be written among its files", hint="choose a sink.path outside "
+                                  "that dataset")
 
     def close(self) -> None:
         if self.lock_record is not None:

@@ -160,7 +160,10 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
     skipped: dict[str, list[str]] = {}
     for pattern in patterns:
         full = pattern if os.path.isabs(pattern) else os.path.join(str(base_dir), pattern)
-        matches = sorted(expand(pattern, base_dir)) if glob.has_magic(pattern) else []
+        misses: list[str] = []
+        matches = sorted(expand(pattern, base_dir, misses)) if glob.has_magic(pattern) else []
+        if misses and notes is not None:
+            notes.append(_case_note(pattern, misses, base_dir))
         if not matches and os.path.lexists(full):
             matches = [full]                    # a plain name, or an exact name with glob characters
             kind = _kind(full)
@@ -186,8 +189,10 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
                                      f"({_skipped_text(skipped)})", hint=_FOLDER_HINT if "a folder" in skipped
                                      else "check the pattern")
             if glob.has_magic(pattern):
+                hint = (_case_note(pattern, misses, base_dir).removeprefix("source: ") if misses else
+                        "check the pattern; relative paths are relative to the pipeline file's folder")
                 raise InputsNotFound(f"source.path: the pattern {pattern!r} matches no file (looked in {base_dir})",
-                                     hint="check the pattern; relative paths are relative to the pipeline file's folder")
+                                     hint=hint)
             raise InputsNotFound(f"source.path: no such file: {full}",
                                  hint="relative paths are relative to the pipeline file's folder")
         for m, st in files:
@@ -236,6 +241,18 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
 
 
 _FOLDER_HINT = "to read the files in a folder, name them: 'folder/*', or '**' in the pattern"
+MAX_CASE_MISSES = 1000      # names matched only when case is ignored, collected for the note
+
+
+def _case_note(pattern: str, misses: list[str], base_dir) -> str:
+    """Files the pattern reaches but does not match by case alone (`a.JPG` for `**/*.jpg`)."""
+    first = misses[0]
+    suffix, wanted = os.path.splitext(first)[1], os.path.splitext(pattern)[1]
+    also = (f"; add {pattern[:len(pattern) - len(wanted)] + suffix!r} to source.path to read them"
+            if wanted and suffix and suffix != wanted and suffix.lower() == wanted.lower() else "")
+    many = f"{MAX_CASE_MISSES:,} or more" if len(misses) >= MAX_CASE_MISSES else f"{len(misses):,}"
+    return (f"source: {many} file(s) such as {_display(os.path.abspath(first), base_dir)} match {pattern!r} only "
+            f"when case is ignored and are not read (patterns are case-sensitive){also}")
 
 
 def _remote_objects(patterns: list[str], remote) -> list[storage.RemoteObject]:
@@ -349,10 +366,12 @@ def _kind_of(st: os.stat_result | None) -> str | None:
 
 # -- glob expansion ------------------------------------------------------------------------------
 
-def expand(pattern: str, base_dir: Path) -> list[str]:
+def expand(pattern: str, base_dir: Path, case_misses: list[str] | None = None) -> list[str]:
     """The paths a glob matches, as glob.glob(recursive=True) would name them (hidden names
     only where a part of the pattern starts with '.'), but each real folder is listed at most
-    once per part of the pattern, so links that lead back up end the walk instead of looping."""
+    once per part of the pattern, so links that lead back up end the walk instead of looping.
+    Matching is case-sensitive; `case_misses` collects the names the last part would match if
+    case were ignored (`a.JPG` for `*.jpg`)."""
     if os.path.isabs(pattern):
         root, rest = os.path.splitdrive(pattern)[0] + os.sep, pattern
     else:
@@ -360,45 +379,64 @@ def expand(pattern: str, base_dir: Path) -> list[str]:
     parts = [p for p in re.split(r"[\\/]+" if os.sep == "\\" else r"/+", rest) if p and p != "."]
     out: list[str] = []
     seen: set[tuple[int, int, int]] = set()
-    _walk(root, parts, 0, seen, out)
+    _walk(root, parts, seen, out, case_misses)
     return out
 
 
-def _walk(folder: str, parts: list[str], k: int, seen: set, out: list[str]) -> None:
-    if k == len(parts):
-        out.append(folder)
-        return
-    part = parts[k]
-    if not glob.has_magic(part):
-        path = os.path.join(folder, part)
-        if k == len(parts) - 1:
-            if os.path.lexists(path):
-                out.append(path)
-        elif os.path.isdir(path):
-            _walk(path, parts, k + 1, seen, out)
-        return
-    if not _first_visit(folder, k, seen):
-        return
-    entries = _listdir(folder)
-    if part == "**":
-        _walk(folder, parts, k + 1, seen, out)            # '**' matches no folder at all, too
-        for name, is_dir in entries:
-            if name.startswith("."):
-                continue
-            path = os.path.join(folder, name)
-            if k == len(parts) - 1:
-                out.append(path)                          # a trailing '**' matches files as well
-            if is_dir:
-                _walk(path, parts, k, seen, out)
-        return
-    hidden = part.startswith(".")
-    for name, is_dir in entries:
-        if (hidden or not name.startswith(".")) and fnmatch.fnmatchcase(name, part):
-            path = os.path.join(folder, name)
-            if k == len(parts) - 1:
-                out.append(path)
-            elif is_dir:
-                _walk(path, parts, k + 1, seen, out)
+def _walk(root: str, parts: list[str], seen: set, out: list[str], case_misses: list[str] | None = None) -> None:
+    """Depth first, with a stack of its own instead of recursion (a tree of any depth is walked:
+    Python's recursion limit is about a thousand frames), in the order a recursive walk takes:
+    an item is ('visit', folder, k), matching parts[k:] under the folder, or ('found', path)."""
+    stack: list[tuple] = [("visit", root, 0)]
+    last = len(parts) - 1
+    while stack:
+        item = stack.pop()
+        if item[0] == "found":
+            out.append(item[1])
+            continue
+        _, folder, k = item
+        if k == len(parts):
+            out.append(folder)
+            continue
+        part = parts[k]
+        if not glob.has_magic(part):
+            path = os.path.join(folder, part)
+            if k == last:
+                if os.path.lexists(path):
+                    out.append(path)
+            elif os.path.isdir(path):
+                stack.append(("visit", path, k + 1))
+            continue
+        if not _first_visit(folder, k, seen):
+            continue
+        entries = _listdir(folder)
+        todo: list[tuple] = []
+        if part == "**":
+            todo.append(("visit", folder, k + 1))           # '**' matches no folder at all, too
+            for name, is_dir in entries:
+                if name.startswith("."):
+                    continue
+                path = os.path.join(folder, name)
+                if k == last:
+                    todo.append(("found", path))            # a trailing '**' matches files as well
+                if is_dir:
+                    todo.append(("visit", path, k))
+        else:
+            hidden = part.startswith(".")
+            folded = part.lower()
+            for name, is_dir in entries:
+                if not (hidden or not name.startswith(".")):
+                    continue
+                if fnmatch.fnmatchcase(name, part):
+                    path = os.path.join(folder, name)
+                    if k == last:
+                        todo.append(("found", path))
+                    elif is_dir:
+                        todo.append(("visit", path, k + 1))
+                elif k == last and case_misses is not None and not is_dir and len(case_misses) < MAX_CASE_MISSES \
+                        and fnmatch.fnmatchcase(name.lower(), folded):
+                    case_misses.append(os.path.join(folder, name))
+        stack.extend(reversed(todo))
 
 
 def _first_visit(folder: str, k: int, seen: set) -> bool:

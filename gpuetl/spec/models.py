@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -26,6 +28,9 @@ class Model(BaseModel):
 Size = int | str
 MAX_BLOCKSIZE = 1 << 30        # 1 GiB
 MIN_TARGET_BYTES = 64 << 10    # 64 KiB
+MAX_SPLITS = 100               # shard.splits: a row's split index is an int8
+MAX_SPLIT_NAME = 100           # characters of a split name (a folder's name)
+SPLIT_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_SPLIT_NAME}}}")
 
 
 def _size(value):
@@ -137,7 +142,11 @@ class Source(Model):
 
     @property
     def paths(self) -> list[str]:
-        return [self.path] if isinstance(self.path, str) else list(self.path)
+        """The patterns, a leading `~` expanded as in sink.path and cache.path."""
+        from ..storage import scheme
+
+        raw = [self.path] if isinstance(self.path, str) else list(self.path)
+        return [p if scheme(p) else os.path.expanduser(p) for p in raw]
 
 
 class Parse(Model):
@@ -184,9 +193,13 @@ class Shard(Model):
             return v
         if not v:
             raise ValueError("give at least one split, e.g. {train: 0.98, val: 0.02}")
+        if len(v) > MAX_SPLITS:
+            raise ValueError(f"{len(v)} splits: at most {MAX_SPLITS} (a row's split is kept in one byte)")
         for name, share in v.items():
-            if not name.replace("_", "").replace("-", "").isalnum():
-                raise ValueError(f"split name {name!r}: letters, digits, '-' and '_' only")
+            if not SPLIT_NAME.fullmatch(name):
+                shown = name if len(name) <= 40 else name[:40] + "…"
+                raise ValueError(f"split name {shown!r} ({len(name)} characters): ASCII letters, digits, '-' and '_' "
+                                 f"only, at most {MAX_SPLIT_NAME} characters (it names a folder)")
             if not 0 < share <= 1:
                 raise ValueError(f"split {name!r}: the share must be in (0, 1], got {share}")
         if abs(sum(v.values()) - 1.0) > 1e-6:
@@ -229,6 +242,13 @@ class Sink(Model):
     @classmethod
     def _rg_bytes(cls, v):
         return _size(v)
+
+    @field_validator("path")
+    @classmethod
+    def _sink_path(cls, v):
+        from ..storage import is_remote, sink_url
+
+        return sink_url(v) if is_remote(v) else v
 
     @model_validator(mode="after")
     def _one_row_group(self):

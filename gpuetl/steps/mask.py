@@ -35,6 +35,17 @@ ORDER = ("email", "uuid", "ipv4", "ipv6", "hex")   # the order they run in (see 
 Kind = Literal["email", "uuid", "ipv4", "ipv6", "hex"]
 
 
+KIND = "{kind}"                              # the one field of a placeholder, substituted as text
+STRAY_BRACE = re.compile(r"\{[^{}]*\}?|\}")    # a brace left once every {kind} is taken out
+MAX_PLACEHOLDER = 1000                       # characters
+
+
+def fill(placeholder: str, kind: str) -> str:
+    """The placeholder with `{kind}` replaced by the kind's name: plain text replacement, never
+    str.format (whose fields reach attributes and format specs pad to any width)."""
+    return placeholder.replace(KIND, kind)
+
+
 class MaskParams(Params):
     columns: list[str] | None = Field(None, description="string columns to mask; every string column when absent")
     kinds: list[Kind] = Field(list(ORDER), description="built-in kinds: email, uuid, ipv4, ipv6, hex (all when absent)")
@@ -65,10 +76,12 @@ class MaskParams(Params):
             raise ValueError("nothing to mask: give kinds, custom, or both")
         if "\\" in self.placeholder:
             raise ValueError("placeholder: backslashes are not allowed")
-        try:
-            self.placeholder.format(kind="X")
-        except (KeyError, IndexError, ValueError) as err:
-            raise ValueError(f"placeholder: only {{kind}} may appear in braces ({err})") from None
+        if stray := STRAY_BRACE.search(self.placeholder.replace(KIND, "")):
+            shown = stray[0] if len(stray[0]) <= 40 else stray[0][:40] + "…"
+            raise ValueError(f"placeholder: only {{kind}} may appear in braces, found {shown!r}; a placeholder is "
+                             "text with {kind} where the kind's name goes (no other braces, no format specs)")
+        if len(self.placeholder) > MAX_PLACEHOLDER:
+            raise ValueError(f"placeholder: {len(self.placeholder):,} characters; at most {MAX_PLACEHOLDER}")
         if self.columns is not None and not self.columns:
             raise ValueError("columns: give at least one column, or leave it out to mask every string column")
         return self
@@ -90,7 +103,10 @@ class Mask(RowStep):
     meant to err on the side of masking: `std::vector` contains an IPv6-shaped `d::ec`, an
     e-mail's local part may hold ':' (so `from:bob@x.com` and an IPv6 address written right
     before an '@' go whole, instead of leaving most of the address behind), and non-ASCII e-mail
-    addresses are not recognised. Nulls stay null; no row is dropped."""
+    addresses are not recognised. Nulls stay null; no row is dropped. `placeholder` is plain
+    text in which each `{kind}` becomes the kind's name in upper case (`EMAIL`, `API_KEY`); any
+    other brace, a format spec such as `{kind:>9}` included, is an error, as are backslashes and
+    more than 1,000 characters."""
 
     name = "mask"
     summary = "Replace personal data in string columns (e-mail, UUID, IPv4, IPv6, long hex tokens, your regexes) with placeholders."
@@ -101,8 +117,8 @@ class Mask(RowStep):
     def rules(self) -> list[tuple[str, str]]:
         """(pattern, replacement) in the order they run."""
         p = self.params
-        rules = [(pattern, p.placeholder.format(kind=name.upper())) for name, pattern in p.custom.items()]
-        rules += [(PATTERNS[k], p.placeholder.format(kind=k.upper())) for k in ORDER if k in p.kinds]
+        rules = [(pattern, fill(p.placeholder, name.upper())) for name, pattern in p.custom.items()]
+        rules += [(PATTERNS[k], fill(p.placeholder, k.upper())) for k in ORDER if k in p.kinds]
         return rules
 
     def regexes(self):

@@ -8,6 +8,7 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 import gpuetl
 from gpuetl import plugins
@@ -113,3 +114,41 @@ def test_plugins_are_not_looked_for_while_every_name_is_known(tmp_path, clean_re
     with pytest.raises(gpuetl.SpecError, match="toy_exclaim"):
         gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path)
     assert looked == ["gpuetl.plugins"]
+
+
+@pytest.mark.parametrize("body, said", [
+    ("import sys\nsys.exit(0)\n", "SystemExit(0): it called sys.exit()"),
+    ("import sys\nsys.exit('bye')\n", "SystemExit('bye')"),
+    ("raise SystemExit\n", "SystemExit(None)"),
+    ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
+])
+def test_a_plugin_that_exits_or_raises_at_import_is_an_error_naming_it(tmp_path, clean_registries, monkeypatch,
+                                                                        capsys, body, said):
+    """Plugins load when a step name is unknown: one that calls sys.exit(0) at import would end
+    `run` and `validate` with exit 0 and nothing written; it is exit 2 naming the plugin."""
+    from hostile.conftest import snapshot
+
+    from gpuetl.cli import main
+
+    site = _fake_distribution(tmp_path, "gpuetl_exits_at_import")
+    (site / "gpuetl_exits_at_import.py").write_text(body)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)         # no __pycache__ beside the plugin
+    (tmp_path / "pipe.yaml").write_text(yaml.safe_dump(_pipeline(tmp_path)))
+    before = snapshot(tmp_path)
+    for command in (["validate"], ["run", "--backend", "cpu", "--scheduler", "sync"]):
+        sys.modules.pop("gpuetl_exits_at_import", None)
+        plugins.reset_plugins()
+        assert main([command[0], str(tmp_path / "pipe.yaml"), *command[1:]]) == 2
+        err = capsys.readouterr().err
+        assert "the gpuetl plugin 'toy' (gpuetl_exits_at_import from gpuetl-toy) failed to load" in err, err
+        assert said in err and "internal error" not in err
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+def test_a_keyboard_interrupt_while_a_plugin_loads_goes_through(tmp_path, clean_registries, monkeypatch):
+    site = _fake_distribution(tmp_path, "gpuetl_interrupted_at_import")
+    (site / "gpuetl_interrupted_at_import.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(KeyboardInterrupt):
+        gpuetl.Pipeline.from_dict(_pipeline(tmp_path), base_dir=tmp_path)
