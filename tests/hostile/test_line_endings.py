@@ -4,12 +4,14 @@ A record ends at `\\n`; one `\\r` right before it belongs to the line ending; ev
 the record's: a lone `\\r` anywhere, a second `\\r` (`a\\r\\r\\n` is `a\\r`), and all of a file's last
 line that has no `\\n`. Checked for text, JSON lines, CSV and multi-line records, kept rows and
 quarantined `_raw`, at block sizes that cut between the two `\\r` of `\\r\\r\\n` and that pack
-several files into one partition. Each case checks the accounting identity and that nothing
-outside the dataset changed."""
+several files into one partition, and at piece sizes that cut a block anywhere. Each case
+checks the accounting identity and that nothing outside the dataset changed."""
 
 from __future__ import annotations
 
 import pytest
+
+from gpuetl.backends.cpu import CpuBackend
 
 from .test_sources import quarantine, rows, run, spec
 
@@ -50,8 +52,13 @@ TEXT_FILES = {
 }
 
 
-@pytest.mark.parametrize("blocksize", BLOCKSIZES)
-def test_text_records_keep_every_carriage_return_but_the_line_endings(tmp_path, surroundings, blocksize):
+@pytest.mark.parametrize("blocksize, piece", [(b, None) for b in BLOCKSIZES] + [(1 << 20, 1), (1 << 20, 7)])
+def test_text_records_keep_every_carriage_return_but_the_line_endings(tmp_path, surroundings, monkeypatch,
+                                                                      blocksize, piece):
+    """`piece`: the CPU backend's pieces of a block (runtime/partition.py), cut anywhere, the
+    newline added after a.log's last line inside one of them."""
+    if piece is not None:
+        monkeypatch.setattr(CpuBackend, "piece_bytes", piece)
     (tmp_path / "in").mkdir()
     for name, data in TEXT_FILES.items():
         (tmp_path / "in" / name).write_bytes(data)
