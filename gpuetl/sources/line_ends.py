@@ -19,21 +19,23 @@ NEWLINE, CARRIAGE_RETURN = 10, 13
 
 
 def record_ends(xp, buf, starts, added=None):
-    """For records that begin at `starts` (ascending int64 positions in the uint8 array `buf`),
-    each running to the next start and the last to the end of `buf`: where each one's bytes end
-    (exclusive), its line ending left out. `added`: positions in `buf` of newlines that are not
-    in the input (a reader adds one after a file's last line that lacks it, to keep the files
-    of one buffer apart): such a newline is left out, and a `\\r` before it is the record's."""
+    """For records that begin at `starts` in the uint8 array `buf`, each running to the next
+    start and the last to the end of `buf`: where each one's bytes end (exclusive), its line
+    ending left out. `starts` ascend from 0, each after the first right after a `\\n` (as line
+    and CSV record starts are), so every record but the last ends with one and only the last is
+    looked at. `added`: positions in `buf` of newlines that are not in the input (a reader adds
+    one after a file's last line that lacks it, to keep the files of one buffer apart): such a
+    newline is left out, and a `\\r` before it is the record's."""
     n = len(buf)
-    nxt = xp.concatenate([starts[1:], xp.full(1, n, dtype=xp.int64)]) if len(starts) else starts
-    if not len(starts):
-        return nxt
-    last = xp.maximum(nxt - 1, 0)
-    newline = (nxt > starts) & (buf[last] == NEWLINE)
-    ends = nxt - newline.astype(xp.int64)
-    carriage = newline & (ends > starts) & (buf[xp.maximum(ends - 1, 0)] == CARRIAGE_RETURN)
+    if not len(starts) or not n:
+        return starts.copy()
+    nxt = xp.concatenate([starts[1:], xp.full(1, n, dtype=xp.int64)])
+    ended = xp.ones(len(starts), dtype=bool)                # by a newline
+    ended[-1:] = (buf[n - 1:] == NEWLINE) & (nxt[-1:] > starts[-1:])
+    ends = nxt - ended.astype(xp.int64)
+    carriage = ended & (ends > starts) & (buf[xp.maximum(ends - 1, 0)] == CARRIAGE_RETURN)
     if added is not None and len(added):
-        carriage &= ~xp.isin(last, added)
+        carriage &= ~xp.isin(ends, added)                  # ends: where the newline is
     return ends - carriage.astype(xp.int64)
 
 
@@ -52,4 +54,5 @@ def records_array(data, starts: np.ndarray, ends: np.ndarray, memory_pool=None) 
     bounds[1:2 * n:2] = ends
     bounds[2 * n] = len(data)
     pieces = pa.Array.from_buffers(binary, 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(data)])
-    return pc.take(pieces, pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)), memory_pool=memory_pool)
+    every_other = np.arange(0, 2 * n, 2, dtype=np.int32 if 2 * n < 2**31 else np.int64)
+    return pc.take(pieces, pa.array(every_other), memory_pool=memory_pool)
