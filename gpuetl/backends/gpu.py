@@ -597,7 +597,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         """Newlines found with CuPy, and each line's end by the line-ending rule on the device
         (sources/line_ends.record_ends, the CPU's index arithmetic). The strings column is built
         over the same device bytes (offsets child + chars, pylibcudf) as pieces: record, line
-        ending, record, ...; the records are gathered from it (one copy, as trimming them was).
+        ending, record, ...; the records are gathered from it (one copy, as a trim makes).
         UTF-8 is validated on the device (gpu_support.utf8_bad_bytes); only the lines that are
         not valid go to the host, where Python's decoder gives them the CPU kernel's U+FFFD."""
         buf = data if isinstance(data, cp.ndarray) else cp.asarray(np.frombuffer(data, dtype=np.uint8))

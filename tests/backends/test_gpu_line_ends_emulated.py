@@ -107,7 +107,8 @@ def _host(lines) -> list:
 
 
 BUFFERS = [
-    b"a\r\r\n\xff\r\r\nx\ry\r\n\r\n\r\r\nend\r",     # a second \r, invalid UTF-8 with one, a lone \r, \r only, no final \n
+    # a second \r, invalid UTF-8 with one, a lone \r, a blank line, \r alone, no final \n
+    b"a\r\r\n\xff\r\r\nx\ry\r\n\r\n\r\r\nend\r",
     b"GET /\xc3\xa9 200\r\nPOST /\xc3\xbc 404\r\n\r\n\xe6\x97\xa5 ok\r\nlast\r",
     b"\xc3\r\nok\n\xe2\x82\r\r\n\r",                    # sequences cut by the line ending
     b"\r", b"\r\n", b"\n\n", b"", b"plain\nascii\n\n",
