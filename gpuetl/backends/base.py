@@ -307,9 +307,11 @@ class Backend(ABC):
 
     # -- records -------------------------------------------------------------------------
     @abstractmethod
-    def split_lines(self, data: bytes, base_offset: int) -> Lines:
-        """Split a buffer of whole lines into records. Empty lines are not records; a trailing
-        '\\r' is removed (CRLF files)."""
+    def split_lines(self, data: bytes, base_offset: int, added=()) -> Lines:
+        """Split a buffer of whole lines into records, each its bytes less its line ending: the
+        '\\n' and one '\\r' right before it, no other byte (sources/line_ends.py). Empty
+        records are not records. `added`: positions in `data` of newlines a reader added after a
+        file's last line that lacks one (Block.added): only the newline is left out there."""
 
     @abstractmethod
     def extract(self, text: Any, regex: str, names: tuple[str, ...], kernel: str | None = None) -> tuple[dict, Any]:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..sources.json_fields import JsonRead
+from ..sources.line_ends import record_ends, records_array
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
@@ -42,10 +43,10 @@ def _chunked(col: pd.Series) -> pa.ChunkedArray:
 
 def _scratch_pool() -> pa.MemoryPool:
     """Arrow's mimalloc pool, for a batch's short-lived buffers that the same thread frees (the
-    trimmed lines: the parser reads them, the batch drops them). A kernel that shrinks its output
-    at the end reallocates, and the system allocator, which in-order runs use (cli/tuning.py), reallocates
-    aligned memory by allocating afresh and copying; mimalloc does not, and reuses the previous
-    batch's pages (measured in benchmarks/README.md)."""
+    records less their line endings: the parser reads them, the batch drops them). A kernel
+    that shrinks its output at the end reallocates, and the system allocator, which in-order
+    runs use (cli/tuning.py), reallocates aligned memory by allocating afresh and copying;
+    mimalloc does not, and reuses the previous batch's pages (measured in benchmarks/README.md)."""
     try:
         return pa.mimalloc_memory_pool()
     except NotImplementedError:      # a pyarrow built without mimalloc
@@ -137,29 +138,24 @@ class CpuBackend(Backend):
             out.append((start, view[start:]))
         return out
 
-    def split_lines(self, data: bytes, base_offset: int) -> Lines:
+    def split_lines(self, data: bytes, base_offset: int, added=()) -> Lines:
         buf = np.frombuffer(data, dtype=np.uint8)
-        newlines = np.flatnonzero(buf == 10)
-        starts = np.concatenate(([0], newlines + 1)).astype(np.int64)
+        starts = np.concatenate(([0], np.flatnonzero(buf == 10) + 1)).astype(np.int64)
         if starts[-1] == len(buf):
             starts = starts[:-1]
-        # Each element spans from its start to the next start: line + '\n'; trimmed below.
-        bounds = np.append(starts, len(buf)).astype(np.int32 if len(buf) < 2**31 else np.int64)
-        binary_type = pa.binary() if bounds.dtype == np.int32 else pa.large_binary()
-        raw = pa.Array.from_buffers(binary_type, len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)])
-        string_type = pa.string() if binary_type == pa.binary() else pa.large_string()
+        ends = record_ends(np, buf, starts, np.asarray(added, dtype=np.int64))
+        keep = ends > starts
+        if not keep.all():           # blank lines are not records
+            starts, ends = starts[keep], ends[keep]
+        # the records' bytes less their line endings, side by side (one copy, in the scratch pool)
+        raw = records_array(data, starts, ends, memory_pool=_scratch_pool())
+        string_type = pa.string() if raw.type == pa.binary() else pa.large_string()
         exact = None
         try:
             text = raw.cast(string_type)
             bad = np.zeros(len(starts), dtype=bool)
         except pa.ArrowInvalid:
             text, bad, exact = self._decode_slowly(raw, string_type)
-        text = pc.utf8_rtrim(text, characters="\r\n", memory_pool=_scratch_pool())
-        keep = _bool_mask(pc.greater(pc.binary_length(text), 0))
-        if not keep.all():           # blank lines are not records (a filter copies every byte)
-            text = text.filter(pa.array(keep))
-            starts, bad = starts[keep], bad[keep]
-            exact = exact.filter(pa.array(keep)) if exact is not None else None
         if string_type != pa.string():
             text = text.cast(pa.string())
         return Lines(text=self.series(text, "string"), offsets=starts + base_offset, bad_utf8=bad,
@@ -168,7 +164,7 @@ class CpuBackend(Backend):
     @staticmethod
     def _decode_slowly(raw: pa.Array, string_type) -> tuple[pa.Array, np.ndarray, pa.Array]:
         """Only when a block holds invalid UTF-8: find which records, keep them (with U+FFFD in
-        the text) and their exact bytes, less the line ending (the quarantine's `_raw`)."""
+        the text) and their exact bytes (the quarantine's `_raw`)."""
         values, bad, exact = [], [], []
         for item in raw.to_pylist():
             try:
@@ -178,7 +174,7 @@ class CpuBackend(Backend):
             except UnicodeDecodeError:
                 values.append(item.decode("utf-8", errors="replace"))
                 bad.append(True)
-                exact.append(item.rstrip(b"\r\n"))
+                exact.append(item)
         return pa.array(values, type=string_type), np.array(bad, dtype=bool), pa.array(exact, type=pa.binary())
 
     def extract_fields(self, text, regex, names, *, kernel=None, dash_is_null=False):

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pylibcudf as plc
 
+from ..sources.line_ends import record_ends
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is_nested
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
@@ -65,7 +66,6 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.io.parquet.ChunkedParquetWriter.write", 1, ()),
     ("pylibcudf.io.parquet.ChunkedParquetWriter.close", 1, ()),
     ("cudf.core.accessors.string.StringMethods.minhash", 1, ("a", "b", "width")),
-    ("cudf.core.accessors.string.StringMethods.rstrip", 1, ()),
     ("cudf.core.accessors.string.StringMethods.replace", 2, ("regex",)),
     ("cudf.core.accessors.string.StringMethods.contains", 1, ("regex",)),
     ("cudf.core.accessors.string.StringMethods.pad", 1, ("side", "fillchar")),
@@ -489,7 +489,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         from ..sources.ranges import Block, ByteRange, read_range, record_span, truncated_piece
 
         pieces = []            # (kind, file, a, b, host bytes or KvikIO arguments or None, needs newline)
-        seg_pos, seg_start, seg_file, extra_bad = [], [], [], []
+        seg_pos, seg_start, seg_file, extra_bad, added = [], [], [], [], []
         position = 0
         for rng in ranges:
             f = files[rng.file_index]
@@ -502,8 +502,9 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             elif rng.length < 0 or f.in_store:         # decompressed, or ranged GETs by the CPU client
                 got = read_range(f, rng)
                 data = truncated_piece(f, got, extra_bad)
-                pieces.append(("host", f, 0, len(data), data, False))
-                start, size = got.start, len(data)
+                newline = int(len(data) > 0 and data[-1] != 10)
+                pieces.append(("host", f, 0, len(data), data, newline))
+                start, size = got.start, len(data) + newline
             else:
                 start, end, newline = record_span(f.path, rng.offset, rng.length)
                 pieces.append(("file", f, start, end, None, newline))
@@ -512,25 +513,25 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             seg_start.append(start)
             seg_file.append(f.index)
             position += size
+            if newline:                                # after a file's last line that lacks one
+                added.append(position - 1)
         buf = cp.empty(position, dtype=cp.uint8)
         at = 0
         for kind, f, a, b, data, newline in pieces:
             if kind == "host":
-                if data:
+                if len(data):
                     buf[at:at + len(data)].set(np.frombuffer(data, dtype=np.uint8))
                     count_read("host (object store)" if f.in_store else "host (decompressed)", len(data))
-                at += len(data)
-                continue
-            if b > a:
+            elif b > a:
                 if kind == "remote":
                     self._remote_pread(f, data, buf[at:at + (b - a)], a)
                 else:
                     self._pread(f.path, buf[at:at + (b - a)], a)
-            at += b - a
+            at += b - a                                # a host piece's (a, b) is (0, its length)
             if newline:
                 buf[at] = 10
                 at += 1
-        return Block(buf, seg_pos, seg_start, seg_file, extra_bad)
+        return Block(buf, seg_pos, seg_start, seg_file, extra_bad, added)
 
     def _pread(self, path: str, dest, file_offset: int) -> None:
         """One KvikIO read into device memory, counted under the path KvikIO really took for it
@@ -592,47 +593,52 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         if got != len(dest):
             raise SourceError(f"source.path: {f.url}: short read ({got} of {len(dest)} bytes at {file_offset})")
 
-    def split_lines(self, data, base_offset: int) -> Lines:
-        """Newlines found with CuPy; the strings column is built over the same device bytes
-        (offsets child + chars, pylibcudf), then '\\r'/'\\n' are stripped on the device. UTF-8
-        is validated on the device (gpu_support.utf8_bad_bytes); only the lines that are not
-        valid go to the host, where Python's decoder gives them the CPU kernel's U+FFFD."""
+    def split_lines(self, data, base_offset: int, added=()) -> Lines:
+        """Newlines found with CuPy, and each line's end by the line-ending rule on the device
+        (sources/line_ends.record_ends, the CPU's index arithmetic). The strings column is built
+        over the same device bytes (offsets child + chars, pylibcudf) as pieces: record, line
+        ending, record, ...; the records are gathered from it (one copy, as a trim makes).
+        UTF-8 is validated on the device (gpu_support.utf8_bad_bytes); only the lines that are
+        not valid go to the host, where Python's decoder gives them the CPU kernel's U+FFFD."""
         buf = data if isinstance(data, cp.ndarray) else cp.asarray(np.frombuffer(data, dtype=np.uint8))
         n = len(buf)
-        if n and _flag(buf[n - 1:] != 10, "control: last byte"):
-            buf = cp.concatenate([buf, cp.asarray([10], dtype=cp.uint8)])
-            n += 1
         newlines = cp.flatnonzero(buf == 10)
-        starts = cp.concatenate([cp.zeros(1, dtype=cp.int64), (newlines + 1).astype(cp.int64)])[:len(newlines)]
-        bounds = cp.concatenate([starts, cp.asarray([n], dtype=cp.int64)])
+        starts = cp.concatenate([cp.zeros(1, dtype=cp.int64), (newlines + 1).astype(cp.int64)])
+        if not n or not _flag(buf[n - 1:] != 10, "control: last byte"):
+            starts = starts[:len(newlines)]          # no line starts after the last newline
+        ends = record_ends(cp, buf, starts, cp.asarray(added, dtype=cp.int64) if len(added) else None)
         bad = cp.zeros(len(starts), dtype=bool)
         if n and _flag(buf >= 0x80, "control: non-ASCII"):
             wrong = cp.flatnonzero(utf8_bad_bytes(cp, buf))
             if len(wrong):
                 bad[cp.searchsorted(starts, wrong, side="right") - 1] = True
-        text = _strings_from_buffers(buf, bounds, len(starts))
-        text = text.str.rstrip("\r\n")
+        m = len(starts)
+        bounds = cp.empty(2 * m + 1, dtype=cp.int64)
+        bounds[0:2 * m:2] = starts
+        bounds[1:2 * m:2] = ends
+        bounds[2 * m] = n
+        keep = ends > starts                         # empty records are not records
+        take = cp.zeros(2 * m, dtype=bool)
+        take[0::2] = keep
+        text = _strings_from_buffers(buf, bounds, 2 * m)[take].reset_index(drop=True)
+        starts, ends, bad = starts[keep], ends[keep], bad[keep]
         raw = None
         if _flag(bad, "control: invalid UTF-8"):
-            text, raw = self._replace_invalid(text, buf, bounds, cp.flatnonzero(bad))
-        keep = (text.str.len() > 0).values
-        text = text[keep].reset_index(drop=True)
-        if raw is not None:
-            raw = raw[keep].reset_index(drop=True)
-        return Lines(text=text, offsets=starts[keep] + base_offset, bad_utf8=bad[keep], raw=raw)
+            text, raw = self._replace_invalid(text, buf, starts, ends, cp.flatnonzero(bad))
+        return Lines(text=text, offsets=starts + base_offset, bad_utf8=bad, raw=raw)
 
-    def _replace_invalid(self, text, buf, bounds, rows):
-        """The lines at `rows` decoded as the CPU kernel does (Python's decoder, U+FFFD for each
-        bad sequence, then '\\r\\n' trimmed): only those lines' bytes cross to the host. Also
-        those lines' exact bytes (less the line ending) as a binary Series, null for the other
-        lines: the quarantine's `_raw`, as the CPU's Lines.raw."""
+    def _replace_invalid(self, text, buf, starts, ends, rows):
+        """The records at `rows` decoded as the CPU kernel does (Python's decoder, U+FFFD for
+        each bad sequence): only those records' bytes cross to the host. Also their exact bytes
+        as a binary Series, null for the other records: the quarantine's `_raw`, as the CPU's
+        Lines.raw."""
         count_fallback("split_lines: invalid UTF-8 lines decoded on the host", len(rows))
-        lo, hi = to_host_copy(bounds[rows], "invalid UTF-8 lines"), to_host_copy(bounds[rows + 1], "invalid UTF-8 lines")
+        lo, hi = to_host_copy(starts[rows], "invalid UTF-8 lines"), to_host_copy(ends[rows], "invalid UTF-8 lines")
         lines = [bytes(to_host_copy(buf[a:b], "invalid UTF-8 lines")) for a, b in zip(lo.tolist(), hi.tolist())]
-        decoded = [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in lines]
+        decoded = [line.decode("utf-8", errors="replace") for line in lines]
         exact: list = [None] * len(text)
         for row, line in zip(to_host_copy(rows, "invalid UTF-8 lines").tolist(), lines):
-            exact[row] = line.rstrip(b"\r\n")
+            exact[row] = line
         return (_scatter(text, rows, cudf.Series(decoded, dtype="str")),
                 self.series(pa.array(exact, type=pa.binary()), "binary"))
 

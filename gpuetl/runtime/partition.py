@@ -124,7 +124,8 @@ def _split_batch(block, position: int, data, backend):
     """(text, file index, offset, bad UTF-8, exact bytes of the records that are not UTF-8 or
     None) of the records in one batch of whole lines that starts at `position` in the block."""
     xp = backend.xp
-    lines = backend.split_lines(data, position)
+    added = [p - position for p in block.added if position <= p < position + len(data)]
+    lines = backend.split_lines(data, position, added)
     pos = xp.asarray(block.seg_pos, dtype=xp.int64)
     which = xp.searchsorted(pos, lines.offsets, side="right") - 1
     file_index = xp.asarray(block.seg_file, dtype=xp.int32)[which]

@@ -33,6 +33,7 @@ from ..errors import SourceError
 from ..spec.sizes import format_size
 from .compressed import Limits
 from .files import InputFile
+from .line_ends import record_ends, records_array
 from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compressed_ranges, pack, read_range,
                      record_span, truncated_piece)
 
@@ -108,8 +109,8 @@ def csv_record_starts(f: InputFile, boundaries) -> list[int]:
 @dataclass
 class Units:
     """A buffer cut into consecutive pieces (records, or lines set aside), each from its start
-    to the next one's: `text` (line endings at the end trimmed), `exact` (the bytes, for the
-    pieces that are not UTF-8, else None), `bad_utf8`, `starts` (positions in the buffer)."""
+    to the next one's: `text` (less the line ending, sources/line_ends.py), `exact` (the bytes,
+    for the pieces that are not UTF-8, else None), `bad_utf8`, `starts` (positions in the buffer)."""
 
     text: pa.Array
     starts: np.ndarray
@@ -117,20 +118,23 @@ class Units:
     exact: pa.Array | None
 
 
-def cut_units(data: bytes, starts: np.ndarray) -> Units:
-    """The pieces of `data` that begin at `starts` (ascending, the first 0), each up to the next."""
-    bounds = np.append(starts, len(data)).astype(np.int64)
-    raw = pa.Array.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(bounds), pa.py_buffer(data)])
+def cut_units(data: bytes, starts: np.ndarray, ends: np.ndarray | None = None) -> Units:
+    """The pieces of `data` that begin at `starts` (ascending, the first 0), each up to the next
+    less its line ending, or up to `ends` where given."""
+    if ends is None:
+        ends = record_ends(np, np.frombuffer(data, dtype=np.uint8), starts)
+    raw = records_array(data, starts, ends)
+    string_type = pa.string() if raw.type == pa.binary() else pa.large_string()
     try:
-        text = raw.cast(pa.large_string())
+        text = raw.cast(string_type)
         bad = np.zeros(len(starts), dtype=bool)
         exact = None
     except pa.ArrowInvalid:
         values = raw.to_pylist()
         bad = np.array([not _is_utf8(v) for v in values], dtype=bool)
-        text = pa.array([v.decode("utf-8", "replace") for v in values], pa.large_string())
-        exact = pa.array([v.rstrip(b"\r\n") if b else None for v, b in zip(values, bad)], pa.binary())
-    return Units(pc.utf8_rtrim(text, characters="\r\n").cast(pa.string()), starts, bad, exact)
+        text = pa.array([v.decode("utf-8", "replace") for v in values], string_type)
+        exact = pa.array([v if b else None for v, b in zip(values, bad)], pa.binary())
+    return Units(text.cast(pa.string()), starts, bad, exact)
 
 
 def _is_utf8(value: bytes) -> bool:
@@ -301,10 +305,10 @@ class MultilineFraming:
         a = max(0, lo - self.max_bytes - 1)
         b = min(f.size, hi + self.max_bytes + 1)
         try:
-            start, end, needs_newline = record_span(f.path, a, b - a)
+            start, end, _ = record_span(f.path, a, b - a)
         except OSError as err:
             raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
-        return _pread(f, start, end - start) + (b"\n" if needs_newline else b""), start
+        return _pread(f, start, end - start), start
 
     def _frame(self, data: bytes, base: int, lo: int, hi: int, file_index: int, first: int | None,
                out: Records) -> None:
@@ -312,7 +316,9 @@ class MultilineFraming:
         start in [lo, hi). `first`: the file's first start line, None: data is the file from its
         start."""
         buf = np.frombuffer(data, dtype=np.uint8)
-        lines = cut_units(data, line_starts(buf))
+        line_at = line_starts(buf)
+        line_end = record_ends(np, buf, line_at)                  # each line's bytes, less its line ending
+        lines = cut_units(data, line_at, line_end)
         starts = lines.starts + base                              # in the file
         n = len(starts)
         ends = np.append(starts[1:], base + len(data))            # each line's end, its newline included
@@ -333,7 +339,11 @@ class MultilineFraming:
         unit_rows = np.flatnonzero(unit)
         if not len(unit_rows):
             return
-        records = cut_units(data, lines.starts[unit_rows])
+        # a record ends where its last line that is not blank does: inner line endings stay as
+        # in the file, the trailing ones (and the blank lines at its end) are left out
+        last_line = np.append(unit_rows[1:], n) - 1
+        not_blank = np.maximum.accumulate(np.where(blank, -1, idx))
+        records = cut_units(data, lines.starts[unit_rows], line_end[np.maximum(not_blank[last_line], unit_rows)])
         records_owned = owned[unit_rows]
         aside = records_owned & ~is_start[unit_rows] & ~blank[unit_rows]
         keep = records_owned & is_start[unit_rows]

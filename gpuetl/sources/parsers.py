@@ -220,7 +220,8 @@ def read_csv_header(f: InputFile, delimiter: str, where: str) -> tuple[str, ...]
 
 def first_record(f: InputFile) -> bytes | None:
     """The first line of a file (decompressed as a stream: only its start is read) less its
-    line ending; lines that are only a line ending are skipped, as the source stage does."""
+    line ending; lines that are only a line ending are skipped, as the source stage does (the
+    first record that is not empty is the header it skips)."""
     import bz2
     import gzip
 
@@ -238,7 +239,8 @@ def first_record(f: InputFile) -> bytes | None:
                     return None
                 if len(line) > MAX_HEADER_BYTES:
                     raise SourceError(f"{f.display}: the first line (the CSV header) is over {MAX_HEADER_BYTES} bytes")
-                line = line.rstrip(b"\r\n")
+                if line.endswith(b"\n"):          # less its line ending, as the records (sources/line_ends.py)
+                    line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
                 if line:
                     return line
     except SourceError:

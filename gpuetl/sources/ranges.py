@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from .. import storage
 from ..errors import SourceError
@@ -153,11 +153,13 @@ class Block:
     seg_start: list[int]
     seg_file: list[int]
     extra_bad: list[tuple[int, int, bytes, str]]   # (file index, offset, raw bytes, reason) of cut-off records
+    added: list[int] = field(default_factory=list)  # positions of the newlines added after a file's last line
 
 
 def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
     """A range's bytes, less an incomplete last record of a cut-off stream (which is reported);
-    a refused file (a decompression bomb) is one reported record and no bytes."""
+    a refused file (a decompression bomb) is one reported record and no bytes. A file's last
+    line keeps what it ends with (no newline is added here: read_block adds one, and says so)."""
     data = got.data
     if got.refused:
         extra_bad.append((f.index, got.start, raw_record(b""), got.refused))
@@ -171,8 +173,6 @@ def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
         else:
             extra_bad.append((f.index, got.start + len(data), raw_record(b""),
                               f"{f.display}: {got.truncated}; records after this point are lost"))
-    if len(data) and data[-1] != 10:
-        data = bytes(data) + b"\n"
     return data
 
 
@@ -182,20 +182,24 @@ def raw_record(data: bytes):
 
 
 def read_block(files: list[InputFile], ranges) -> Block:
-    """The host reader: every range's whole records, each piece ending with a newline."""
-    buffers, seg_pos, seg_start, seg_file, extra_bad = [], [], [], [], []
+    """The host reader: every range's whole records, each piece ending with a newline (one added
+    after a file's last line that lacks it, its position in Block.added)."""
+    buffers, seg_pos, seg_start, seg_file, extra_bad, added = [], [], [], [], [], []
     position = 0
     for rng in ranges:
         f = files[rng.file_index]
         got = read_range(f, rng)
         data = truncated_piece(f, got, extra_bad)
+        if len(data) and data[-1] != 10:
+            data = bytes(data) + b"\n"
+            added.append(position + len(data) - 1)
         buffers.append(data)
         seg_pos.append(position)
         seg_start.append(got.start)
         seg_file.append(f.index)
         position += len(data)
     data = buffers[0] if len(buffers) == 1 else b"".join(buffers)
-    return Block(data, seg_pos, seg_start, seg_file, extra_bad)
+    return Block(data, seg_pos, seg_start, seg_file, extra_bad, added)
 
 
 def read_range(f: InputFile, rng: ByteRange) -> RangeData:

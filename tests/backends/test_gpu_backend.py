@@ -97,7 +97,7 @@ def test_astype_exact(gpu):
 def test_crlf_with_valid_utf8_stays_on_the_device(gpu, on_device):
     data = "GET /é 200\r\nPOST /ü 404\r\n\r\n日本語 ok\r\nlast\r".encode()
     g, c = gpu.split_lines(data, 0), CPU.split_lines(data, 0)
-    assert host(g.text) == host(c.text) == ["GET /é 200", "POST /ü 404", "日本語 ok", "last"]
+    assert host(g.text) == host(c.text) == ["GET /é 200", "POST /ü 404", "日本語 ok", "last\r"]   # no '\n': kept
     assert host(g.offsets) == c.offsets.tolist() and not any(host(g.bad_utf8))
     assert "invalid UTF-8 lines" not in worker_tallies()["host_bytes"]
 
@@ -118,7 +118,7 @@ def test_invalid_utf8_lines_alone_cross_to_the_host(gpu):
 
 def test_split_lines(gpu, tmp_path):
     data = b"a\r\n\nb\xff\xfec\n\r\n" + "é\n".encode() + b"last"
-    for buf in (data, b"plain\nascii\n\n", b""):
+    for buf in (data, b"plain\nascii\n\n", b"", b"a\r\r\n\xff\r\r\nx\ry\r\n\r\r\nend\r"):
         g, c = gpu.split_lines(buf, 7), CPU.split_lines(buf, 7)
         assert host(g.text) == host(c.text)
         assert host(g.offsets) == c.offsets.tolist() and host(g.bad_utf8) == c.bad_utf8.tolist()
@@ -135,7 +135,8 @@ def test_read_block_matches_host_reader(gpu, tmp_path):
         for part in plan_partitions(files, blocksize):
             g, c = gpu.read_block(files, part.ranges), read_block(files, part.ranges)
             assert bytes(cp.asnumpy(g.data)) == c.data
-            assert (g.seg_pos, g.seg_start, g.seg_file, g.extra_bad) == (c.seg_pos, c.seg_start, c.seg_file, c.extra_bad)
+            assert (g.seg_pos, g.seg_start, g.seg_file, g.extra_bad, g.added) == \
+                (c.seg_pos, c.seg_start, c.seg_file, c.extra_bad, c.added)
 
 
 @pytest.mark.parametrize("name", ["apache_combined", "apache_common", "syslog_rfc3164", "syslog_rfc5424"])

@@ -33,11 +33,14 @@ BACKEND = CpuBackend()
 
 
 def expected_records(data: bytes) -> list[tuple[int, str]]:
-    """The reference model: lines split at '\\n', trailing '\\r's trimmed, empty lines skipped;
-    invalid UTF-8 replaced like Python's errors='replace'; offset = the line's first byte."""
+    """The reference model: lines split at '\\n', one '\\r' before a '\\n' trimmed (a last
+    line without '\\n' keeps all its bytes), empty lines skipped; invalid UTF-8 replaced like
+    Python's errors='replace'; offset = the line's first byte."""
     out, pos = [], 0
-    for piece in data.split(b"\n"):
-        text = piece.decode("utf-8", "replace").rstrip("\r")
+    pieces = data.split(b"\n")
+    for k, piece in enumerate(pieces):
+        ended = k < len(pieces) - 1
+        text = (piece[:-1] if ended and piece.endswith(b"\r") else piece).decode("utf-8", "replace")
         if text:
             out.append((pos, text))
         pos += len(piece) + 1
