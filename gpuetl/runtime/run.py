@@ -102,6 +102,8 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                                                 plan.loaded.base_dir)
         commit_protocol.survey_read_only(out, mode)
         output_folder = sink.output_folder(out, log)
+        if not spec.sink.durable:             # sink.durable: false, for this folder only (gpuetl/durable.py)
+            output_folder.durable = False
     with output_folder as folder:
         folder.survey(mode)
         if mode == "resume":
@@ -135,7 +137,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                 watch.shards_done()
                 built = build_report(plan, backend, watch, result=result, **_shards_at(run_tmp, store))
                 (run_tmp / "data").mkdir(exist_ok=True)        # a run through the store wrote no shard here
-                result.manifest["reports"] = write_report(built, run_tmp / "data")
+                result.manifest["reports"] = write_report(built, run_tmp / "data", durable=spec.sink.durable)
         except BaseException as err:
             if report and isinstance(err, DataError):
                 _failed_report(plan, backend, watch, folder, run_tmp, err, log)
