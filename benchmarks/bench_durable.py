@@ -1,0 +1,70 @@
+#!/usr/bin/env python
+"""What flushing to the disk costs: `bench_access_logs.py`'s gpuetl run with `sink.durable: true`
+(the default: every published file fsync'd before its rename, its folder after) and `false`.
+
+    python benchmarks/bench_durable.py [--size 1GB] [--rounds 3] [--data benchmarks/data]
+        [--json benchmarks/results/durable.json]
+
+The same generated access log as bench_access_logs.py (cached), the page cache warmed, then
+`gpuetl run benchmarks/access_logs.yaml --backend cpu` in a fresh process per run, the two
+settings alternating and their order swapped each round (on/off, off/on, ...), so drift in a
+shared machine's load falls on both. Reports each run's wall seconds and the medians.
+
+Not a test; nothing here is imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_access_logs as bench  # noqa: E402
+import side_by_side  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=bench.parse_size, default=bench.parse_size("1GB"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--data", type=Path, default=HERE / "data")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "out-durable",
+                    help="the dataset folder (put it on the disk whose cost you want)")
+    ap.add_argument("--json", type=Path, default=HERE / "results" / "durable.json")
+    ap.add_argument("--timeout", type=float, default=3600)
+    args = ap.parse_args(argv)
+
+    src = bench.ensure_input(args.data.resolve(), args.size, args.seed, 0)
+    input_bytes, lines = side_by_side.warm(src, bench.warm_and_count)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for r in range(args.rounds):
+        for durable in ((True, False) if r % 2 == 0 else (False, True)):
+            cmd = bench.gpuetl_command(src, args.out, sets=[f"sink.durable={'true' if durable else 'false'}"])
+            res = bench.run_command(f"durable={durable}", cmd, args.out, args.out.with_suffix(".log"), args.timeout)
+            if not res.get("ok") or res.get("rows") != lines:
+                print(f"round {r + 1}, durable={durable}: failed: {res.get('error') or res.get('rows')}")
+                return 1
+            runs.append({"round": r + 1, "durable": durable, "seconds": round(res["seconds"], 2),
+                         "cpu_seconds": round(res["cpu_seconds"], 2), "output_bytes": res["output_bytes"]})
+            print(f"round {r + 1}  durable={str(durable).lower():5}  {res['seconds']:7.2f} s wall  "
+                  f"{res['cpu_seconds']:7.2f} s cpu", flush=True)
+    on = statistics.median(x["seconds"] for x in runs if x["durable"])
+    off = statistics.median(x["seconds"] for x in runs if not x["durable"])
+    print(f"median: durable {on:.2f} s, not durable {off:.2f} s: {on - off:+.2f} s ({(on / off - 1) * 100:+.1f} %) "
+          f"on {input_bytes / 1e6:,.0f} MB, {lines:,} lines")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"input": {"path": str(src), "bytes": input_bytes, "lines": lines},
+                                     "runs": runs, "median_seconds": {"durable": on, "not_durable": off},
+                                     "machine": bench.machine_info()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
