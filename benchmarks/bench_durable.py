@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--fsync-time", action="store_true", help="also time every fsync of one in-process run")
     ap.add_argument("--skip-wall", action="store_true", help="only the --fsync-time run")
+    ap.add_argument("--shards", type=int, help="shard.count (default: the pipeline's, one shard)")
     args = ap.parse_args(argv)
 
     src = bench.ensure_input(args.data.resolve(), args.size, args.seed, 0)
@@ -51,13 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     runs, flushes = [], None
     if args.fsync_time:
-        flushes = time_fsyncs(src, args.out)
+        flushes = time_fsyncs(src, args.out, args.shards)
         print(f"in-process durable run: {flushes['calls']} fsync calls, {flushes['fsync_seconds']:.3f} s in fsync "
               f"({flushes['files']} files, {flushes['folders']} folders) of {flushes['run_seconds']:.2f} s; "
               f"output {flushes['output_bytes'] / 1e6:,.1f} MB", flush=True)
     for r in range(0 if args.skip_wall else args.rounds):
         for durable in ((True, False) if r % 2 == 0 else (False, True)):
-            cmd = bench.gpuetl_command(src, args.out, sets=[f"sink.durable={'true' if durable else 'false'}"])
+            sets = [f"sink.durable={'true' if durable else 'false'}"] + ([f"shard.count={args.shards}"] if args.shards else [])
+            cmd = bench.gpuetl_command(src, args.out, sets=sets)
             res = bench.run_command(f"durable={durable}", cmd, args.out, args.out.with_suffix(".log"), args.timeout)
             if not res.get("ok") or res.get("rows") != lines:
                 print(f"round {r + 1}, durable={durable}: failed: {res.get('error') or res.get('rows')}")
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def time_fsyncs(src: Path, out: Path) -> dict:
+def time_fsyncs(src: Path, out: Path, shards: int | None = None) -> dict:
     """One durable run in this process with every os.fsync timed (this script's process only)."""
     import os
     import shutil
@@ -93,6 +95,8 @@ def time_fsyncs(src: Path, out: Path) -> dict:
 
     spec = yaml.safe_load((HERE / "access_logs.yaml").read_text())
     spec["source"]["path"], spec["sink"]["path"], spec["sink"]["mode"] = str(src), str(out), "overwrite"
+    if shards:
+        spec["shard"] = {"count": shards}
     shutil.rmtree(out, ignore_errors=True)
     real, seen = os.fsync, {"calls": 0, "files": 0, "folders": 0, "fsync_seconds": 0.0}
 
