@@ -97,7 +97,7 @@ def _run(base: Path, spec: dict):
     return gpuetl.Pipeline.from_dict(spec, base_dir=base).run(backend="cpu", scheduler="sync", progress=False)
 
 
-def test_every_published_file_is_flushed_before_its_rename_and_its_folder_after(base, monkeypatch):
+def test_every_published_file_is_flushed_before_its_rename_and_its_folder_after(base, monkeypatch, surroundings):
     """An overwrite of a dataset with splits and a quarantine by one without: each file kind the
     run publishes (shards, quarantine, run report, manifest, _SUCCESS, the journal, _owner.json,
     the lock) had its bytes flushed before the rename or link that named it, and the folder
@@ -106,12 +106,13 @@ def test_every_published_file_is_flushed_before_its_rename_and_its_folder_after(
     first = _run(base, _spec(2, {"train": 0.7, "val": 0.3}))
     assert first.counts["quarantined"] == 12
     trace = Trace().install(monkeypatch)
-    result = _run(base, _spec(3, None))
+    with surroundings(base, dataset=base / "out"):
+        result = _run(base, _spec(3, None))
     monkeypatch.undo()
     out = result.out_dir
     ev = trace.events
     counts = result.counts
-    assert counts["rows_in"] == counts["rows_out"] + counts["filtered"] + counts["deduplicated"] + counts["quarantined"]
+    assert counts["rows_in"] == 600 == counts["rows_out"] + counts["filtered"] + counts["deduplicated"] + counts["quarantined"]
 
     kinds = {"shard": [out / s["path"] for s in result.manifest["shards"]],
              "quarantine": [out / q["path"] for q in result.manifest["quarantine"]],
@@ -158,16 +159,19 @@ def test_every_published_file_is_flushed_before_its_rename_and_its_folder_after(
         assert trace.file_synced_before(ev[i][1], i) and trace.dir_synced_between(ev[i][3], i, following), ev[i]
 
 
-def test_durable_false_skips_every_flush_and_writes_the_same_dataset(base, monkeypatch):
+def test_durable_false_skips_every_flush_and_writes_the_same_dataset(base, monkeypatch, surroundings):
     """sink.durable: false (scratch output) calls fsync nowhere; the dataset's bytes are the same."""
     durable_run = _run(base, _spec(2, {"train": 0.7, "val": 0.3}))
     shas = {s["path"]: s["sha256"] for s in durable_run.shards}
     trace = Trace().install(monkeypatch)
     spec = _spec(2, {"train": 0.7, "val": 0.3})
     spec["sink"]["durable"] = False
-    scratch = _run(base, spec)
+    with surroundings(base, dataset=base / "out"):
+        scratch = _run(base, spec)
     monkeypatch.undo()
     assert trace.fsyncs() == 0
+    c = scratch.counts
+    assert c["rows_in"] == 600 == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
     assert trace.named(scratch.out_dir / SUCCESS)                    # the run did publish, unflushed
     assert {s["path"]: s["sha256"] for s in scratch.shards} == shas
 
