@@ -57,3 +57,13 @@ def publish(partial: str, path: str, *, durable: bool = True) -> None:
     os.replace(partial, path)
     if durable:
         sync_dir(os.path.dirname(path) or ".")
+
+
+def boot_id() -> str | None:
+    """This boot of the machine (Linux; None elsewhere): what a power cut or a crash changes.
+    Work a run left unflushed (its spill pieces) is trusted only within the boot that wrote it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
