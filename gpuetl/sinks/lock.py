@@ -1,10 +1,11 @@
 """The run lock of a dataset folder, `_tmp/_lock`: one run at a time writes there.
 
 It is created exclusively (a complete file, flushed to the disk, hard-linked into place, so no
-reader ever sees it half written, not even after a power cut) and records host, pid, the process's start time and the boot id. A same-host lock
-whose process is gone, or whose pid now belongs to another process, is moved aside and replaced
-(the inode moved is compared with the one read, so two runs cannot both take it over); another
-host's lock is refused, naming it, since its process cannot be checked from here.
+reader ever sees it half written, not even after a power cut) and records host, pid, the
+process's start time and the boot id. A same-host lock whose process is gone, or whose pid now
+belongs to another process, is moved aside and replaced (the inode moved is compared with the
+one read, so two runs cannot both take it over); another host's lock is refused, naming it,
+since its process cannot be checked from here.
 """
 
 from __future__ import annotations

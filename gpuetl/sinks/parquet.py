@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 from ..backends.host_spill import read_ipc, row_bytes
 from ..backends.shard_writer import DEFAULT_ROW_GROUP_ROWS, ShardResult, ShardWriter, dictionary_columns
 from ..columns import FILE_INDEX, OFFSET
-from ..storage import is_remote
 from ..placement import BUCKETS, ORDER, PLACE, hash_range
+from ..storage import is_remote
 from ..types import Schema, arrow_schema
 from .base import CommittedFolder
 from .layout import Layout
