@@ -413,6 +413,13 @@ def _load_json(path: Path):
         return None
 
 
+def _size_of(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
 def _json_or_none(raw: bytes | None):
     try:
         return json.loads(raw) if raw is not None else None
@@ -486,7 +493,7 @@ def _write_shards(plan, results: list[MapResult], sink, options, run_tmp: Path, 
         name = f"{task.split}-{task.index}.json"
         if store is None:
             saved = _load_json(shard_state / name)
-            kept = saved and (run_tmp / "data" / saved["path"]).exists()
+            kept = saved and _size_of(run_tmp / "data" / saved["path"]) == saved.get("bytes")   # a cut can empty it
         else:
             saved = _json_or_none(store.get_bytes(f"shards/{name}"))
             kept = (isinstance(saved, dict) and saved.get("path") == task.relpath

@@ -205,3 +205,34 @@ def test_a_folder_that_cannot_be_flushed_is_let_be_but_a_failed_file_flush_is_an
     (tmp_path / "f").write_bytes(b"x")
     with pytest.raises(OSError):
         durable.sync_path(str(tmp_path / "f"))
+
+
+def test_resume_writes_again_a_shard_a_power_cut_emptied(base, monkeypatch, surroundings):
+    """With sink.durable: false a power cut can keep a shard's name and record and lose its bytes.
+    A resumed run keeps a written shard only when its size is the one recorded: the emptied
+    shard is written again, and every committed file is the bytes its manifest entry names."""
+    import hashlib
+
+    from gpuetl.errors import OutputError
+    from gpuetl.sinks import commit
+
+    spec = _spec(3, None)
+    spec["sink"].update(mode="resume", durable=False)
+
+    def cut(self, run_tmp, manifest):
+        raise OutputError("the power went before the commit")
+
+    monkeypatch.setattr(commit.OutputFolder, "commit", cut)
+    with pytest.raises(OutputError, match="the power went"):
+        _run(base, spec)
+    monkeypatch.undo()
+    shards = sorted((base / "out" / TMP).glob("*/data/part-*.parquet"))
+    assert len(shards) == 3
+    shards[1].write_bytes(b"")                                  # what the cut left of one of them
+    with surroundings(base, dataset=base / "out"):
+        result = _run(base, spec)
+    c = result.counts
+    assert c["rows_in"] == 600 == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
+    for entry in result.manifest["shards"] + result.manifest["quarantine"]:
+        data = (result.out_dir / entry["path"]).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (entry["bytes"], entry["sha256"]), entry["path"]
