@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pylibcudf as plc
 
+from ..durable import publish
 from ..sources.line_ends import record_ends
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is_nested
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
@@ -1115,6 +1116,7 @@ class GpuShardWriter:
         with open(self.path + ".partial", "rb") as fh:
             while block := fh.read(1 << 20):
                 digest.update(block)
-        os.replace(self.path + ".partial", self.path)
+        # libcudf closed the file: flushed to the disk before the rename that publishes it
+        publish(self.path + ".partial", self.path, durable=getattr(self.options, "durable", True))
         return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
                            digest.hexdigest())

@@ -1,8 +1,8 @@
 """The Parquet writer of one shard on the host (the CPU backend's Backend.shard_writer; the
 sinks write shards and the quarantine through it): exact row-group boundaries, so the bytes
 depend only on the rows, and a partial file renamed on close, so a killed task never leaves a
-truncated shard. A device backend's writer keeps the same contract (write, close -> ShardResult,
-abort)."""
+truncated shard; the file is flushed to the disk before that rename (durable.publish). A
+device backend's writer keeps the same contract (write, close -> ShardResult, abort)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..durable import publish
 from ..types import Schema, arrow_schema
 
 DEFAULT_ROW_GROUP_ROWS = 131_072
@@ -141,7 +142,7 @@ class ShardWriter:
         self.writer.close()
         self.closed = True
         self._hash_written()
-        os.replace(self.path + ".partial", self.path)
+        publish(self.path + ".partial", self.path, durable=getattr(self.options, "durable", True))
         return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
                            self.digest.hexdigest())
 

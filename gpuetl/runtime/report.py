@@ -12,6 +12,7 @@ import time
 import warnings
 from pathlib import Path
 
+from ..durable import sync_file
 from .reasons import reason_kind
 
 REPORT_JSON = "_report.json"
@@ -150,10 +151,11 @@ def _one_line(error: BaseException) -> str:
 
 # -- writing ------------------------------------------------------------------------------------
 
-def write_report(report: dict, folder: Path) -> list[dict]:
+def write_report(report: dict, folder: Path, durable: bool = True) -> list[dict]:
     """Write both files into folder, one of this run's own temporary folders; their manifest
     entries (path, bytes, sha256). A report an earlier attempt of the same run left there (a
-    resumed run) is replaced; anything but a plain file in its place is an error."""
+    resumed run) is replaced; anything but a plain file in its place is an error. `durable`:
+    each flushed to the disk (the commit then moves it into the dataset: gpuetl/durable.py)."""
     entries = []
     for name, data in ((REPORT_JSON, json.dumps(report, indent=1, default=str).encode()),
                        (REPORT_HTML, render_html(report).encode())):
@@ -163,6 +165,8 @@ def write_report(report: dict, folder: Path) -> list[dict]:
         path.unlink(missing_ok=True)
         with open(path, "xb") as fh:          # created here: never through a link
             fh.write(data)
+            if durable:
+                sync_file(fh)
         entries.append({"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     return entries
 

@@ -102,6 +102,8 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                                                 plan.loaded.base_dir)
         commit_protocol.survey_read_only(out, mode)
         output_folder = sink.output_folder(out, log)
+        if not spec.sink.durable:             # sink.durable: false, for this folder only (gpuetl/durable.py)
+            output_folder.durable = False
     with output_folder as folder:
         folder.survey(mode)
         if mode == "resume":
@@ -135,7 +137,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                 watch.shards_done()
                 built = build_report(plan, backend, watch, result=result, **_shards_at(run_tmp, store))
                 (run_tmp / "data").mkdir(exist_ok=True)        # a run through the store wrote no shard here
-                result.manifest["reports"] = write_report(built, run_tmp / "data")
+                result.manifest["reports"] = write_report(built, run_tmp / "data", durable=spec.sink.durable)
         except BaseException as err:
             if report and isinstance(err, DataError):
                 _failed_report(plan, backend, watch, folder, run_tmp, err, log)
@@ -425,6 +427,13 @@ def _load_json(path: Path):
         return None
 
 
+def _size_of(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
 def _json_or_none(raw: bytes | None):
     try:
         return json.loads(raw) if raw is not None else None
@@ -498,7 +507,7 @@ def _write_shards(plan, results: list[MapResult], sink, options, run_tmp: Path, 
         name = f"{task.split}-{task.index}.json"
         if store is None:
             saved = _load_json(shard_state / name)
-            kept = saved and (run_tmp / "data" / saved["path"]).exists()
+            kept = saved and _size_of(run_tmp / "data" / saved["path"]) == saved.get("bytes")   # a cut can empty it
         else:
             saved = _json_or_none(store.get_bytes(f"shards/{name}"))
             kept = (isinstance(saved, dict) and saved.get("path") == task.relpath

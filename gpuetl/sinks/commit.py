@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..durable import sync_dir, sync_file
 from ..errors import OutputError, OutputWriteFailed
 from .lock import LOCK, LOCK_FORMAT, RunLock, describe, is_alive, this_process
 
@@ -101,14 +102,15 @@ def _printable(name: str, limit: int = 120) -> str:
 
 
 class _Tree:
-    """A folder worked in through descriptors: no link below it is ever followed."""
+    """A folder worked in through descriptors: no link below it is ever followed. `durable`:
+    each file written is flushed before its rename and its folder after (gpuetl/durable.py)."""
 
-    def __init__(self, path: Path, fd: int):
-        self.path, self.fd = path, fd
+    def __init__(self, path: Path, fd: int, durable: bool = True):
+        self.path, self.fd, self.durable = path, fd, durable
 
     @classmethod
-    def open(cls, path: Path) -> "_Tree":
-        return cls(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY))
+    def open(cls, path: Path, durable: bool = True) -> "_Tree":
+        return cls(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY), durable)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -121,7 +123,7 @@ class _Tree:
 
     def subtree(self, rel: str) -> "_Tree":
         with self.parent(rel) as (fd, name):
-            return _Tree(self.path / rel, self._open_dir(fd, name, rel))
+            return _Tree(self.path / rel, self._open_dir(fd, name, rel), self.durable)
 
     def _open_dir(self, fd: int, name: str, rel: str) -> int:
         try:
@@ -201,10 +203,13 @@ class _Tree:
             try:
                 with os.fdopen(f, "wb") as fh:
                     fh.write(data)
+                    if self.durable:
+                        sync_file(fh)                 # the bytes on the disk before the name
                 if not exclusive:
                     if _exists(fd, name):
                         self._refuse_unless_file(rel, os.stat(name, dir_fd=fd, follow_symlinks=False))
                     os.replace(temp, name, src_dir_fd=temp_fd, dst_dir_fd=fd)
+                self.sync(fd)                         # the name on the disk before the next step
             except BaseException:
                 try:
                     os.unlink(temp, dir_fd=temp_fd)
@@ -229,6 +234,31 @@ class _Tree:
                                           "did not write it; refusing to replace it", hint=MOVE_HINT)
                 os.replace(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
         return True
+
+    def sync(self, fd: int | None = None, rel: str | None = None) -> None:
+        """Flush a folder's entries (this one, the descriptor `fd`, or the folder `rel`) when durable."""
+        if not self.durable:
+            return
+        if rel is None:
+            sync_dir(self.fd if fd is None else fd)
+            return
+        try:
+            with self._dir(rel) as dfd:
+                sync_dir(dfd)
+        except FileNotFoundError:                     # removed (emptied): its parent holds that
+            pass
+
+    @contextmanager
+    def _dir(self, rel: str):
+        if rel in ("", "."):
+            yield self.fd
+            return
+        with self.parent(rel) as (fd, name):
+            sub = self._open_dir(fd, name, rel)
+            try:
+                yield sub
+            finally:
+                os.close(sub)
 
     def rmdir_if_empty(self, rel: str) -> None:
         try:
@@ -486,8 +516,9 @@ def listed_on_disk(tree: _Tree) -> set[str]:
 class OutputFolder:
     """The dataset folder while a run (or `verify --repair`) holds its lock."""
 
-    def __init__(self, out: Path, log=lambda *_: None):
+    def __init__(self, out: Path, log=lambda *_: None, durable: bool = True):
         self.out, self.log = out, log
+        self.durable = durable                 # files flushed before they are published (gpuetl/durable.py)
         self.created: list[Path] = []          # folders this process made, outermost first
         self.tree: _Tree | None = None
         self.tmp: _Tree | None = None
@@ -514,7 +545,7 @@ class OutputFolder:
             raise OutputWriteFailed(f"sink.path: cannot create {out}: {err.strerror}") from None
         self.created = [f for f in reversed(missing) if f.is_dir()]
         try:
-            self.tree = _Tree.open(out)
+            self.tree = _Tree.open(out, self.durable)
             st = self.tree.lstat(TMP)
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 raise OutputError(f"sink.path: {out / TMP} is a symbolic link or a file, not gpuetl's temporary "
@@ -523,6 +554,7 @@ class OutputFolder:
                 try:
                     os.mkdir(TMP, dir_fd=self.tree.fd)
                     self.created.append(out / TMP)
+                    self.tree.sync()
                 except FileExistsError:            # another run made it just now
                     pass
             self.tmp = self.tree.subtree(TMP)
@@ -597,6 +629,7 @@ class OutputFolder:
 
     def new_run(self, run_id: str) -> Path:
         os.mkdir(run_id, dir_fd=self.tmp.fd)
+        self.tmp.sync()                        # the journal written in it later must be found after a power cut
         self.tmp_used = True
         self.claim(self.out / TMP / run_id)
         return self.out / TMP / run_id
@@ -679,6 +712,7 @@ class OutputFolder:
         tree = self.tree
         has_data = self._preflight(run_name, journal)
         tree.unlink_file(SUCCESS)
+        tree.sync()                                   # gone for good before any file of the dataset changes
         moves, previous = journal["moves"], journal["previous"]
         new = set(moves)
         for rel in previous:
@@ -691,6 +725,10 @@ class OutputFolder:
             with self.tmp.subtree(f"{run_name}/data") as data:
                 for rel in moves:
                     tree.move_in(data, rel, set(previous))
+                for folder in sorted({os.path.dirname(rel) for rel in moves}):
+                    data.sync(rel=folder)             # the moves' sources on the disk
+        for folder in sorted({"/".join(p.split("/")[:i]) for p in previous + moves for i in range(p.count("/") + 1)}):
+            tree.sync(rel=folder)                     # removals and moves on the disk before the manifest names them
         raw = manifest_bytes(journal["manifest"])
         with self.tmp.subtree(run_name) as run:
             tree.write_file(MANIFEST, raw, staging=run)

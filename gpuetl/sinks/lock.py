@@ -1,10 +1,11 @@
 """The run lock of a dataset folder, `_tmp/_lock`: one run at a time writes there.
 
-It is created exclusively (a complete file hard-linked into place, so no reader ever sees it
-half written) and records host, pid, the process's start time and the boot id. A same-host lock
-whose process is gone, or whose pid now belongs to another process, is moved aside and replaced
-(the inode moved is compared with the one read, so two runs cannot both take it over); another
-host's lock is refused, naming it, since its process cannot be checked from here.
+It is created exclusively (a complete file, flushed to the disk, hard-linked into place, so no
+reader ever sees it half written, not even after a power cut) and records host, pid, the
+process's start time and the boot id. A same-host lock whose process is gone, or whose pid now
+belongs to another process, is moved aside and replaced (the inode moved is compared with the
+one read, so two runs cannot both take it over); another host's lock is refused, naming it,
+since its process cannot be checked from here.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class RunLock:
                 pass
             finally:
                 os.unlink(fresh, dir_fd=self.tmp.fd)
+                self.tmp.sync()                # the lock's name on the disk (durable folders only)
             holder, inode = self._read()
             if holder is None:
                 continue                       # gone in between: try again

@@ -97,7 +97,7 @@ class ObjectStoreFolder:
         self.log = log
         self.options = storage_options
         self.fs = storage.filesystem(self.url, storage_options)
-        self.local = OutputFolder(staging_folder(self.url), log)
+        self.local = OutputFolder(staging_folder(self.url), log, durable=False)    # the store's PUT is durable
         self.inventory = Inventory()
         self.committed = False
         self.journal_written = False

@@ -18,6 +18,7 @@ from ..backends.host_spill import read_ipc, row_bytes
 from ..backends.shard_writer import DEFAULT_ROW_GROUP_ROWS, ShardResult, ShardWriter, dictionary_columns
 from ..columns import FILE_INDEX, OFFSET
 from ..placement import BUCKETS, ORDER, PLACE, hash_range
+from ..storage import is_remote
 from ..types import Schema, arrow_schema
 from .base import CommittedFolder
 from .layout import Layout
@@ -31,6 +32,7 @@ class WriteOptions:
     compression: str
     row_group_rows: int | None
     row_group_bytes: int | None
+    durable: bool = True        # flush each file before its rename (gpuetl/durable.py); an object store's staging: no
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,9 @@ class ParquetSink(CommittedFolder):
     suffix = ".parquet"
 
     def write_options(self, sink_spec) -> WriteOptions:
-        return WriteOptions(sink_spec.compression, sink_spec.row_group_rows, sink_spec.row_group_bytes)
+        # an object store's shards are staged on the local disk and uploaded: its PUT is what is durable
+        durable = getattr(sink_spec, "durable", True) and not is_remote(sink_spec.path)
+        return WriteOptions(sink_spec.compression, sink_spec.row_group_rows, sink_spec.row_group_bytes, durable)
 
     def shard_path(self, split_name: str, index: int) -> str:
         return f"{split_name}/part-{index:05d}.parquet" if split_name else f"part-{index:05d}.parquet"

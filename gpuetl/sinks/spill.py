@@ -7,6 +7,7 @@ device frames in Parquet on a GPU); this module decides what goes where."""
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 from ..backends.host_spill import write_ipc
 from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS,
                              STATUS_QUARANTINED)
+from ..durable import boot_id
 from ..placement import ORDER, PLACE
 from ..types import Schema
 from .layout import Layout
@@ -112,7 +114,8 @@ def save_result(result: MapResult, tmp_dir: str) -> None:
     state = {"partition": result.partition, "tallies": [[s, st, n] for (s, st), n in result.tallies.items()],
              "reasons": result.reasons, "pieces": {str(k): v for k, v in result.pieces.items()},
              "rows": {str(k): v for k, v in result.rows.items()}, "quarantine": result.quarantine,
-             "histograms": sorted(result.histograms), "dropped_fields": result.dropped_fields}
+             "histograms": sorted(result.histograms), "dropped_fields": result.dropped_fields,
+             "host": socket.gethostname(), "boot": boot_id()}   # pieces are not flushed: a power cut may lose them
     path = os.path.join(folder, f"p{result.partition:06d}.json")
     with open(path + ".partial", "w") as fh:
         json.dump(state, fh)
@@ -128,6 +131,8 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
             state = json.load(fh)
     except (OSError, ValueError, RecursionError):
         return None
+    if not isinstance(state, dict) or (state.get("host") == socket.gethostname() and state.get("boot") != boot_id()):
+        return None                     # written before this machine restarted: its pieces may be lost
     try:
         pieces = {int(k): v for k, v in state["pieces"].items()}
         splits = [int(s) for s in state.get("histograms", [])]

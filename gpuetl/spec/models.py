@@ -227,6 +227,8 @@ class Sink(Model):
     row_group_rows: int | None = Field(None, ge=1)
     row_group_bytes: Size | None = None
     mode: Literal["error", "overwrite", "resume"] = "error"
+    durable: bool = Field(True, description="flush every file to the disk before it is published (fsync), so a "
+                                            "power cut never leaves a dataset naming empty files; false: scratch output")
     storage_options: dict[str, Any] | None = STORAGE_OPTIONS
 
     @field_validator("type")

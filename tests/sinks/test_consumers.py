@@ -114,13 +114,24 @@ def test_quarantine_is_readable(runs):
         assert raw[offset:offset + len(line)] == line        # _raw: the exact input bytes
 
 
-def _training_loop_examples() -> list[str]:
-    """The python blocks of docs/consuming.md's "Feeding a training loop" section."""
+def _docs_blocks(section: str | None) -> list[str]:
+    """The python blocks of docs/consuming.md's opening (section None) or of a section."""
     import re
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "consuming.md").read_text()
-    section = text.split("## Feeding a training loop", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    part = text.split("\n## ", 1)[0] if section is None else text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", part, flags=re.S)
+
+
+def _training_loop_examples() -> list[str]:
+    return _docs_blocks("Feeding a training loop")
+
+
+def _checks() -> dict:
+    """The names docs/consuming.md's first block defines (complete_manifest, shard_files, IncompleteDataset)."""
+    scope: dict = {}
+    exec(compile(_docs_blocks(None)[0], "docs/consuming.md", "exec"), scope)
+    return scope
 
 
 def test_docs_shard_stream_example_runs(runs):
@@ -129,7 +140,7 @@ def test_docs_shard_stream_example_runs(runs):
     stream_block = _training_loop_examples()[0]
     code = stream_block.replace('"pipelines/out/web-access"', repr(str(result.out_dir)))
     code = code.replace("    ...\n", "    seen.append(row)\n")
-    scope: dict = {"seen": []}
+    scope: dict = {**_checks(), "seen": []}
     exec(compile(code, "docs/consuming.md", "exec"), scope)
     assert len(scope["seen"]) == expected_rows(result, "train")
     assert set(scope["seen"][0]) == {"ip", "path", "status"}
@@ -146,6 +157,95 @@ def test_docs_torch_example_names_only_defined_classes(runs):
     torch = pytest.importorskip("torch")
     code = stream_block.split("for row in ShardStream(")[0] + torch_block.replace(
         '"pipelines/out/web-access"', repr(str(runs["split"].out_dir))).replace("num_workers=4", "num_workers=0")
-    scope: dict = {}
+    scope: dict = _checks()
     exec(compile(code, "docs/consuming.md", "exec"), scope)
     assert sum(len(batch["ip"]) for batch in scope["loader"]) == expected_rows(runs["split"], "train")
+
+
+# -- the documented readers check _SUCCESS and the manifest's sha256 in it ---------------------------
+
+def _reader_statements(root: Path) -> list[str]:
+    """Each reading statement of docs/consuming.md's reader block, on `root`, with the imports before it."""
+    import ast
+
+    block = _docs_blocks(None)[1].replace('"out/web-access"', repr(str(root)))
+    tree = ast.parse(block)
+    imports = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return ["\n".join(imports + [ast.unparse(n)]) for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def _copy(result, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(result.out_dir, tmp_path / "copy"))
+
+
+def test_docs_readers_read_the_complete_dataset(runs):
+    """pyarrow, pandas, polars and DuckDB as the docs write them: the rows of the split the manifest lists."""
+    pytest.importorskip("polars")
+    pytest.importorskip("duckdb")
+    result = runs["split"]
+    code = _docs_blocks(None)[1].replace('"out/web-access"', repr(str(result.out_dir)))
+    scope = _checks()
+    exec(compile(code, "docs/consuming.md", "exec"), scope)
+    train = expected_rows(result, "train")
+    assert scope["train"].count_rows() == len(scope["df"]) == train
+    assert scope["lf"].select(scope["pl"].len()).collect().item() == train
+    assert scope["rows"] == [(train,)]
+    assert len(_reader_statements(result.out_dir)) == 4
+
+
+@pytest.mark.parametrize("damage", ["no _SUCCESS", "_SUCCESS names another manifest", "no manifest"])
+def test_docs_readers_refuse_an_incomplete_dataset(runs, tmp_path, damage):
+    """A dataset whose commit did not finish (no _SUCCESS; the old _SUCCESS beside a new manifest;
+    no manifest) is refused by every documented reader with IncompleteDataset saying why,
+    before a row is read; the folder is left as it was."""
+    pytest.importorskip("polars")
+    pytest.importorskip("duckdb")
+    import hashlib
+    import json
+
+    out = _copy(runs["split"], tmp_path)
+    if damage == "no _SUCCESS":
+        (out / "_SUCCESS").unlink()
+        said = "no _SUCCESS: the dataset is incomplete"
+    elif damage == "no manifest":
+        (out / "_manifest.json").unlink()
+        said = "no _manifest.json"
+    else:
+        other = hashlib.sha256(b"the manifest of another commit").hexdigest()
+        (out / "_SUCCESS").write_text(json.dumps({"manifest_sha256": other}) + "\n")
+        said = "_manifest.json is not the manifest _SUCCESS names"
+    before = sorted((p.name, p.read_bytes()) for p in out.rglob("*") if p.is_file())
+    checks = _checks()
+    refusals = []
+    for statement in _reader_statements(out):
+        with pytest.raises(checks["IncompleteDataset"]) as refused:
+            exec(compile(statement, "docs/consuming.md", "exec"), dict(checks))
+        refusals.append(str(refused.value))
+    scope = dict(checks)
+    exec(compile(_training_loop_examples()[0].split("for row in ShardStream(")[0], "docs/consuming.md", "exec"), scope)
+    with pytest.raises(checks["IncompleteDataset"]) as refused:
+        scope["ShardStream"](out)
+    refusals.append(str(refused.value))
+    assert len(refusals) == 5 and all(said in text and str(out) in text for text in refusals), refusals
+    assert sorted((p.name, p.read_bytes()) for p in out.rglob("*") if p.is_file()) == before
+
+
+def test_shard_stream_checks_again_each_epoch_and_each_shards_size(runs, tmp_path):
+    """A stream opened on a complete dataset refuses the next epoch once the commit is undone
+    (_SUCCESS gone), and a shard whose bytes are not the manifest's."""
+    out = _copy(runs["split"], tmp_path)
+    scope = _checks()
+    exec(compile(_training_loop_examples()[0].split("for row in ShardStream(")[0], "docs/consuming.md", "exec"), scope)
+    stream = scope["ShardStream"](out, columns=["ip"])
+    assert len(list(stream)) == expected_rows(runs["split"], "train")
+    success = (out / "_SUCCESS").read_bytes()
+    (out / "_SUCCESS").unlink()
+    with pytest.raises(scope["IncompleteDataset"], match="no _SUCCESS"):
+        list(stream)
+    (out / "_SUCCESS").write_bytes(success)
+    shard = out / next(s["path"] for s in runs["split"].shards if s["split"] == "train")
+    shard.write_bytes(shard.read_bytes() + b"\0")
+    with pytest.raises(scope["IncompleteDataset"], match="not the .* bytes the manifest lists"):
+        list(stream)
