@@ -1,0 +1,304 @@
+"""Inputs changed behind gpuetl's back (issue 26, item 4): a file edited in place with its size
+kept and its mtime set back, touched, copied back with the same bytes. A resumed run and
+`verify --inputs` go by the bytes (each range's xxh3-128 as read), not by size and mtime:
+the edit is refused or reported naming the file; the same bytes under a new identity are
+re-hashed and accepted. Nothing outside the dataset changes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+
+import pytest
+import yaml
+
+import gpuetl
+from gpuetl.cli import main
+from gpuetl.errors import OutputError
+from gpuetl.runtime import run as run_module
+from gpuetl.samples import write_access_logs
+from imagedata import manifest_of, photo_folder, run_images
+
+LINES = 3000          # ~0.6 MB: seven partitions of 128 KiB
+
+
+def balanced(counts) -> bool:
+    return counts["rows_in"] == counts["rows_out"] + counts["filtered"] + counts["deduplicated"] + counts["quarantined"]
+
+
+def pipeline(tmp_path, path="in/*.log", mode="resume", sink="out", **source):
+    spec = {"version": 1, "name": "pins", "source": {"type": "text", "path": path, "blocksize": "128KiB", **source},
+            "parse": {"preset": "apache_combined"}, "sink": {"path": sink, "mode": mode}}
+    file = tmp_path / f"{sink}.yaml"
+    file.write_text(yaml.safe_dump(spec))
+    return file
+
+
+def edit_in_place(path, at: int = 0, old: bytes = b"GET", new: bytes = b"PUT") -> None:
+    """Change bytes without changing the size, then set atime and mtime back to the nanosecond:
+    only ctime (which utime cannot set) tells."""
+    st = os.stat(path)
+    data = bytearray(path.read_bytes())
+    i = data.index(old, at)
+    data[i:i + len(old)] = new
+    with open(path, "r+b") as fh:
+        fh.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def interrupted(monkeypatch, file, after: int = 2):
+    """A resume-mode run that stops after `after` partitions were set aside (their work kept)."""
+    real, calls = run_module.spill_partition, []
+
+    def failing(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) > after:
+            raise OSError("injected failure")
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(run_module, "spill_partition", failing)
+        with pytest.raises(OSError, match="injected failure"):
+            gpuetl.Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
+
+
+def finished_range(out) -> tuple[int, int]:
+    """A range of input bytes a finished partition of the interrupted run read (its map state)."""
+    for state in sorted(out.glob("_tmp/*/maps/p*.json")):
+        for _, start, end, _ in json.loads(state.read_text())["read_pins"]:
+            return start, end
+    raise AssertionError("no partition finished")
+
+
+def resume(file, logs=None):
+    return gpuetl.Pipeline.from_file(file).run(backend="cpu", scheduler="sync",
+                                              log=(logs.append if logs is not None else lambda *_: None))
+
+
+def shards(result):
+    return [(s["path"], s["rows"], s["sha256"]) for s in result.manifest["shards"]], result.counts
+
+
+@pytest.fixture
+def logs_in(tmp_path):
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "a.log", lines=LINES, seed=1, bad_every=500)
+    return tmp_path
+
+
+def test_resume_refuses_an_input_edited_in_place_with_its_size_and_mtime_set_back(logs_in, monkeypatch,
+                                                                                    surroundings):
+    """The edit lies in a range a finished partition read: resuming would mix old and new bytes
+    in one dataset. It is refused, naming the file and what was compared; the work is kept."""
+    file = pipeline(logs_in)
+    interrupted(monkeypatch, file)
+    start, end = finished_range(logs_in / "out")
+    edit_in_place(logs_in / "in" / "a.log", at=start)      # in bytes a finished partition read
+    with surroundings(logs_in, dataset=logs_in / "out"):
+        with pytest.raises(OutputError) as info:
+            resume(file)
+    said = str(info.value)
+    assert "in/a.log" in said and "identity changed (ctime)" in said and "xxh3_128" in said, said
+    assert f"bytes {start}-{end}" in said                  # the range whose bytes differ
+    assert finished_range(logs_in / "out") == (start, end)          # the finished work is kept
+    assert not (logs_in / "out" / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("how", ["touch", "copied back"])
+def test_resume_rehashes_an_input_whose_identity_changed_and_continues_when_its_bytes_did_not(
+        logs_in, monkeypatch, surroundings, how):
+    clean = resume(pipeline(logs_in, mode="overwrite", sink="clean"))
+    file = pipeline(logs_in)
+    interrupted(monkeypatch, file)
+    path = logs_in / "in" / "a.log"
+    if how == "touch":
+        os.utime(path)
+    else:                                    # another inode, the same bytes
+        shutil.copyfile(path, logs_in / "a.copy")
+        os.replace(logs_in / "a.copy", path)
+    logs: list[str] = []
+    with surroundings(logs_in, dataset=logs_in / "out"):
+        again = resume(file, logs)
+    rehashed = [line for line in logs if "in/a.log" in line and "re-hashed" in line]
+    assert rehashed and "the same bytes" in rehashed[0], logs
+    assert ("mtime" if how == "touch" else "inode") in rehashed[0]
+    assert shards(again) == shards(clean) and balanced(again.counts)
+
+
+def test_resume_trusts_an_unchanged_identity_without_reading_the_skipped_ranges_again(logs_in, monkeypatch):
+    clean = resume(pipeline(logs_in, mode="overwrite", sink="clean"))
+    file = pipeline(logs_in)
+    interrupted(monkeypatch, file)
+
+    from gpuetl.sources import pins as pins_module
+
+    def no_rehash(*args):
+        raise AssertionError("a range was hashed again though the file's identity is unchanged")
+
+    monkeypatch.setattr(pins_module, "_hash_ranges", no_rehash)
+    logs: list[str] = []
+    again = resume(file, logs)
+    assert any("2 of" in line and "already done" in line for line in logs), logs
+    assert shards(again) == shards(clean)
+
+
+def test_verify_inputs_rehashes_and_finds_a_same_size_same_mtime_edit(logs_in, capsys):
+    result = resume(pipeline(logs_in, mode="overwrite"))
+    [pin] = result.manifest["inputs"]
+    ranges = pin["content"]["ranges"]
+    assert pin["content"]["hash"] == "xxh3_128" and pin["content"]["stream"] == "file"
+    assert ranges[0][0] == 0 and ranges[-1][1] == pin["bytes"]            # every byte of the file, once
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert {"device", "inode", "bytes", "mtime_ns", "ctime_ns"} <= set(pin["identity"])
+    out = str(logs_in / "out")
+    assert main(["verify", out, "--inputs"]) == 0
+    said = capsys.readouterr().out
+    assert "are the bytes the dataset was built from" in said and "re-hashed" in said, said
+    edit_in_place(logs_in / "in" / "a.log", at=400_000)     # a later range
+    assert main(["verify", out, "--inputs"]) == 1
+    said = capsys.readouterr().out
+    bad = [line for line in said.splitlines() if line.startswith("INPUT")]
+    assert len(bad) == 1 and "in/a.log" in bad[0] and "xxh3_128" in bad[0], said
+    start, end, _ = next(r for r in ranges if r[0] <= 400_000 < r[1] or r[0] > 400_000)
+    assert f"bytes {start}-{end}" in bad[0]
+    assert main(["verify", out]) == 0                    # the dataset itself is intact
+
+
+def test_resume_on_a_complete_dataset_rehashes_a_touched_input_and_refuses_an_edited_one(logs_in, surroundings):
+    file = pipeline(logs_in)
+    first = resume(file)
+    path = logs_in / "in" / "a.log"
+    os.utime(path)
+    logs: list[str] = []
+    assert resume(file, logs).counts == first.counts and "nothing to do" in logs[0]
+    edit_in_place(path)
+    with surroundings(logs_in, dataset=logs_in / "out"):
+        with pytest.raises(OutputError, match=r"(?s)complete dataset of other inputs.*in/a\.log.*bytes 0-"):
+            resume(file)
+
+
+def padded_gzip(text: bytes, size: int) -> bytes:
+    """A gzip stream padded with zeros to `size` bytes (gzip allows zeros after a member)."""
+    data = gzip.compress(text, mtime=0)
+    assert len(data) <= size
+    return data + b"\0" * (size - len(data))
+
+
+def test_a_compressed_input_is_pinned_by_its_decompressed_bytes(logs_in, monkeypatch, surroundings, capsys):
+    """A .gz rewritten to the same size with other content and its mtime set back: verify
+    --inputs and resume both decompress and compare; a touch alone is re-hashed and accepted."""
+    text = (logs_in / "in" / "a.log").read_bytes()
+    (logs_in / "in" / "a.log").unlink()
+    path = logs_in / "in" / "a.log.gz"
+    size = len(gzip.compress(text, mtime=0)) + 64
+    path.write_bytes(padded_gzip(text, size))
+    file = pipeline(logs_in, path="in/*.gz", blocksize="64KiB")
+    interrupted(monkeypatch, file)
+    os.utime(path)
+    logs: list[str] = []
+    done = resume(file, logs)                           # touched: decompressed, re-hashed, the same
+    assert any("in/a.log.gz" in line and "re-hashed" in line and "the same bytes" in line for line in logs), logs
+    [pin] = done.manifest["inputs"]
+    assert pin["content"]["stream"] == "decompressed" and pin["content"]["compression"] == "gzip"
+    assert pin["content"]["ranges"][-1][1] == len(text)
+    st = os.stat(path)
+    i = text.index(b"GET")
+    path.write_bytes(padded_gzip(text[:i] + b"PUT" + text[i + 3:], size))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["verify", str(logs_in / "out"), "--inputs"]) == 1
+    said = capsys.readouterr().out
+    assert "INPUT in/a.log.gz" in said and "bytes 0-" in said, said
+    path.write_bytes(padded_gzip(text, size))           # and a resumed run that skips the edited piece
+    file = pipeline(logs_in, path="in/*.gz", blocksize="64KiB", sink="out2")
+    interrupted(monkeypatch, file)
+    start, end = finished_range(logs_in / "out2")
+    i = text.index(b"GET", start)
+    path.write_bytes(padded_gzip(text[:i] + b"PUT" + text[i + 3:], size))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with surroundings(logs_in, dataset=logs_in / "out2"):
+        with pytest.raises(OutputError, match=rf"(?s)in/a\.log\.gz.*bytes {start}-{end}"):
+            resume(file)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "multiline"])
+def test_framed_sources_pin_what_they_read(tmp_path, capsys, fmt):
+    """CSV and multi-line records are framed on the host from their own reads: those are pinned."""
+    (tmp_path / "in").mkdir()
+    if fmt == "csv":
+        rows = "".join(f"{i},GET item {i}\n" for i in range(20_000))
+        (tmp_path / "in" / "a.csv").write_text("id,what\n" + rows)
+        source = {"type": "csv", "path": "in/*.csv", "blocksize": "64KiB"}
+        extra = {"columns": {"id": "int64", "what": "string"}}
+    else:
+        rows = "".join(f"start {i}\n  GET more {i}\n" for i in range(10_000))
+        (tmp_path / "in" / "a.log").write_text(rows)
+        source = {"type": "text", "path": "in/*.log", "blocksize": "64KiB",
+                  "multiline": {"start": "^start"}}
+        extra = {"parse": {"regex": r"^start (?P<n>\d+)"}}
+    spec = {"version": 1, "name": "framed", "source": source, **extra, "sink": {"path": "out", "mode": "overwrite"}}
+    result = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    [pin] = result.manifest["inputs"]
+    covered = sorted((a, b) for a, b, _ in pin["content"]["ranges"])
+    assert covered[0][0] == 0 and max(b for _, b in covered) == pin["bytes"]
+    assert all(a <= prev_end for (a, _), prev_end in zip(covered[1:], [b for _, b in covered]))   # no gap
+    path = next((tmp_path / "in").iterdir())
+    edit_in_place(path, at=pin["bytes"] // 2)
+    assert main(["verify", str(tmp_path / "out"), "--inputs"]) == 1
+    assert f"INPUT in/{path.name}" in capsys.readouterr().out
+
+
+def test_images_are_pinned_and_an_edited_photo_is_found(tmp_path, capsys):
+    photo_folder(tmp_path / "photos", n=4)
+    run_images(tmp_path)
+    manifest = manifest_of(tmp_path / "out")
+    for pin in manifest["inputs"]:
+        assert [r[:2] for r in pin["content"]["ranges"]] == [[0, pin["bytes"]]]
+    assert main(["verify", str(tmp_path / "out"), "--inputs"]) == 0
+    capsys.readouterr()
+    photo = tmp_path / "photos" / "dog" / "001.jpg"
+    st = os.stat(photo)
+    data = bytearray(photo.read_bytes())
+    data[len(data) // 2] ^= 0xFF                   # one byte of the picture
+    photo.write_bytes(data)
+    os.utime(photo, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["verify", str(tmp_path / "out"), "--inputs"]) == 1
+    said = capsys.readouterr().out
+    assert [line.split(":")[0] for line in said.splitlines() if line.startswith("INPUT")] == \
+        ["INPUT photos/dog/001.jpg"], said
+
+
+def test_a_parquet_input_is_pinned_by_its_identity_and_refused_on_resume_once_that_changes(tmp_path, monkeypatch):
+    """pyarrow reads the columns it needs straight from the file, so there are no bytes in hand
+    to hash: the file's identity alone vouches for it, and a changed identity is a refusal."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    for k in range(3):
+        pq.write_table(pa.table({"x": list(range(k * 100, k * 100 + 100))}), tmp_path / "in" / f"{k}.parquet")
+    spec = {"version": 1, "name": "pq", "source": {"type": "parquet", "path": "in/*.parquet", "blocksize": "1KiB"},
+            "sink": {"path": "out", "mode": "resume"}}
+    file = tmp_path / "p.yaml"
+    file.write_text(yaml.safe_dump(spec))
+    interrupted(monkeypatch, file, after=1)
+    for k in range(3):
+        os.utime(tmp_path / "in" / f"{k}.parquet")
+    with pytest.raises(OutputError, match=r"(?s)in/\d\.parquet: identity changed.*not hashed when read"):
+        resume(file)
+
+
+def test_range_pins_in_the_map_state_are_checked_when_read_back(tmp_path):
+    """A finished partition's state with pins that are not this code's is not trusted (the
+    partition is run again), like any malformed state."""
+    from gpuetl.sinks.spill import MapResult, load_result, save_result
+    from gpuetl.sources.pins import RangePin
+
+    save_result(MapResult(0, read_pins=(RangePin(0, 0, 10, "ab"),)), str(tmp_path))
+    assert load_result(str(tmp_path), 0).read_pins == (RangePin(0, 0, 10, "ab"),)
+    state = tmp_path / "maps" / "p000000.json"
+    for bad in ([[0, 10, 5, "ab"]], [["0", 0, 10, "ab"]], [[0, 0, 10]], "x"):
+        state.write_text(json.dumps({**json.loads(state.read_text()), "read_pins": bad}))
+        assert load_result(str(tmp_path), 0) is None, bad
