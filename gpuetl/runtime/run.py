@@ -16,7 +16,7 @@ import dask
 
 from .. import __version__
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
-from ..errors import DataError, OutputError, OutputWriteFailed
+from ..errors import DataError, OutputError, OutputWriteFailed, SourceError
 from ..plan.compile import Plan
 from .graph import build_partitions
 from ..sinks import commit as commit_protocol
@@ -416,8 +416,9 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
         warnings.append(message)
     for warning in warnings:
         log(f"warning: {warning}")
-    manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name,
-                         input_pins(plan.files, results))
+    pins = input_pins(plan.files, results)
+    check_files_unchanged(plan.files, pins)
+    manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name, pins)
     manifest["bad_record_kinds"] = kinds
     manifest["empty_columns"] = empty
     manifest["fallbacks"] = backend.fallbacks(executor.client)
@@ -648,6 +649,21 @@ def input_pins(files, results: list[MapResult]) -> dict[int, FilePin]:
             read.setdefault(pin.file_index, []).append(pin)
     return {f.index: FilePin.of_reads(f.identity, read.get(f.index, ()), f.compression)
             for f in files if f.url is None}
+
+
+def check_files_unchanged(files, pins: dict[int, FilePin]) -> None:
+    """Before a commit: every local input still is the file that was listed (its identity), or,
+    where its identity changed during the run, still holds the bytes the run read (its ranges
+    hashed again); else an error naming it: a dataset never mixes two versions of a file."""
+    for f in files:
+        pin = pins.get(f.index)
+        if pin is None or f.identity is None or Identity.at(f.path) == f.identity:
+            continue
+        check = pin.check(f.path)
+        if not check.same:
+            raise SourceError(f"source.path: {f.display} changed during the run ({check.compared()}; "
+                              + "; ".join(map(str, check.mismatches[:3])) + "); nothing was committed",
+                              hint="run again once the data stops changing")
 
 
 def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_id, pins: dict) -> dict:

@@ -20,6 +20,7 @@ from gpuetl.cli import main
 from gpuetl.errors import OutputError
 from gpuetl.runtime import run as run_module
 from gpuetl.samples import write_access_logs
+from hostile.conftest import snapshot
 from imagedata import manifest_of, photo_folder, run_images
 
 LINES = 3000          # ~0.6 MB: seven partitions of 128 KiB
@@ -315,3 +316,45 @@ def test_range_pins_in_the_map_state_are_checked_when_read_back(tmp_path):
     for bad in ([[0, 10, 5, "ab"]], [["0", 0, 10, "ab"]], [[0, 0, 10]], "x"):
         state.write_text(json.dumps({**json.loads(state.read_text()), "read_pins": bad}))
         assert load_result(str(tmp_path), 0) is None, bad
+
+
+def test_an_input_edited_during_the_run_is_never_committed_half_old_half_new(logs_in, monkeypatch):
+    """Edited after the first partition was read (same size, mtime set back): the commit is
+    refused, naming the file; a file only touched during the run is re-hashed and committed."""
+    from gpuetl.backends import get_backend
+
+    path = logs_in / "in" / "a.log"
+    file = pipeline(logs_in, mode="overwrite")
+    plan = gpuetl.Pipeline.from_file(file).plan(get_backend("cpu"))
+    real, calls, edited = run_module.spill_partition, [], []
+
+    def after_the_first_partition(change):
+        def spill(df, i, *args, **kwargs):
+            result = real(df, i, *args, **kwargs)
+            calls.append(i)
+            if len(calls) == 1:
+                change(plan.partitions[i].ranges[0].offset)
+            return result
+        return spill
+
+    with monkeypatch.context() as m:
+        m.setattr(run_module, "spill_partition", after_the_first_partition(lambda at: os.utime(path)))
+        touched = resume(file)
+    assert balanced(touched.counts) and (logs_in / "out" / "_SUCCESS").exists()
+    before = (logs_in / "out" / "_manifest.json").read_bytes()
+
+    def edit(at):
+        edited.append(path.read_bytes().index(b"GET", at))
+        edit_in_place(path, at=at)
+
+    calls.clear()
+    around = snapshot(logs_in, logs_in / "out")
+    with monkeypatch.context() as m:
+        m.setattr(run_module, "spill_partition", after_the_first_partition(edit))
+        with pytest.raises(gpuetl.errors.SourceError, match=r"in/a\.log changed during the run") as info:
+            resume(file)
+    now = snapshot(logs_in, logs_in / "out")            # outside the dataset: only the test's own edit
+    assert sorted(k for k in around.keys() | now.keys() if around.get(k) != now.get(k)) == ["in/a.log"]
+    assert "identity changed (ctime)" in str(info.value) and "xxh3_128" in str(info.value)
+    reported_range(str(info.value), edited[0])
+    assert (logs_in / "out" / "_manifest.json").read_bytes() == before        # the old dataset stays
