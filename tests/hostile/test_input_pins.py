@@ -121,6 +121,7 @@ def test_resume_refuses_an_input_edited_in_place_with_its_size_and_mtime_set_bac
     assert not (logs_in / "out" / "_SUCCESS").exists()
 
 
+@pytest.mark.slow          # two runs and an interrupted one
 @pytest.mark.parametrize("how", ["touch", "copied back"])
 def test_resume_rehashes_an_input_whose_identity_changed_and_continues_when_its_bytes_did_not(
         logs_in, monkeypatch, surroundings, how):
@@ -201,6 +202,7 @@ def padded_gzip(text: bytes, size: int) -> bytes:
     return data + b"\0" * (size - len(data))
 
 
+@pytest.mark.slow          # three runs, two interrupted
 def test_a_compressed_input_is_pinned_by_its_decompressed_bytes(logs_in, monkeypatch, surroundings, capsys):
     """A .gz rewritten to the same size with other content and its mtime set back: verify
     --inputs and resume both decompress and compare; a touch alone is re-hashed and accepted."""
