@@ -130,6 +130,7 @@ class Check:
     rehashed_bytes: int
     mismatches: list[Mismatch]
     gone: bool = False
+    unhashed: int = 0               # ranges read without a hash: the identity alone vouches for them
 
     @property
     def same(self) -> bool:
@@ -144,6 +145,9 @@ class Check:
         if self.rehashed:
             said += (f"; {self.rehashed} range{'s' if self.rehashed != 1 else ''} ({self.rehashed_bytes:,} bytes) "
                      f"re-hashed ({HASH})")
+        if self.unhashed:
+            said += (f"; {self.unhashed} range{'s' if self.unhashed != 1 else ''} not hashed when read (only the "
+                     "identity vouches for them)")
         return said
 
 
@@ -201,18 +205,19 @@ class FilePin:
             return Check([], 0, 0, [], gone=True)
         changes = self.identity.changes(now) if self.identity else ["not pinned"]
         chosen = [r for r in self.ranges if only is None or (r[0], r[1]) in only]
+        unhashed = [r for r in chosen if r[2] is None]
         if not changes and not always:
-            return Check([], 0, 0, [])
+            return Check([], 0, 0, [], unhashed=len(unhashed))
         mismatches = []
         if changes:                 # only the identity vouched for these: it no longer does
-            mismatches += [Mismatch(s, e, None, None, UNHASHED) for s, e, d in chosen if d is None]
+            mismatches += [Mismatch(s, e, None, None, UNHASHED) for s, e, _ in unhashed]
         ranges = [r for r in chosen if r[2] is not None]
         for (start, end, expected), found in zip(ranges, _hash_ranges(path, self.compression, ranges)):
             if isinstance(found, str) and found != expected:
                 mismatches.append(Mismatch(start, end, expected, found))
             elif not isinstance(found, str):
                 mismatches.append(Mismatch(start, end, expected, None, found[0]))
-        return Check(changes, len(ranges), sum(e - s for s, e, _ in ranges), mismatches)
+        return Check(changes, len(ranges), sum(e - s for s, e, _ in ranges), mismatches, unhashed=len(unhashed))
 
 
 UNHASHED = ("not hashed when read (a Parquet input, or bytes read straight into device memory): only the "
