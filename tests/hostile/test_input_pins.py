@@ -360,3 +360,20 @@ def test_an_input_edited_during_the_run_is_never_committed_half_old_half_new(log
     assert "identity changed (ctime)" in str(info.value) and "xxh3_128" in str(info.value)
     reported_range(str(info.value), edited[0])
     assert (logs_in / "out" / "_manifest.json").read_bytes() == before        # the old dataset stays
+
+
+@pytest.mark.parametrize("steps, shard", [
+    ([{"dedupe": {"on": ["ip"]}}], {}),                                # a global step settled in order
+    ([{"dedupe": {"on": ["ip"]}}], {"count": 3, "shuffle": True}),     # spilled, shards written after
+])
+def test_the_pins_cross_global_steps_and_cover_every_byte_of_each_input_once(logs_in, steps, shard):
+    write_access_logs(logs_in / "in" / "b.log", lines=1000, seed=2)
+    spec = {"version": 1, "name": "pins", "source": {"type": "text", "path": "in/*.log", "blocksize": "64KiB"},
+            "parse": {"preset": "apache_combined"}, "steps": steps, "shard": shard,
+            "sink": {"path": "out", "mode": "overwrite"}}
+    result = gpuetl.Pipeline.from_dict(spec, base_dir=logs_in).run(backend="cpu", scheduler="sync")
+    assert balanced(result.counts) and result.counts["deduplicated"] > 0
+    for pin in result.manifest["inputs"]:
+        ranges = pin["content"]["ranges"]
+        assert ranges[0][0] == 0 and ranges[-1][1] == pin["bytes"], pin["path"]
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), pin["path"]
