@@ -108,6 +108,8 @@ class ImagesStage(PartitionScoped):
         try:
             data = _pread(f.path, *rec.image)
             pins.append(pin_bytes(f.index, rec.image[0], data))
+            if rec.image[0] > rec.offset:      # a tar's record: the headers the plan read (keys, offsets) too
+                pins.append(pin_bytes(f.index, rec.offset, _pread(f.path, rec.offset, rec.image[0] - rec.offset)))
             for name, offset, size in rec.extras:
                 value = _pread(f.path, offset, size)
                 pins.append(pin_bytes(f.index, offset, value))

@@ -377,3 +377,38 @@ def test_the_pins_cross_global_steps_and_cover_every_byte_of_each_input_once(log
         ranges = pin["content"]["ranges"]
         assert ranges[0][0] == 0 and ranges[-1][1] == pin["bytes"], pin["path"]
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), pin["path"]
+
+
+def test_a_tar_shard_is_pinned_headers_and_members_so_a_renamed_member_is_found(tmp_path, capsys):
+    """A member renamed in its header (the same size, the same image bytes, mtime set back)
+    changes the dataset's keys: verify --inputs names the tar; a touch alone passes."""
+    import io
+    import tarfile
+
+    from imagedata import jpeg_bytes
+
+    def tar_bytes(names):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            for i, name in enumerate(names):
+                data = jpeg_bytes(seed=i)
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime = len(data), 0
+                tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    before, after = tar_bytes(["0000.jpg", "0001.jpg"]), tar_bytes(["0000.jpg", "0007.jpg"])
+    assert len(before) == len(after) and before != after
+    path = tmp_path / "shards" / "s.tar"
+    path.parent.mkdir()
+    path.write_bytes(before)
+    run_images(tmp_path, path="shards/*.tar")
+    out = str(tmp_path / "out")
+    os.utime(path)
+    assert main(["verify", out, "--inputs"]) == 0
+    capsys.readouterr()
+    st = os.stat(path)
+    path.write_bytes(after)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["verify", out, "--inputs"]) == 1
+    assert "INPUT shards/s.tar: other bytes than the run read" in capsys.readouterr().out
