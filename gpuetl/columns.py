@@ -19,6 +19,10 @@ REASON = "__reason"      # string: why a row was quarantined or dropped
 # A partition frame's attribute (DataFrame.attrs): {field: records} of the top-level JSON fields
 # the source left out under `extra_fields: drop`, or None where the backend did not count them.
 DROPPED_FIELDS = "gpuetl.dropped_fields"
+# A partition frame's attribute: the hash of each local input range its source read
+# (sources.pins.ReadPins of RangePins), for the manifest and for resume.
+READ_PINS = "gpuetl.read_pins"
+FRAME_ATTRS = (DROPPED_FIELDS, READ_PINS)   # what a frame's tasks hand on (runtime/graph.py: frame_task)
 INTERNAL = (FILE_INDEX, OFFSET, STATUS, COUNT, STAGE, RAW, REASON)
 INTERNAL_TYPES: Schema = {
     FILE_INDEX: "int32", OFFSET: "int64", STATUS: "int8", COUNT: "int64",

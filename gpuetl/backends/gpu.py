@@ -486,11 +486,13 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         compat mode); compressed files are decompressed on the host (sources.ranges) and copied
         over, as are ranges of objects read from a store. Record boundaries are found with small
         host peeks around each range's ends, so the semantics are exactly those of
-        sources.ranges.read_range."""
-        from ..sources.ranges import Block, ByteRange, read_range, record_span, truncated_piece
+        sources.ranges.read_range. The bytes that pass through the host are hashed there (pins);
+        those KvikIO puts straight into device memory are pinned by their file's identity only."""
+        from ..sources.pins import RangePin
+        from ..sources.ranges import Block, ByteRange, range_pin, read_range, record_span, truncated_piece
 
         pieces = []            # (kind, file, a, b, host bytes or KvikIO arguments or None, needs newline)
-        seg_pos, seg_start, seg_file, extra_bad, added = [], [], [], [], []
+        seg_pos, seg_start, seg_file, extra_bad, added, pins = [], [], [], [], [], []
         position = 0
         for rng in ranges:
             f = files[rng.file_index]
@@ -502,6 +504,8 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
                 size = end - start + newline
             elif rng.length < 0 or f.in_store:         # decompressed, or ranged GETs by the CPU client
                 got = read_range(f, rng)
+                if (pin := range_pin(f, got)) is not None:
+                    pins.append(pin)
                 data = truncated_piece(f, got, extra_bad)
                 newline = int(len(data) > 0 and data[-1] != 10)
                 pieces.append(("host", f, 0, len(data), data, newline))
@@ -509,6 +513,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             else:
                 start, end, newline = record_span(f.path, rng.offset, rng.length)
                 pieces.append(("file", f, start, end, None, newline))
+                pins.append(RangePin(f.index, start, end, None))
                 size = end - start + newline
             seg_pos.append(position)
             seg_start.append(start)
@@ -532,7 +537,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             if newline:
                 buf[at] = 10
                 at += 1
-        return Block(buf, seg_pos, seg_start, seg_file, extra_bad, added)
+        return Block(buf, seg_pos, seg_start, seg_file, extra_bad, added, pins)
 
     def _pread(self, path: str, dest, file_offset: int) -> None:
         """One KvikIO read into device memory, counted under the path KvikIO really took for it

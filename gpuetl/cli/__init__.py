@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="first finish a commit that was interrupted (from its checked journal); "
                              "without it verify only reads")
     verify.add_argument("--inputs", action="store_true",
-                        help="also check that the inputs the manifest pins (ETag/version id and size of objects, "
-                             "size and mtime of files) are unchanged: whether the dataset can be rebuilt from them")
+                        help="also check that the inputs the manifest pins are unchanged (objects: ETag, version "
+                             "id and size; local files: every range re-hashed, xxh3-128): whether the dataset can "
+                             "be rebuilt from them")
     report = sub.add_parser("report", help="print a dataset's run report (_report.json) as text")
     report.add_argument("out", help="the dataset folder, or a failed run's report folder under _tmp/")
     report.add_argument("--open", action="store_true", help="open _report.html in the web browser")
@@ -473,11 +474,22 @@ def cmd_verify(args) -> int:
     if args.inputs:
         from ..sinks.dataset import verify_inputs
 
-        input_problems = verify_inputs(manifest)
+        compared: list[str] = []
+        input_problems = verify_inputs(manifest, log=lambda name, what: compared.append(f"  {name}: {what}"))
         for p in input_problems:
             print(f"INPUT {p}")
         if not input_problems:
-            print(f"{args.out}: the {len(manifest.get('inputs') or [])} inputs are the bytes the dataset was built from")
+            inputs = manifest.get("inputs") or []
+            objects = sum(1 for i in inputs if isinstance(i, dict) and "etag" in i)
+            said = [f"{len(inputs) - objects} local file(s): ranges re-hashed and compared with the hashes taken "
+                    "as they were read" if len(inputs) > objects else "",
+                    f"{objects} object(s): ETag, version id and size compared" if objects else ""]
+            print(f"{args.out}: the {len(inputs)} inputs are the bytes the dataset was built from ("
+                  + "; ".join(x for x in said if x) + ")")
+            for line in compared[:20]:
+                print(line)
+            if len(compared) > 20:
+                print(f"  … and {len(compared) - 20} more")
         problems += input_problems
     if problems:
         for p in problems:

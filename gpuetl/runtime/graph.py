@@ -12,7 +12,7 @@ import os
 
 import dask
 
-from ..columns import DROPPED_FIELDS
+from ..columns import FRAME_ATTRS
 from ..steps.base import GlobalStep, InOrderGlobalStep
 from ..sources.ranges import CompressedRange, decode_range
 from .partition import read_partition, run_steps
@@ -162,10 +162,12 @@ class named:
 
 class frame_task(named):
     """A task that takes a partition's frame first and gives its frame back: what the frame's
-    source dropped (columns.DROPPED_FIELDS) stays with it, even where the step built a new frame."""
+    source dropped and the hashes of what it read (columns.FRAME_ATTRS) stay with it, even where
+    the step built a new frame."""
 
     def __call__(self, df, *args, **kwargs):
         out = self.func(df, *args, **kwargs)
-        if DROPPED_FIELDS in df.attrs and DROPPED_FIELDS not in out.attrs:
-            out.attrs[DROPPED_FIELDS] = df.attrs[DROPPED_FIELDS]
+        for key in FRAME_ATTRS:
+            if key in df.attrs and key not in out.attrs:
+                out.attrs[key] = df.attrs[key]
         return out

@@ -12,10 +12,11 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, REASON, STAGE, STATUS,
-                             STATUS_LIVE, STATUS_QUARANTINED)
+from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, READ_PINS, REASON, STAGE,
+                             STATUS, STATUS_LIVE, STATUS_QUARANTINED)
 from ..errors import DataError
 from ..sources.files import InputFile
+from ..sources.pins import RangePin, ReadPins
 from ..sources.ranges import Partition, with_decoded
 from ..sources.stage import SourceStage
 from ..plan.compile import Segment
@@ -39,19 +40,28 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     partition's compressed ranges, in order, decoded by the tasks before (runtime/graph.py)."""
     source = segment.source
     if not isinstance(source, SourceStage):     # a RecordStage: it makes its frames (sources/registry.py)
-        return run_steps(source.read(partition, segment, backend), segment, backend)
+        df = source.read(partition, segment, backend)
+        return _with_pins(run_steps(df, segment, backend), df.attrs.get(READ_PINS, ()))
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
     if source.framing is not None:       # records that span lines, framed on the host
         backend.note_host_work("records framed on the host (csv, multiline)", 1)
-        records = source.framing.read(source.files, ranges, backend)
-        return _in_pieces(_framed_pieces(*records, backend), segment, backend)
+        pins: list = []
+        records = source.framing.read(source.files, ranges, backend, pins=pins)
+        return _with_pins(_in_pieces(_framed_pieces(*records, backend), segment, backend), pins)
     block = backend.read_block(source.files, ranges)
     batches = backend.batches(block.data)
     last = len(batches) - 1
-    return _in_pieces(((*_split_batch(block, position, data, backend), block.extra_bad if i == last else [])
-                       for i, (position, data) in enumerate(batches)), segment, backend)
+    df = _in_pieces(((*_split_batch(block, position, data, backend), block.extra_bad if i == last else [])
+                     for i, (position, data) in enumerate(batches)), segment, backend)
+    return _with_pins(df, getattr(block, "pins", ()))
+
+
+def _with_pins(df, pins):
+    """df, carrying the hashes of the input ranges read for it (sources/pins.py)."""
+    df.attrs[READ_PINS] = ReadPins(pins)
+    return df
 
 
 def _framed_pieces(text, file_index, offsets, bad_utf8, exact, extra_bad, backend):
@@ -166,12 +176,15 @@ def _read_parquet_partition(partition: Partition, segment: Segment, backend):
     source = segment.source
     xp = backend.xp
     table, file_index, offsets = read_row_groups(source.files, partition.ranges, source.parser.schema)
+    # pyarrow reads the columns it needs from the file: the bytes are not at hand to hash
+    pins = {RangePin(r.file_index, 0, f.size, None) for r in partition.ranges
+            if (f := source.files[r.file_index]).url is None}
     df = backend.from_arrow(table)
     n = len(df)
     bad = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
     reasons = backend.nulls(n, "string", index=df.index)
-    return run_steps(_finish_source(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets), [],
-                                    segment, backend), segment, backend)
+    return _with_pins(run_steps(_finish_source(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets),
+                                               [], segment, backend), segment, backend), sorted(pins))
 
 
 def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment: Segment, backend,

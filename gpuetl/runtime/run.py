@@ -16,7 +16,7 @@ import dask
 
 from .. import __version__
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
-from ..errors import DataError, OutputError, OutputWriteFailed
+from ..errors import DataError, OutputError, OutputWriteFailed, SourceError
 from ..plan.compile import Plan
 from .graph import build_partitions
 from ..sinks import commit as commit_protocol
@@ -24,6 +24,7 @@ from ..sinks.layout import MIN_SHARD_ROWS, Layout, cut_points
 from ..sinks.objectstore import check_remote_apart_from_inputs
 from ..sinks.runstore import RunStore, SinkThroughStore, spill_through_store, workers_share_disk
 from ..sources.files import check_objects_unchanged
+from ..sources.pins import FilePin, Identity
 from ..storage import bare, is_remote
 from ..sinks.base import get_sink
 from ..backends.shard_writer import ShardResult
@@ -230,20 +231,26 @@ def _write_state(plan: Plan, backend, run_tmp: Path) -> None:
     (run_tmp / STATE).write_text(json.dumps(_fingerprint(plan, backend)))
 
 
-def _input_changes(old: list[dict], new: list[dict]) -> list[str]:
-    before = {i["path"]: i for i in old}
+def _input_changes(old: list[dict], new: list[dict]) -> tuple[list[str], dict[str, dict]]:
+    """(what changed for certain: inputs gone or new, another size, another object; the earlier
+    pins of the local files whose identity changed, by path: whether their bytes did is for their
+    content hashes to say, sources/pins.py)."""
+    before = {i["path"]: i for i in old if isinstance(i, dict) and "path" in i}
     after = {i["path"]: i for i in new}
     changes = [f"{p}: no longer an input" for p in before if p not in after]
     changes += [f"{p}: new input" for p in after if p not in before]
+    recheck = {}
     for p in before.keys() & after.keys():
         a, b = before[p], after[p]
-        if a["bytes"] != b["bytes"]:
-            changes.append(f"{p}: size {a['bytes']} -> {b['bytes']} bytes")
-        elif (a.get("etag"), a.get("version_id")) != (b.get("etag"), b.get("version_id")):
-            changes.append(f"{p}: the object changed since the earlier run (ETag or version id)")
-        elif a.get("mtime_ns") != b.get("mtime_ns"):
-            changes.append(f"{p}: modified since the earlier run")
-    return sorted(changes)
+        if a.get("bytes") != b["bytes"]:
+            changes.append(f"{p}: size {a.get('bytes')} -> {b['bytes']} bytes")
+        elif "etag" in a or "etag" in b:
+            if (a.get("etag"), a.get("version_id")) != (b.get("etag"), b.get("version_id")):
+                changes.append(f"{p}: the object changed since the earlier run (ETag or version id)")
+        elif a.get("identity") != b.get("identity") and not (      # pinned by an older gpuetl: its mtime
+                a.get("identity") is None and a.get("mtime_ns") == b.get("mtime_ns")):
+            recheck[p] = a
+    return sorted(changes), recheck
 
 
 def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
@@ -256,7 +263,7 @@ def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
     if not isinstance(state, dict):
         return False
     now = _fingerprint(plan, backend)
-    changes = _input_changes(state.get("inputs", []), now["inputs"])
+    changes, _ = _input_changes(state.get("inputs", []), now["inputs"])     # the rest: _check_skipped
     if changes:
         raise OutputError(
             f"sink.mode resume: the inputs changed since the interrupted run {run_tmp.name}:\n    "
@@ -278,11 +285,49 @@ def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
     return True
 
 
+def _check_skipped(plan: Plan, run_tmp: Path, finished: dict, log) -> None:
+    """Before a resumed run skips the partitions an interrupted run finished: the bytes they read
+    are still there. A file whose identity is unchanged is trusted; one whose identity changed
+    (touched, copied back, edited in place with its mtime set back) has the ranges the skipped
+    partitions read hashed again, and any other bytes are a refusal naming the file."""
+    state = _load_json(run_tmp / STATE)
+    _, recheck = _input_changes(state.get("inputs", []) if isinstance(state, dict) else [],
+                                [f.pin() for f in plan.files])
+    if not recheck:
+        return
+    read: dict[int, list] = {}
+    for result in finished.values():
+        for pin in result.read_pins:
+            read.setdefault(pin.file_index, []).append(pin)
+    problems = []
+    for f in plan.files:
+        if f.display not in recheck:
+            continue
+        earlier = Identity.from_json(recheck[f.display].get("identity"))
+        check = FilePin.of_reads(earlier, read.get(f.index, ()), f.compression).check(f.path)
+        if check.same:
+            log(f"resuming {run_tmp.name}: {f.display}: {check.compared()}: the same bytes")
+        else:
+            problems.append(f"{f.display}: {check.compared()}; " + "; ".join(map(str, check.mismatches[:3])))
+    if problems:
+        raise OutputError(
+            f"sink.mode resume: the inputs changed since the interrupted run {run_tmp.name}: the finished "
+            "partitions read other bytes than these files hold now:\n    " + "\n    ".join(problems[:10]),
+            hint="the finished work no longer matches the inputs; use --set sink.mode=overwrite to start again")
+
+
 def _already_complete(plan: Plan, out, manifest: dict | None, complete: bool) -> RunResult | None:
     if manifest is None or not complete:
         return None
     now = _fingerprint(plan)
-    changes = _input_changes(manifest.get("inputs", []), now["inputs"])
+    changes, recheck = _input_changes(manifest.get("inputs", []), now["inputs"])
+    for f in plan.files:
+        if f.display in recheck:        # the identity changed: are the pinned bytes still there?
+            pin = FilePin.from_json(recheck[f.display])
+            check = pin.check(f.path) if pin is not None else None
+            if check is None or not check.same:
+                changes.append(f"{f.display}: " + (check.compared() + "; " + "; ".join(map(str, check.mismatches[:3]))
+                                                   if check else "modified since the earlier run (mtime or ctime)"))
     same_pipeline = manifest.get("fingerprint", {}).get("pipeline") == now["pipeline"]
     if changes or not same_pipeline:
         raise OutputError(f"sink.mode resume: {out} holds a complete dataset of "
@@ -339,6 +384,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
     # before it is spilled, so the frames between the read and the spill stay bounded.
     parts = build_partitions(plan, backend, in_order=executor.in_process, scratch=str(run_tmp / "spill" / "keys"),
                              ahead=READ_AHEAD * executor.threads, finish=spilled)
+    if finished:
+        _check_skipped(plan, run_tmp, finished, log)
     for result in finished.values():
         watch.partition_done(result)
     if finished:
@@ -374,7 +421,9 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
         warnings.append(message)
     for warning in warnings:
         log(f"warning: {warning}")
-    manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name)
+    pins = input_pins(plan.files, results)
+    check_files_unchanged(plan.files, pins)
+    manifest = _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_tmp.name, pins)
     manifest["bad_record_kinds"] = kinds
     manifest["empty_columns"] = empty
     manifest["fallbacks"] = backend.fallbacks(executor.client)
@@ -614,7 +663,33 @@ def _versions(backend) -> dict:
     return versions
 
 
-def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_id) -> dict:
+def input_pins(files, results: list[MapResult]) -> dict[int, FilePin]:
+    """Each local input's pin (sources/pins.py): its identity when listed, and the hash of every
+    range the partitions read."""
+    read: dict[int, list] = {}
+    for result in results:
+        for pin in result.read_pins:
+            read.setdefault(pin.file_index, []).append(pin)
+    return {f.index: FilePin.of_reads(f.identity, read.get(f.index, ()), f.compression)
+            for f in files if f.url is None}
+
+
+def check_files_unchanged(files, pins: dict[int, FilePin]) -> None:
+    """Before a commit: every local input still is the file that was listed (its identity), or,
+    where its identity changed during the run, still holds the bytes the run read (its ranges
+    hashed again); else an error naming it: a dataset never mixes two versions of a file."""
+    for f in files:
+        pin = pins.get(f.index)
+        if pin is None or f.identity is None or Identity.at(f.path) == f.identity:
+            continue
+        check = pin.check(f.path)
+        if not check.same:
+            raise SourceError(f"source.path: {f.display} changed during the run ({check.compared()}; "
+                              + "; ".join(map(str, check.mismatches[:3])) + "); nothing was committed",
+                              hint="run again once the data stops changing")
+
+
+def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, run_id, pins: dict) -> dict:
     spec = plan.spec
     return {
         "format": MANIFEST_FORMAT,
@@ -625,7 +700,8 @@ def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, ru
         "backend": backend.name,
         "io": backend.io_path(),
         "versions": _versions(backend),
-        "inputs": [f.pin(located=True) for f in plan.files],
+        "inputs": [{**f.pin(located=True), **(pins[f.index].to_json() if f.index in pins else {})}
+                   for f in plan.files],
         "counts": counts,
         "stages": stages,
         "bad_records": bad,

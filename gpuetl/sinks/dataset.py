@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import DataError, GpuetlError, SpecError
+from ..sources.pins import FilePin
 from ..storage import is_remote
 from . import commit as commit_protocol
 from .base import sink_of_manifest
@@ -260,9 +261,11 @@ def _splits(manifest: dict) -> dict[str, dict]:
     return splits
 
 
-def verify_inputs(manifest: dict) -> list[Problem]:
+def verify_inputs(manifest: dict, log=None) -> list[Problem]:
     """Whether the inputs the manifest pins are still the same bytes: an object's ETag, version id
-    and size; a local file's size and mtime. Credentials come from the environment."""
+    and size; a local file's ranges, hashed again and compared with the hashes taken as they were
+    read (sources/pins.py), and its size. `log(path, what was compared)` hears of each local
+    input that matched. Credentials come from the environment."""
     problems = []
     for pin in manifest.get("inputs") or []:
         if not isinstance(pin, dict) or not isinstance(pin.get("path"), str):
@@ -297,6 +300,21 @@ def verify_inputs(manifest: dict) -> list[Problem]:
             continue
         if st.st_size != pin.get("bytes"):
             problems.append(Problem(name, f"size {st.st_size} bytes, the manifest says {pin.get('bytes')}"))
-        elif st.st_mtime_ns != pin.get("mtime_ns"):
-            problems.append(Problem(name, "modified since the run (same size, another mtime)"))
+            continue
+        content = FilePin.from_json(pin)
+        if content is None:                 # pinned by an older gpuetl: size and mtime only
+            if st.st_mtime_ns != pin.get("mtime_ns"):
+                problems.append(Problem(name, "modified since the run (same size, another mtime)"))
+            elif log:
+                log(name, "size and mtime compared (no content hashes in this manifest)")
+            continue
+        check = content.check(location, always=True)
+        if check.same:
+            if log:
+                log(name, check.compared())
+        else:
+            problems.append(Problem(name, f"other bytes than the run read: {check.compared()}; "
+                                          + "; ".join(map(str, check.mismatches[:3]))
+                                          + (f"; and {len(check.mismatches) - 3} more ranges"
+                                             if len(check.mismatches) > 3 else "")))
     return problems

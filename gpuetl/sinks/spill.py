@@ -15,10 +15,11 @@ import numpy as np
 import pyarrow as pa
 
 from ..backends.host_spill import write_ipc
-from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS,
+from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, OFFSET, RAW, READ_PINS, REASON, STAGE, STATUS,
                              STATUS_QUARANTINED)
 from ..durable import boot_id
 from ..placement import ORDER, PLACE
+from ..sources.pins import RangePin
 from ..types import Schema
 from .layout import Layout
 
@@ -37,6 +38,7 @@ class MapResult:
     quarantine: str | None = None
     tables: dict[int, Any] = field(default_factory=dict, repr=False)    # split -> rows kept in memory (a piece)
     dropped_fields: dict[str, int] | None = None    # JSON extra field -> records it was left out of; None: not counted
+    read_pins: tuple = ()             # sources.pins.RangePin of each local input range read (resume, manifest)
 
 
 def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str,
@@ -53,7 +55,8 @@ def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_d
 
 def _spill(df, partition: int, *, layout: Layout, schema, tmp_dir, file_names, stage_names, backend,
            in_memory=False) -> MapResult:
-    result = MapResult(partition, dropped_fields=df.attrs.get(DROPPED_FIELDS))
+    result = MapResult(partition, dropped_fields=df.attrs.get(DROPPED_FIELDS),
+                       read_pins=tuple(df.attrs.get(READ_PINS, ())))
     ranged = layout.ranged
     status = df[STATUS]
     if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown
@@ -115,6 +118,7 @@ def save_result(result: MapResult, tmp_dir: str) -> None:
              "reasons": result.reasons, "pieces": {str(k): v for k, v in result.pieces.items()},
              "rows": {str(k): v for k, v in result.rows.items()}, "quarantine": result.quarantine,
              "histograms": sorted(result.histograms), "dropped_fields": result.dropped_fields,
+             "read_pins": [list(p) for p in result.read_pins],
              "host": socket.gethostname(), "boot": boot_id()}   # pieces are not flushed: a power cut may lose them
     path = os.path.join(folder, f"p{result.partition:06d}.json")
     with open(path + ".partial", "w") as fh:
@@ -162,9 +166,20 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
         rows = {int(k): int(v) for k, v in state["rows"].items()}
         dropped = state.get("dropped_fields")
         dropped = None if dropped is None else {str(k): int(v) for k, v in dropped.items()}
+        pins = tuple(_read_pin(p) for p in state["read_pins"])
     except (AttributeError, KeyError, TypeError, ValueError):
         return None                     # not a state this code wrote: the partition is run again
-    return MapResult(partition, tallies, reasons, pieces, rows, hists, quarantine, dropped_fields=dropped)
+    return MapResult(partition, tallies, reasons, pieces, rows, hists, quarantine, dropped_fields=dropped,
+                     read_pins=pins)
+
+
+def _read_pin(value) -> RangePin:
+    """A RangePin as save_result wrote it (else ValueError: the partition is run again)."""
+    fi, start, end, digest = value
+    if not (type(fi) is int and type(start) is int and type(end) is int and 0 <= start <= end
+            and (digest is None or isinstance(digest, str))):
+        raise ValueError("not a range pin")
+    return RangePin(fi, start, end, digest)
 
 
 def _ours(tmp_dir: str, path: str) -> bool:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import storage
 from ..errors import InputsNotFound, SourceError, SpecError
+from .pins import Identity
 
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
 MAX_NOTED = 5          # skipped paths named in a note; the rest are counted
@@ -48,15 +49,18 @@ class InputFile:
     version_id: str | None = None
     in_store: bool = False          # read in byte ranges from the store (no local copy; path is the URL)
     storage_options: dict | None = field(default=None, repr=False, compare=False)   # to read it there
+    identity: Identity | None = None    # a local file's, when listed (sources/pins.py)
 
     def pin(self, located: bool = False) -> dict:
-        """What tells whether an input is still the same bytes: an object's ETag and version id, a
-        local file's mtime (with the size of both). `located` adds a local file's absolute path,
-        for the manifest (`gpuetl verify --inputs` finds it there)."""
+        """What tells whether an input is still the same bytes: an object's ETag and version id
+        (with its size); a local file's identity (device, inode, size, mtime, ctime; its ranges'
+        hashes are added by the run, sources/pins.py). `located` adds a local file's absolute
+        path, for the manifest (`gpuetl verify --inputs` finds it there)."""
         if self.url is not None:
             return {"path": self.display, "bytes": self.size, "etag": self.etag, "version_id": self.version_id,
                     "mtime_ns": self.mtime_ns}
-        pin = {"path": self.display, "bytes": self.size, "mtime_ns": self.mtime_ns}
+        pin = {"path": self.display, "bytes": self.size, "mtime_ns": self.mtime_ns,
+               "identity": self.identity.to_json() if self.identity else None}
         return {**pin, "location": self.path} if located else pin
 
 
@@ -222,7 +226,8 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
         if first != display:             # the same file by another name (a link): read once
             duplicates.append(f"{display} (= {first})")
             continue
-        result.append(InputFile(len(result), path, display, st.st_size, st.st_mtime_ns, _compression(path, compression)))
+        result.append(InputFile(len(result), path, display, st.st_size, st.st_mtime_ns, _compression(path, compression),
+                                identity=Identity.of(st)))
         if compression == "infer" and result[-1].compression is None and notes is not None and sniffed < MAX_SNIFFED:
             sniffed += 1
             if kind := compressed_by_its_bytes(path):

@@ -34,8 +34,9 @@ from ..spec.sizes import format_size
 from .compressed import Limits
 from .files import InputFile
 from .line_ends import record_ends, records_array
-from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compressed_ranges, pack, read_range,
-                     record_span, truncated_piece)
+from .pins import pin_bytes
+from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compressed_ranges, pack, range_pin,
+                     read_range, record_span, truncated_piece)
 
 QUOTE, NEWLINE = 34, 10
 SCAN_CHUNK = 16 << 20            # bytes the plan's CSV scan looks at at once
@@ -193,12 +194,21 @@ class Records:
                 xp.asarray(bad), backend.series(exact, "binary") if bad.any() else None, self.set_aside)
 
 
-def _range_bytes(f: InputFile, rng, set_aside: list) -> tuple[bytes, int]:
-    """(the bytes of a range read exactly as planned, their offset in the file)."""
+def _range_bytes(f: InputFile, rng, set_aside: list, pins: list | None) -> tuple[bytes, int]:
+    """(the bytes of a range read exactly as planned, their offset in the file); their hash is
+    added to `pins` (sources/pins.py)."""
     if isinstance(rng, CompressedRange) or rng.length < 0:
         got = read_range(f, rng)
+        _pin(pins, range_pin(f, got))
         return bytes(truncated_piece(f, got, set_aside)), got.start
-    return _pread(f, rng.offset, rng.length), rng.offset
+    data = _pread(f, rng.offset, rng.length)
+    _pin(pins, f.url is None and pin_bytes(f.index, rng.offset, data))
+    return data, rng.offset
+
+
+def _pin(pins: list | None, pin) -> None:
+    if pins is not None and pin:
+        pins.append(pin)
 
 
 def _pread(f: InputFile, offset: int, length: int) -> bytes:
@@ -221,13 +231,17 @@ class CsvFraming:
     file is its header and is skipped (only that one: the parser quarantines a later repeat). Ranges
     come from plan_csv_partitions, so each starts on a record start."""
 
-    def read(self, files: list[InputFile], ranges, backend):
+    def read(self, files: list[InputFile], ranges, backend, pins: list | None = None):
+        """pins: where each range's hash as read is added (sources/pins.py), if given."""
         out = Records()
         for rng in ranges:
             f = files[rng.file_index]
-            data, base = _range_bytes(f, rng, out.set_aside)
+            data, base = _range_bytes(f, rng, out.set_aside, pins)
             if not isinstance(rng, CompressedRange) and rng.length >= 0:
+                whole = len(data)
                 data = _to_record_end(f, data, base)
+                if len(data) > whole:           # a range cut shorter (a preview's), finished here
+                    _pin(pins, f.url is None and pin_bytes(f.index, base + whole, data[whole:]))
             if not data:
                 continue
             units = cut_units(data, csv_record_starts_in(np.frombuffer(data, dtype=np.uint8)))
@@ -284,22 +298,23 @@ class MultilineFraming:
     max_bytes: int
     first_start: tuple[int, ...]
 
-    def read(self, files: list[InputFile], ranges, backend):
+    def read(self, files: list[InputFile], ranges, backend, pins: list | None = None):
+        """pins: where each range's hash as read is added (sources/pins.py), if given."""
         out = Records()
         for rng in ranges:
             f = files[rng.file_index]
             if isinstance(rng, CompressedRange) or rng.length < 0:       # the whole file, from its start
-                data, base = _range_bytes(f, rng, out.set_aside)
+                data, base = _range_bytes(f, rng, out.set_aside, pins)
                 lo, hi, first = base, base + len(data) + 1, None
             else:
                 lo, hi = rng.offset, rng.offset + rng.length
-                data, base = self._window(f, lo, hi)
+                data, base = self._window(f, lo, hi, pins)
                 first = self.first_start[f.index]
             if data:
                 self._frame(data, base, lo, hi, f.index, first, out)
         return out.to_backend(backend)
 
-    def _window(self, f: InputFile, lo: int, hi: int) -> tuple[bytes, int]:
+    def _window(self, f: InputFile, lo: int, hi: int, pins: list | None = None) -> tuple[bytes, int]:
         """The whole lines that start from max_bytes before the range to max_bytes after it:
         every line whose record can start in the range, and the start lines it can belong to."""
         a = max(0, lo - self.max_bytes - 1)
@@ -308,7 +323,9 @@ class MultilineFraming:
             start, end, _ = record_span(f.path, a, b - a)
         except OSError as err:
             raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
-        return _pread(f, start, end - start), start
+        data = _pread(f, start, end - start)
+        _pin(pins, f.url is None and pin_bytes(f.index, start, data))
+        return data, start
 
     def _frame(self, data: bytes, base: int, lo: int, hi: int, file_index: int, first: int | None,
                out: Records) -> None:

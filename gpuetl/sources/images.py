@@ -25,10 +25,11 @@ import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
+from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, READ_PINS, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
 from .files import InputFile, InputFiles, compressed_by_its_bytes, readable_name, relative_to
+from .pins import ReadPins, pin_bytes
 from .ranges import Partition, Whole, pack
 from .stage import PartitionScoped
 
@@ -89,10 +90,14 @@ class ImagesStage(PartitionScoped):
         checks contended for the GIL with the other tasks' image work (benchmarks/README.md)."""
         records = partition.ranges
         _prefetch(self.files, records)
-        rows = [self._read_one(rec) for rec in records]
-        return _frame(rows, self, segment, backend)
+        pins: list = []
+        rows = [self._read_one(rec, pins) for rec in records]
+        df = _frame(rows, self, segment, backend)
+        df.attrs[READ_PINS] = ReadPins(pins)
+        return df
 
-    def _read_one(self, rec: ImageRecord) -> dict:
+    def _read_one(self, rec: ImageRecord, pins: list) -> dict:
+        """One record's row; the hash of each span of bytes read is added to `pins`."""
         row = {"file_index": rec.file_index, "offset": rec.offset, "key": rec.key, "label": rec.label,
                "side": dict(rec.side), "extras": {}, "raw": None, "reason": None}
         if rec.problem:
@@ -102,8 +107,12 @@ class ImagesStage(PartitionScoped):
         f = self.files[rec.file_index]
         try:
             data = _pread(f.path, *rec.image)
+            pins.append(pin_bytes(f.index, rec.image[0], data))
+            if rec.image[0] > rec.offset:      # a tar's record: the headers the plan read (keys, offsets) too
+                pins.append(pin_bytes(f.index, rec.offset, _pread(f.path, rec.offset, rec.image[0] - rec.offset)))
             for name, offset, size in rec.extras:
                 value = _pread(f.path, offset, size)
+                pins.append(pin_bytes(f.index, offset, value))
                 try:
                     row["extras"][name] = value.decode("utf-8")
                 except UnicodeDecodeError:

@@ -14,6 +14,7 @@ from ..errors import SourceError
 from . import compressed
 from .compressed import Limits
 from .files import InputFile
+from .pins import RangePin, pin_bytes
 
 
 class Whole(tuple):
@@ -154,6 +155,15 @@ class Block:
     seg_file: list[int]
     extra_bad: list[tuple[int, int, bytes, str]]   # (file index, offset, raw bytes, reason) of cut-off records
     added: list[int] = field(default_factory=list)  # positions of the newlines added after a file's last line
+    pins: list[RangePin] = field(default_factory=list)   # each local range's hash as read (sources/pins.py)
+
+
+def range_pin(f: InputFile, got: "RangeData") -> RangePin | None:
+    """The hash of a range's bytes as read (of the decompressed stream for a compressed file),
+    taken from the bytes in memory; None for an object in a store (pinned by its ETag)."""
+    if f.url is not None:
+        return None
+    return pin_bytes(f.index, got.start, got.data)
 
 
 def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
@@ -184,11 +194,13 @@ def raw_record(data: bytes):
 def read_block(files: list[InputFile], ranges) -> Block:
     """The host reader: every range's whole records, each piece ending with a newline (one added
     after a file's last line that lacks it, its position in Block.added)."""
-    buffers, seg_pos, seg_start, seg_file, extra_bad, added = [], [], [], [], [], []
+    buffers, seg_pos, seg_start, seg_file, extra_bad, added, pins = [], [], [], [], [], [], []
     position = 0
     for rng in ranges:
         f = files[rng.file_index]
         got = read_range(f, rng)
+        if (pin := range_pin(f, got)) is not None:
+            pins.append(pin)
         data = truncated_piece(f, got, extra_bad)
         if len(data) and data[-1] != 10:
             data = bytes(data) + b"\n"
@@ -199,7 +211,7 @@ def read_block(files: list[InputFile], ranges) -> Block:
         seg_file.append(f.index)
         position += len(data)
     data = buffers[0] if len(buffers) == 1 else b"".join(buffers)
-    return Block(data, seg_pos, seg_start, seg_file, extra_bad, added)
+    return Block(data, seg_pos, seg_start, seg_file, extra_bad, added, pins)
 
 
 def read_range(f: InputFile, rng: ByteRange) -> RangeData:

@@ -138,11 +138,15 @@ def test_verify_inputs_says_whether_the_pinned_inputs_are_unchanged(s3, raw, tmp
     assert gpuetl_run(tmp_path, data, capsys)[0] == 0
     assert main(["verify", s3.url("out"), "--inputs"]) == 0
     assert "3 inputs are the bytes" in capsys.readouterr().out
+    os.utime(tmp_path / "local.log", ns=(1, 1))          # touched: its ranges are hashed again, the same
+    assert main(["verify", s3.url("out"), "--inputs"]) == 0
+    assert "local.log: identity changed (mtime, ctime)" in capsys.readouterr().out
     s3.put("raw/b.log", raw["b.log"][:-10])
+    (tmp_path / "local.log").write_bytes(raw["a.log"][::-1])          # same size, other bytes
     os.utime(tmp_path / "local.log", ns=(1, 1))
     assert main(["verify", s3.url("out"), "--inputs"]) == 1
     out = capsys.readouterr().out
-    assert f"INPUT {s3.url('raw/b.log')}: changed" in out and "INPUT local.log: modified since the run" in out
+    assert f"INPUT {s3.url('raw/b.log')}: changed" in out and "INPUT local.log: other bytes than the run read" in out
     assert main(["verify", s3.url("out")]) == 0            # the dataset itself is intact
 
 
