@@ -394,8 +394,28 @@ def test_validate_checks_steps_against_the_data_when_it_is_there(tmp_path, capsy
     assert "steps[0].rename" in capsys.readouterr().err
     assert main(["validate", str(tmp_path / "p.yaml"), "--set", "steps=[]"]) == 0
     assert "2 output columns" in capsys.readouterr().out
-    assert main(["validate", str(tmp_path / "p.yaml"), "--set", "source.path=missing/*.log"]) == 0
-    assert "not checked" in capsys.readouterr().out
+    assert main(["validate", str(tmp_path / "p.yaml"), "--set", "source.path=missing/*.log"]) == 2
+    assert "source.path: the pattern 'missing/*.log' matches no file" in capsys.readouterr().err
+
+
+def test_validate_says_valid_only_where_run_would_start(tmp_path, capsys):
+    """An input glob that matches nothing fails validate as it fails run (exit 2); --offline checks
+    the file alone: no input is listed, so neither the missing input nor the step is looked at."""
+    from gpuetl.cli import main
+
+    (tmp_path / "p.yaml").write_text(
+        "version: 1\nname: v\nsource: {type: text, path: logs/*.log}\n"
+        "parse: {regex: '^(?P<n>\\\\d+) (?P<w>\\\\w+)$'}\nsteps: [{rename: {n: w}}]\nsink: {path: out}\n")
+    for command in ("validate", "run"):
+        assert main([command, str(tmp_path / "p.yaml")]) == 2
+        assert "matches no file" in capsys.readouterr().err
+    assert main(["validate", "--offline", str(tmp_path / "p.yaml")]) == 0
+    assert "inputs, columns and steps not checked (--offline)" in capsys.readouterr().out
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.log").write_text("1 x\n")
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 2          # there now: the step is checked
+    assert "steps[0].rename" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "p.yaml"]
 
 
 @pytest.mark.parametrize("env, shards, expected", [(None, 1, "system"), ("mimalloc", 1, "mimalloc"),
