@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -22,8 +23,35 @@ from ..spec.sizes import format_size
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse exits 2 too; keep its message short and ours
         self.print_usage(sys.stderr)
-        print(f"gpuetl: error: {message}", file=sys.stderr)
+        _show(f"gpuetl: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+# What a terminal would act on rather than show: C0 and C1 control characters (ESC starts the
+# sequences that set a window's title or clear the screen; NUL, BEL, backspace and carriage
+# return rewrite what is shown), DEL, the bidirectional overrides that reorder a line, and lone
+# surrogates (which cannot be written as UTF-8 at all).
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str, *, keep_newlines: bool = True) -> str:
+    """`text` as it may reach a terminal: every character in _UNSHOWABLE written as its escape
+    (`\\x1b`, `\\u202e`); tabs and newlines kept unless `keep_newlines` is False. Values,
+    quarantined lines, field and file names are the user's data and may hold anything."""
+    def escape(match) -> str:
+        code = ord(match.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    text = _UNSHOWABLE.sub(escape, text)
+    if not keep_newlines:
+        text = text.replace("\t", "\\t").replace("\n", "\\n")
+    return text
+
+
+def _show(*parts, file=None, **kwargs) -> None:
+    """print() for everything the command prints for a person: each part through printable().
+    JSON outputs go to print() directly (JSON escapes control characters itself)."""
+    print(*(printable(str(p)) for p in parts), file=file, **kwargs)
 
 
 PIPELINE_FILE = "the pipeline file (YAML)"
@@ -158,7 +186,7 @@ def _error(args, message: str, code: int) -> int:
     if events is not None:
         events.error(message, code)
     else:
-        print(message, file=sys.stderr)
+        _show(message, file=sys.stderr)
     return code
 
 
@@ -183,11 +211,11 @@ def cmd_validate(args) -> int:
 
     pipeline = load(args.file, args.overrides)
     if args.offline:
-        print(f"{args.file}: valid as a file (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}); "
+        _show(f"{args.file}: valid as a file (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}); "
               "inputs, columns and steps not checked (--offline)")
         return 0
     plan = pipeline.plan()
-    print(f"{args.file}: valid (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}, "
+    _show(f"{args.file}: valid (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}, "
           f"{_count(len(plan.files), 'input file')}, {_count(len(plan.output_schema), 'output column')})")
     return 0
 
@@ -197,28 +225,28 @@ def cmd_plan(args) -> int:
 
     plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
-    print(f"pipeline {spec.name}: {_count(len(plan.files), 'input file')}, {format_size(plan.input_bytes)}")
-    print(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
+    _show(f"pipeline {spec.name}: {_count(len(plan.files), 'input file')}, {format_size(plan.input_bytes)}")
+    _show(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
     if (multiline := spec.source.multiline) is not None:
-        print(f"records: multi-line, each starting at a line matching {multiline.start!r} (at most "
+        _show(f"records: multi-line, each starting at a line matching {multiline.start!r} (at most "
               f"{multiline.max_lines:,} lines and {format_size(multiline.max_bytes)} a record)")
     previous: dict = {}
     for info in plan.stages:
-        print(f"\nstage {info.index}: {info.name}" + (f"  [{info.detail}]" if info.detail else ""))
+        _show(f"\nstage {info.index}: {info.name}" + (f"  [{info.detail}]" if info.detail else ""))
         for line in _schema_change(previous, info.schema):
-            print(f"    {line}")
+            _show(f"    {line}")
         previous = info.schema
-    print("\noutput schema: " + ", ".join(f"{n}: {t}" for n, t in plan.output_schema.items()))
+    _show("\noutput schema: " + ", ".join(f"{n}: {t}" for n, t in plan.output_schema.items()))
     layout = plan.layout
     shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
     n = len(plan.partitions)
     streams = layout.in_input_order
     tasks = _graph_tasks(plan, in_order=streams) + n + sum(s if isinstance(s, int) else 1 for s in shards)
-    print(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
+    _show(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
           f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
     for note in plan.notes:
-        print(f"note: {note}")
+        _show(f"note: {note}")
     from ..steps.base import InOrderGlobalStep
 
     steps = [seg.steps[0].step for seg in plan.segments[1:]]
@@ -226,7 +254,7 @@ def cmd_plan(args) -> int:
                     for s in steps]
     moves = f"global steps decided without moving rows: {', '.join(global_steps)}" if global_steps else \
         "no global step"
-    print(f"tasks: about {tasks} (the graph's {len(plan.segments)} stage group{'s' if len(plan.segments) != 1 else ''}"
+    _show(f"tasks: about {tasks} (the graph's {len(plan.segments)} stage group{'s' if len(plan.segments) != 1 else ''}"
           f" over {_count(n, 'partition')}, {moves}, then spill and shard writes)")
     return 0
 
@@ -269,7 +297,7 @@ def cmd_run(args) -> int:
     else:
         display = display_for(args.progress)
         listeners += [display] if display else []
-        log = (lambda *a: print(*a, file=sys.stderr))
+        log = (lambda *a: _show(*a, file=sys.stderr))
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
     plan = pipeline.plan(backend)
@@ -312,37 +340,37 @@ def cmd_run(args) -> int:
 def print_summary(result, seconds: float) -> None:
     c = result.counts
     rate = result.input_bytes / seconds / 1e6 if seconds > 0 else 0.0
-    print(f"dataset: {result.out_dir}")
-    print(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
+    _show(f"dataset: {result.out_dir}")
+    _show(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for s in result.stages:
         dropped = ", ".join(f"{k} {s[k]:,}" for k in ("filtered", "deduplicated", "quarantined") if s[k])
-        print(f"  stage {s['stage']} {s['name']:<16} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
+        _show(f"  stage {s['stage']} {s['name']:<16} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
     splits: dict[str, list] = {}
     for shard in result.shards:
         splits.setdefault(shard["split"] or "-", []).append(shard)
     for name, shards in splits.items():
         label = "shards" if name == "-" else f"split {name}"
-        print(f"  {label}: {_count(len(shards), 'file')}, {sum(s['rows'] for s in shards):,} rows, "
+        _show(f"  {label}: {_count(len(shards), 'file')}, {sum(s['rows'] for s in shards):,} rows, "
               f"{format_size(sum(s['bytes'] for s in shards))}")
     if result.quarantine:
-        print(f"  quarantine: {sum(q['rows'] for q in result.quarantine):,} rows in {result.out_dir}/_quarantine/")
+        _show(f"  quarantine: {sum(q['rows'] for q in result.quarantine):,} rows in {result.out_dir}/_quarantine/")
         _print_reason_kinds(result)
     elif c["quarantined"]:
-        print(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
+        _show(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
         _print_reason_kinds(result)
     for reason, n in result.manifest.get("fallbacks", {}).items():
-        print(f"  fell back to the CPU: {n:,} × {reason}")
+        _show(f"  fell back to the CPU: {n:,} × {reason}")
     if result.manifest.get("host_transfer"):
         moved = result.manifest["host_transfer"]
-        print(f"  device → host: {format_size(moved['host_bytes'])} "
+        _show(f"  device → host: {format_size(moved['host_bytes'])} "
               f"({moved['host_bytes_per_input_byte']:.2%} of the input bytes)")
     if tiers := result.manifest.get("input_tiers"):
-        print(f"  inputs from the object store: {format_size(tiers['remote_bytes'])} ({tiers['remote_objects']:,} "
+        _show(f"  inputs from the object store: {format_size(tiers['remote_bytes'])} ({tiers['remote_objects']:,} "
               f"objects), from the cache: {format_size(tiers['cache_bytes'])} ({tiers['cache_objects']:,} objects)")
-    print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
+    _show(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
     if getattr(result, "report", None):
-        print(f"  report: {result.report}  (gpuetl report {result.out_dir})")
+        _show(f"  report: {result.report}  (gpuetl report {result.out_dir})")
 
 
 SUMMARY_KINDS = 5
@@ -357,10 +385,10 @@ def _print_reason_kinds(result) -> None:
     for kind, entry in list(kinds.items())[:SUMMARY_KINDS]:
         example = entry["example"]
         example = example if len(example) <= EXAMPLE_CHARS else example[:EXAMPLE_CHARS] + "…"
-        print(f"    {entry['count']:>8,} × {kind}" + (f"  (e.g. {example})" if example != kind else ""))
+        _show(f"    {entry['count']:>8,} × {kind}" + (f"  (e.g. {example})" if example != kind else ""))
     rest = list(kinds.values())[SUMMARY_KINDS:]
     if rest:
-        print(f"    and {len(rest)} more kind{'s' if len(rest) > 1 else ''} "
+        _show(f"    and {len(rest)} more kind{'s' if len(rest) > 1 else ''} "
               f"({sum(e['count'] for e in rest):,} rows)")
 
 
@@ -372,22 +400,22 @@ def cmd_preview(args) -> int:
 
     pipeline = load(args.file, args.overrides)
     shown = pipeline.preview(n=args.n, backend=args.backend)
-    print(f"preview of pipeline {pipeline.name!r}: read {shown.read}; nothing written")
+    _show(f"preview of pipeline {pipeline.name!r}: read {shown.read}; nothing written")
     for note in shown.notes:
-        print(f"note: {note}")
+        _show(f"note: {note}")
     for s in shown.stages:
         dropped = ", ".join(f"{k} {getattr(s, k):,}" for k in ("filtered", "deduplicated", "quarantined")
                             if getattr(s, k))
         alone = "  (applied to these rows alone, not across the whole input)" if s.alone else ""
-        print(f"\nstage {s.index} {s.name}: {s.rows_in:,} rows in → {s.rows_out:,} out"
+        _show(f"\nstage {s.index} {s.name}: {s.rows_in:,} rows in → {s.rows_out:,} out"
               + (f" ({dropped})" if dropped else "") + alone)
-        print(_table(s.rows, args.n))
+        _show(_table(s.rows, args.n))
     bad = shown.quarantined
     count = sum(s.quarantined for s in shown.stages)
-    print(f"\nquarantined: {count:,} record{'s' if count != 1 else ''}"
+    _show(f"\nquarantined: {count:,} record{'s' if count != 1 else ''}"
           + (f", the first {bad.num_rows}:" if bad.num_rows else ""))
     if bad.num_rows:
-        print(_table(bad, args.n))
+        _show(_table(bad, args.n))
     return 0
 
 
@@ -399,6 +427,7 @@ def _table(table, n: int) -> str:
         return "  (no rows)"
     columns = {}
     for name, column in zip(table.column_names, table.columns):
+        name = printable(name, keep_newlines=False)
         values = column.to_pylist()
         if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
             columns[name] = ["null" if v is None else f"<{len(v):,} bytes>" for v in values]
@@ -411,7 +440,7 @@ def _table(table, n: int) -> str:
 
 
 def _cell(text: str) -> str:
-    text = text.replace("\n", "\\n")
+    text = printable(text, keep_newlines=False)
     return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…"
 
 
@@ -420,24 +449,24 @@ def cmd_inspect(args) -> int:
 
     info = inspect_dataset(args.out)
     for name in info["interrupted_commits"]:
-        print(f"note: the commit of run {name} was interrupted; `gpuetl verify --repair {info['path']}` "
+        _show(f"note: the commit of run {name} was interrupted; `gpuetl verify --repair {info['path']}` "
               "finishes it", file=sys.stderr)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
     m = info["manifest"]
-    print(f"dataset {info['path']}: pipeline {m['name']}, {'complete' if info['complete'] else 'INCOMPLETE'}, "
+    _show(f"dataset {info['path']}: pipeline {m['name']}, {'complete' if info['complete'] else 'INCOMPLETE'}, "
           f"backend {m['backend']}, seed {m['seed']}")
     c = m["counts"]
-    print(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
+    _show(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for name, s in info["splits"].items():
-        print(f"  {name}: {_count(s['shards'], 'shard')}, {s['rows']:,} rows, {format_size(s['bytes'])}")
-    print("  schema: " + ", ".join(f"{f['name']}: {f['type']}" for f in m["schema"]))
+        _show(f"  {name}: {_count(s['shards'], 'shard')}, {s['rows']:,} rows, {format_size(s['bytes'])}")
+    _show("  schema: " + ", ".join(f"{f['name']}: {f['type']}" for f in m["schema"]))
     for row in info["sample"]:
         # an image's bytes as their size: escaped, they filled the line and hid the columns after them
         shown = {k: f"<{len(v):,} bytes>" if isinstance(v, bytes) else v for k, v in row.items()}
-        print("  " + json.dumps(shown, default=str, ensure_ascii=False)[:300])
+        _show("  " + json.dumps(shown, default=str, ensure_ascii=False)[:300])
     return 0
 
 
@@ -445,26 +474,26 @@ def cmd_verify(args) -> int:
     from ..sinks.dataset import repair, verify_dataset
 
     if args.repair:
-        for name in repair(args.out, log=lambda *a: print(*a, file=sys.stderr)):
-            print(f"{args.out}: finished the interrupted commit of run {name}")
+        for name in repair(args.out, log=lambda *a: _show(*a, file=sys.stderr)):
+            _show(f"{args.out}: finished the interrupted commit of run {name}")
     manifest, problems = verify_dataset(args.out)
     if args.inputs:
         from ..sinks.dataset import verify_inputs
 
         input_problems = verify_inputs(manifest)
         for p in input_problems:
-            print(f"INPUT {p}")
+            _show(f"INPUT {p}")
         if not input_problems:
-            print(f"{args.out}: the {len(manifest.get('inputs') or [])} inputs are the bytes the dataset was built from")
+            _show(f"{args.out}: the {len(manifest.get('inputs') or [])} inputs are the bytes the dataset was built from")
         problems += input_problems
     if problems:
         for p in problems:
             if not args.inputs or p not in input_problems:
-                print(f"BAD {p}")
-        print(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
+                _show(f"BAD {p}")
+        _show(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
         return 1
     n = len(manifest.get("shards", [])) + len(manifest.get("quarantine", [])) + len(manifest.get("reports", []))
-    print(f"{args.out}: ok, {_count(n, 'file')} match{'es' if n == 1 else ''} the manifest")
+    _show(f"{args.out}: ok, {_count(n, 'file')} match{'es' if n == 1 else ''} the manifest")
     return 0
 
 
@@ -475,14 +504,14 @@ def cmd_report(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        print(render_text(report))
+        _show(render_text(report))
     if args.open:
         import webbrowser
 
         if isinstance(page, str):          # on an object store: a browser cannot open it there
-            print(f"gpuetl report: {page} is on an object store; copy it here to open it", file=sys.stderr)
+            _show(f"gpuetl report: {page} is on an object store; copy it here to open it", file=sys.stderr)
         elif not webbrowser.open(page.resolve().as_uri()):
-            print(f"gpuetl report: no web browser to open; the report is {page}", file=sys.stderr)
+            _show(f"gpuetl report: no web browser to open; the report is {page}", file=sys.stderr)
     return 0
 
 
