@@ -465,3 +465,32 @@ def test_run_summary_groups_reasons_by_kind_with_an_example_and_the_rest(tmp_pat
     more = len(kinds) - 5
     left = sum(k["count"] for k in list(kinds.values())[5:])
     assert more > 0 and f"and {more} more kind{'s' if more > 1 else ''} ({left} rows)" in out
+
+
+CTRL_C_AT_IMPORT = """
+import sys
+
+class CtrlC:
+    '''Ctrl-C pressed while {module} is being imported.'''
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from gpuetl.cli import main          # what the console script does
+sys.exit(main({argv!r}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["pandas", "pyarrow", "yaml"])
+def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path, module):
+    """The libraries' imports take most of the command's start-up; an interrupt there ends it as
+    one after start-up does: one line, no traceback, exit 130."""
+    (tmp_path / "p.yaml").write_text("version: 1\nname: v\nsource: {type: text, path: a.log}\nsink: {path: out}\n")
+    code = CTRL_C_AT_IMPORT.format(module=module, argv=["validate", str(tmp_path / "p.yaml")])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert (proc.returncode, proc.stderr) == (130, "gpuetl: interrupted; nothing was committed\n")
+    assert proc.stdout == ""

@@ -15,7 +15,6 @@ import time
 
 from .. import __version__
 from . import tuning
-from ..backends import backend_choices
 from ..errors import GpuetlError
 from ..spec.sizes import format_size
 
@@ -65,6 +64,8 @@ def _count(n: int, word: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..backends import backend_choices
+
     parser = _Parser(prog="gpuetl", description="Raw logs to training-ready Parquet, on the GPU or the CPU.")
     parser.add_argument("--version", action="version", version=f"gpuetl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -138,7 +139,20 @@ def _positive(text: str) -> int:
     return value
 
 
+INTERRUPTED = "gpuetl: interrupted; nothing was committed"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `gpuetl` command. A Ctrl-C at any point, start-up (the libraries' imports) included,
+    ends it with one line and exit 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:          # before a command runs: the imports, the argument parser
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     tuning.apply()                     # the command's own process-wide settings (GPUETL_NO_TUNING=1: none)
     args = build_parser().parse_args(argv)
     try:
@@ -153,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         kept = ("; the finished work is kept: run it again with sink.mode: resume to continue"
                 if getattr(args, "sink_mode", None) == "resume" else "")
-        return _error(args, f"gpuetl: interrupted; nothing was committed{kept}", 130)
+        return _error(args, f"{INTERRUPTED}{kept}", 130)
     except Exception as err:  # a bug in gpuetl, not the user's mistake: say so, briefly
         if os.environ.get("GPUETL_DEBUG"):
             raise
