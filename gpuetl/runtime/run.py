@@ -114,8 +114,8 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
         if fresh:
             run_tmp = folder.new_run(commit_protocol.new_run_id())
         watch.run_id = run_tmp.name
-        watch.started()
         try:
+            watch.started()                       # may print: a closed pipe there is an early end too
             if fresh:
                 _write_state(plan, backend, run_tmp)
             # Workers that may not share this machine's disk put what others read in the store
