@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -16,7 +17,7 @@ import time
 from .. import __version__
 from . import tuning
 from ..errors import GpuetlError
-from ..spec.sizes import format_size
+from ..spec.sizes import count, format_size
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,7 +61,7 @@ DATASET_FOLDER = "the dataset folder a run wrote (the sink's path), or its s3://
 
 def _count(n: int, word: str) -> str:
     """'1 file', '3 files'."""
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
+    return count(n, word)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,7 +164,7 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         return _stdout_closed()
     except GpuetlError as err:
-        return _error(args, f"gpuetl {args.command}: error: {err}", err.exit_code)
+        return _error(args, f"gpuetl {args.command}: error: {_with_set(str(err))}", err.exit_code)
     except KeyboardInterrupt:
         kept = ("; the finished work is kept: run it again with sink.mode: resume to continue"
                 if getattr(args, "sink_mode", None) == "resume" else "")
@@ -202,6 +203,15 @@ def _error(args, message: str, code: int) -> int:
     else:
         _show(message, file=sys.stderr)
     return code
+
+
+# The library's hints name a setting as the pipeline file writes it ("set sink.mode: overwrite"),
+# which a caller of the Python API can follow too; on the command line the --set form is added.
+_SETTING = re.compile(r"\bset ((?:[a-z_]+\.)+[a-z_]+): ([\w.-]+)")
+
+
+def _with_set(message: str) -> str:
+    return _SETTING.sub(lambda m: f"set {m[1]}: {m[2]} (--set {m[1]}={m[2]})", message)
 
 
 SIGPIPE_EXIT = 141
@@ -365,13 +375,13 @@ def print_summary(result, seconds: float) -> None:
         splits.setdefault(shard["split"] or "-", []).append(shard)
     for name, shards in splits.items():
         label = "shards" if name == "-" else f"split {name}"
-        _show(f"  {label}: {_count(len(shards), 'file')}, {sum(s['rows'] for s in shards):,} rows, "
+        _show(f"  {label}: {_count(len(shards), 'file')}, {_count(sum(s['rows'] for s in shards), 'row')}, "
               f"{format_size(sum(s['bytes'] for s in shards))}")
     if result.quarantine:
-        _show(f"  quarantine: {sum(q['rows'] for q in result.quarantine):,} rows in {result.out_dir}/_quarantine/")
+        _show(f"  quarantine: {_count(sum(q['rows'] for q in result.quarantine), 'row')} in {result.out_dir}/_quarantine/")
         _print_reason_kinds(result)
     elif c["quarantined"]:
-        _show(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
+        _show(f"  {_count(c['quarantined'], 'bad record')} dropped (on_error: drop)")
         _print_reason_kinds(result)
     for reason, n in result.manifest.get("fallbacks", {}).items():
         _show(f"  fell back to the CPU: {n:,} × {reason}")
@@ -403,7 +413,7 @@ def _print_reason_kinds(result) -> None:
     rest = list(kinds.values())[SUMMARY_KINDS:]
     if rest:
         _show(f"    and {len(rest)} more kind{'s' if len(rest) > 1 else ''} "
-              f"({sum(e['count'] for e in rest):,} rows)")
+              f"({_count(sum(e['count'] for e in rest), 'row')})")
 
 
 CELL_CHARS = 40
@@ -421,7 +431,7 @@ def cmd_preview(args) -> int:
         dropped = ", ".join(f"{k} {getattr(s, k):,}" for k in ("filtered", "deduplicated", "quarantined")
                             if getattr(s, k))
         alone = "  (applied to these rows alone, not across the whole input)" if s.alone else ""
-        _show(f"\nstage {s.index} {s.name}: {s.rows_in:,} rows in → {s.rows_out:,} out"
+        _show(f"\nstage {s.index} {s.name}: {_count(s.rows_in, 'row')} in → {s.rows_out:,} out"
               + (f" ({dropped})" if dropped else "") + alone)
         _show(_table(s.rows, args.n))
     bad = shown.quarantined
@@ -449,7 +459,10 @@ def _table(table, n: int) -> str:
             columns[name] = ["null" if v is None else _cell(str(v)) for v in values]
     import pandas as pd
 
-    text = pd.DataFrame(columns).to_string(index=False, max_rows=n)
+    # as wide as the terminal (COLUMNS where set, as `ls` reads it; 80 where neither says): wider
+    # tables continue below in blocks of columns, as pandas wraps them
+    width = shutil.get_terminal_size().columns
+    text = pd.DataFrame(columns).to_string(index=False, max_rows=n, line_width=max(width - 2, 20))
     return "\n".join("  " + line for line in text.splitlines())
 
 
@@ -475,7 +488,7 @@ def cmd_inspect(args) -> int:
     _show(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for name, s in info["splits"].items():
-        _show(f"  {name}: {_count(s['shards'], 'shard')}, {s['rows']:,} rows, {format_size(s['bytes'])}")
+        _show(f"  {name}: {_count(s['shards'], 'shard')}, {_count(s['rows'], 'row')}, {format_size(s['bytes'])}")
     _show("  schema: " + ", ".join(f"{f['name']}: {f['type']}" for f in m["schema"]))
     for row in info["sample"]:
         # an image's bytes as their size: escaped, they filled the line and hid the columns after them

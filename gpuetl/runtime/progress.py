@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
+from ..spec.sizes import count
 
 DROPS = (("filtered", STATUS_FILTERED), ("deduplicated", STATUS_DEDUPLICATED), ("quarantined", STATUS_QUARANTINED))
 LINE_INTERVAL = 10.0          # seconds between plain progress lines (not a terminal)
@@ -300,7 +301,7 @@ def _eta_text(seconds: float | None) -> str:
 
 def stage_line(stage: StageProgress) -> str:
     state = "done" if stage.finished is not None else f"{stage.fraction:.0%}"
-    return (f"{stage.label}: {state}, {stage.records:,} records, {stage.bytes / 1e6:,.1f} MB, "
+    return (f"{stage.label}: {state}, {count(stage.records, 'record')}, {stage.bytes / 1e6:,.1f} MB, "
             f"{stage.mb_per_s:,.1f} MB/s" + ("" if stage.finished is not None else f", {_eta_text(stage.eta)}"))
 
 

@@ -12,6 +12,7 @@ import time
 import warnings
 from pathlib import Path
 
+from ..spec.sizes import count
 from .reasons import reason_kind
 
 REPORT_JSON = "_report.json"
@@ -201,28 +202,28 @@ def render_text(report: dict) -> str:
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
     plan = report.get("plan", {})
-    lines.append(f"  input: {plan.get('input_files')} files, {plan.get('input_bytes', 0) / 1e6:,.1f} MB, "
-                 f"{plan.get('partitions')} partitions")
+    lines.append(f"  input: {count(plan.get('input_files') or 0, 'file')}, {plan.get('input_bytes', 0) / 1e6:,.1f} MB, "
+                 f"{count(plan.get('partitions') or 0, 'partition')}")
     lines.append(f"  rows in {c.get('rows_in', 0):,} = out {c.get('rows_out', 0):,} + filtered {c.get('filtered', 0):,} "
                  f"+ deduplicated {c.get('deduplicated', 0):,} + quarantined {c.get('quarantined', 0):,}")
     for s in report.get("stages", []):
         dropped = ", ".join(f"{k} {s[k]:,}" for k in ("filtered", "deduplicated", "quarantined") if s.get(k))
         lines.append(f"  stage {s['stage']} {s['name']:<16} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
     for p in report.get("progress", []):
-        lines.append(f"  {p['stage']:<16} {p['seconds']:>8.2f} s  {p['records']:>12,} records  "
+        lines.append(f"  {p['stage']:<16} {p['seconds']:>8.2f} s  {p['records']:>12,} record{'' if p['records'] == 1 else 's'}  "
                      f"{p['mb_per_s']:>8.1f} MB/s")
     for worker, split in report.get("workers", {}).items():
         lines.append(f"  worker {worker}: " + ", ".join(f"{k} {v:.2f} s" for k, v in split.items()))
     bad = report.get("bad_records", {})
     if bad.get("kinds"):
-        lines.append(f"  bad records by kind ({bad.get('rows', 0):,} rows):")
+        lines.append(f"  bad records by kind ({count(bad.get('rows', 0), 'row')}):")
     for kind in bad.get("kinds", []):
         lines.append(f"  {kind['count']:>10,} × {kind['kind']}")
         for ex in kind["examples"]:
             if ex["reason"] != kind["kind"]:
                 lines.append(f"               e.g. {ex['reason']} ({ex['count']:,})")
     if bad.get("more", {}).get("kinds"):
-        lines.append(f"  and {bad['more']['kinds']} more kinds ({bad['more']['rows']:,} rows)")
+        lines.append(f"  and {count(bad['more']['kinds'], 'more kind')} ({count(bad['more']['rows'], 'row')})")
     for col in report.get("columns", []):
         lines.append(f"  column {col['column']}: nulls {col['nulls']:,}, min {col['min']!r}, max {col['max']!r}")
     return "\n".join(lines)
@@ -265,8 +266,8 @@ def _body(report: dict) -> str:
     plan = report["plan"]
     parts.append("<h2>Plan</h2>" + _table(["stage", "name", "detail"],
                                           [[s["stage"], s["name"], s["detail"]] for s in plan["stages"]]))
-    parts.append(f"<p>{plan['input_files']} input files, {plan['input_bytes']:,} bytes, "
-                 f"{plan['partitions']} partitions; sink {e(plan['sink'])}</p>")
+    parts.append(f"<p>{count(plan['input_files'], 'input file')}, {count(plan['input_bytes'], 'byte')}, "
+                 f"{count(plan['partitions'], 'partition')}; sink {e(plan['sink'])}</p>")
     c = report["counts"]
     parts.append("<h2>Records</h2>" + _table(["rows in", "out", "filtered", "deduplicated", "quarantined"],
                                              [[c["rows_in"], c["rows_out"], c["filtered"], c["deduplicated"],
@@ -288,7 +289,7 @@ def _body(report: dict) -> str:
     parts.append("<h2>Bad records by kind</h2>" + (_table(["rows", "kind", "examples"], rows) if rows else
                                                    "<p>none</p>"))
     if bad["more"]["kinds"]:
-        parts.append(f"<p>and {bad['more']['kinds']:,} more kinds ({bad['more']['rows']:,} rows)</p>")
+        parts.append(f"<p>and {count(bad['more']['kinds'], 'more kind')} ({count(bad['more']['rows'], 'row')})</p>")
     if report["columns"]:
         parts.append("<h2>Columns</h2>" + _table(
             ["column", "type", "values", "nulls", "min", "max"],
