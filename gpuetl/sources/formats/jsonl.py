@@ -20,7 +20,7 @@ from ...spec.names import field_name_problem
 from ...spec.sizes import count
 from ...types import ColumnSpec, Schema, is_nested
 from ..files import InputFile
-from ..json_fields import JsonColumn, JsonRead, parse_path, path_pattern
+from ..json_fields import ColumnClash, JsonColumn, JsonRead, parse_path, path_pattern
 from ..parsers import JsonParser
 from ..ranges import ByteRange, read_head, read_range
 from ..stage import declared_columns, plan_byte_ranges, source_stage
@@ -75,8 +75,8 @@ def json_stage_and_metadata(loaded, files, notes: list[str]):
     read = JsonRead(columns, strict=spec.strict, extra=spec.extra_fields)
     try:
         read.arrow_schema()
-    except ValueError as err:
-        raise SpecError(f"{loaded.key('columns')}: {err}", hint="declare the whole object as one "
+    except ColumnClash as err:                 # located at the column that clashed with an earlier one
+        raise SpecError(f"{loaded.key('columns', err.column)}: {err}", hint="declare the whole object as one "
                         "struct<...> column, or only paths that agree on what each value is") from None
     extra = sample.extra_fields(read.roots)
     if declared and extra:
