@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
-from ..spec.sizes import count
+from ..words import count
 
 DROPS = (("filtered", STATUS_FILTERED), ("deduplicated", STATUS_DEDUPLICATED), ("quarantined", STATUS_QUARANTINED))
 LINE_INTERVAL = 10.0          # seconds between plain progress lines (not a terminal)

@@ -12,7 +12,8 @@ import time
 import warnings
 from pathlib import Path
 
-from ..spec.sizes import count
+from ..types import ARROW_TYPES
+from ..words import count, printable
 from .reasons import reason_kind
 
 REPORT_JSON = "_report.json"
@@ -58,7 +59,8 @@ def build_report(plan, backend, progress, *, result=None, error: BaseException |
         "progress": list(timing.values()),
         "throughput": snap["timeline"],
         "workers": snap["workers"],
-        "bad_records": grouped_reasons(snap["reasons"]),
+        "bad_records": first_records(grouped_reasons(snap["reasons"]), data_dir,
+                                     result.quarantine if result is not None else [], filesystem),
         "columns": column_profile(data_dir, result.shards, filesystem) if result is not None and data_dir else [],
     }
 
@@ -85,6 +87,53 @@ def grouped_reasons(tallies: dict[str, int]) -> dict:
             "distinct_reasons": len(tallies), "rows": sum(tallies.values())}
 
 
+RAW_CHARS = 160           # a bad record's bytes as shown
+SCAN_ROWS = 1_000_000    # quarantined rows read at most to find each kind's first record
+
+
+def first_records(bad: dict, data_dir: Path | None, quarantine: list[dict], filesystem=None) -> dict:
+    """Each kind's first quarantined record as it was (its bytes cut to RAW_CHARS, control
+    characters escaped) and where it is (`file:offset`), from the quarantine files; kinds with
+    none there (on_error: drop) keep only their reasons."""
+    wanted = {k["kind"] for k in bad["kinds"]}
+    found: dict[str, dict] = {}
+    if not wanted or data_dir is None:
+        return bad
+    import pyarrow.parquet as pq
+
+    scanned = 0
+    for piece in quarantine:
+        try:
+            reader = pq.ParquetFile(str(Path(data_dir) / piece["path"]), filesystem=filesystem)
+            batches = reader.iter_batches(batch_size=8192, columns=["_file", "_offset", "_raw", "_reason"])
+            for batch in batches:
+                for file, offset, raw, reason in zip(*(c.to_pylist() for c in batch.columns)):
+                    kind = _cut(reason_kind(reason or ""), EXAMPLE_CHARS)
+                    if kind in wanted and kind not in found:
+                        found[kind] = {"where": f"{file}:{offset}", "raw": _raw_shown(raw)}
+                scanned += batch.num_rows
+                if len(found) == len(wanted) or scanned >= SCAN_ROWS:
+                    break
+        except (OSError, ValueError, KeyError):
+            continue
+        if len(found) == len(wanted) or scanned >= SCAN_ROWS:
+            break
+    for kind in bad["kinds"]:
+        if kind["kind"] in found:
+            kind["first"] = found[kind["kind"]]
+    return bad
+
+
+def _raw_shown(raw) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, bytes):
+        text = raw[:RAW_CHARS * 4].decode("utf-8", "backslashreplace")
+    else:
+        text = str(raw)
+    return printable(_cut(text, RAW_CHARS), keep_newlines=False)
+
+
 def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[dict]:
     """Per output column: nulls, min and max, from the shards' Parquet footers (no data read)."""
     import pyarrow.parquet as pq
@@ -96,6 +145,7 @@ def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[
             continue
         try:
             meta = pq.read_metadata(str(path), filesystem=filesystem)
+            logical = dict(_leaves(meta.schema.to_arrow_schema()))
         except (OSError, ValueError):
             continue
         for g in range(meta.num_row_groups):
@@ -103,7 +153,9 @@ def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[
             for c in range(group.num_columns):
                 chunk = group.column(c)
                 entry = columns.setdefault(chunk.path_in_schema, {"column": chunk.path_in_schema,
-                                                                  "type": str(chunk.physical_type), "rows": 0,
+                                                                  "type": logical.get(chunk.path_in_schema,
+                                                                                      str(chunk.physical_type)),
+                                                                  "rows": 0,
                                                                   "nulls": 0, "min": None, "max": None,
                                                                   "complete": True})
                 entry["rows"] += chunk.num_values
@@ -118,6 +170,24 @@ def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[
                 elif chunk.num_values:
                     entry["complete"] = False
     return [{**e, "min": _shown(e["min"]), "max": _shown(e["max"])} for e in columns.values()]
+
+
+def _leaves(schema, prefix: str = ""):
+    """(Parquet column path, the dataset's type as a person reads it) for each leaf of an Arrow
+    schema: `string`, `int16`, `timestamp[us, UTC]`, not the storage types (BYTE_ARRAY, INT32
+    for an int16, INT64 for a timestamp) the footer's column chunks carry."""
+    import pyarrow as pa
+
+    for field in schema:
+        path, t = f"{prefix}{field.name}", field.type
+        if pa.types.is_struct(t):
+            yield from _leaves([t.field(i) for i in range(t.num_fields)], path + ".")
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            yield from _leaves([t.value_field], path + ".list.")
+        elif pa.types.is_timestamp(t):
+            yield path, f"timestamp[{t.unit}, {t.tz}]" if t.tz else f"timestamp[{t.unit}]"
+        else:
+            yield path, next((name for name, known in ARROW_TYPES.items() if known == t), str(t))
 
 
 def _lower(current, value, higher: bool = False):
@@ -219,13 +289,16 @@ def render_text(report: dict) -> str:
         lines.append(f"  bad records by kind ({count(bad.get('rows', 0), 'row')}):")
     for kind in bad.get("kinds", []):
         lines.append(f"  {kind['count']:>10,} × {kind['kind']}")
+        if kind.get("first"):
+            lines.append(f"               first at {kind['first']['where']}: {kind['first']['raw']}")
         for ex in kind["examples"]:
             if ex["reason"] != kind["kind"]:
                 lines.append(f"               e.g. {ex['reason']} ({ex['count']:,})")
     if bad.get("more", {}).get("kinds"):
         lines.append(f"  and {count(bad['more']['kinds'], 'more kind')} ({count(bad['more']['rows'], 'row')})")
     for col in report.get("columns", []):
-        lines.append(f"  column {col['column']}: nulls {col['nulls']:,}, min {col['min']!r}, max {col['max']!r}")
+        lines.append(f"  column {col['column']} ({col['type']}): nulls {col['nulls']:,}, min {col['min']!r}, "
+                     f"max {col['max']!r}")
     return "\n".join(lines)
 
 
@@ -284,10 +357,12 @@ def _body(report: dict) -> str:
     bad = report["bad_records"]
     rows = []
     for kind in bad["kinds"]:
-        examples = "; ".join(f"{x['reason']} ({x['count']:,})" for x in kind["examples"])
-        rows.append([kind["count"], kind["kind"], examples])
-    parts.append("<h2>Bad records by kind</h2>" + (_table(["rows", "kind", "examples"], rows) if rows else
-                                                   "<p>none</p>"))
+        # the reasons that differ from the kind's name; the first record's bytes and place
+        examples = "; ".join(f"{x['reason']} ({x['count']:,})" for x in kind["examples"] if x["reason"] != kind["kind"])
+        first = kind.get("first") or {}
+        rows.append([kind["count"], kind["kind"], first.get("where", ""), first.get("raw", ""), examples])
+    parts.append("<h2>Bad records by kind</h2>" + (_table(["rows", "kind", "first at", "first record", "other reasons"],
+                                                          rows) if rows else "<p>none</p>"))
     if bad["more"]["kinds"]:
         parts.append(f"<p>and {count(bad['more']['kinds'], 'more kind')} ({count(bad['more']['rows'], 'row')})</p>")
     if report["columns"]:
@@ -297,6 +372,12 @@ def _body(report: dict) -> str:
              for col in report["columns"]]))
     parts.append("<h2>Versions</h2>" + _table(["library", "version"], [[k, v] for k, v in report["versions"].items()]))
     parts.append("<h2>Throughput and time per worker</h2>")
+    points = report["throughput"]
+    if 0 < len(points) < CHART_POINTS:       # a chart of one or two samples is a flat line and a spike
+        seconds, _, nbytes = points[-1]
+        rate = nbytes / seconds / 1e6 if seconds > 0 else 0.0
+        parts.append(f"<p>input read: {rate:,.1f} MB/s ({count(nbytes, 'byte')} in {seconds:,.2f} s; "
+                     f"{count(len(points), 'partition')} finished, too few points for a chart)</p>")
     return "\n".join(parts)
 
 
@@ -324,7 +405,8 @@ def render_html(report: dict) -> str:
         from bokeh.resources import Resources
 
         scripts = Resources(mode="inline", components=["bokeh", "bokeh-api"]).render_js()
-    seconds, rates = throughput_bins(report["throughput"])
+    points = report["throughput"]
+    seconds, rates = throughput_bins(points) if len(points) >= CHART_POINTS else ([], [])
     workers = report["workers"]
     data = {"seconds": seconds, "rates": rates, "workers": list(workers),
             "split": {k: [workers[w].get(k, 0.0) for w in workers] for k in SPLIT}}
@@ -336,6 +418,7 @@ def render_html(report: dict) -> str:
             f"<script>{_PLOTS}</script>\n</body></html>\n")
 
 
+CHART_POINTS = 4          # fewer samples (partitions finished) than this: the rate as a number
 SPLIT = ("read", "compute", "write", "idle")
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#cccccc")
 
@@ -349,14 +432,18 @@ _PLOTS = """
 (function () {
   const data = JSON.parse(document.getElementById("gpuetl-data").textContent);
   const plt = Bokeh.Plotting;
-  const throughput = plt.figure({title: "input read (MB/s)", height: 220, sizing_mode: "stretch_width",
-                                 x_axis_label: "seconds since start", tools: "pan,box_zoom,reset,save"});
-  throughput.step({x: data.seconds, y: data.rates, mode: "after", line_width: 2, line_color: "%s"});
-  plt.show(throughput, "#throughput");
+  if (data.seconds.length > 0) {
+    const throughput = plt.figure({title: "input read (MB/s)", height: 220, sizing_mode: "stretch_width",
+                                   x_axis_label: "seconds since start", tools: "pan,box_zoom,reset,save"});
+    throughput.step({x: data.seconds, y: data.rates, mode: "after", line_width: 2, line_color: "%s"});
+    plt.show(throughput, "#throughput");
+  }
   if (data.workers.length === 0) { return; }
-  const split = plt.figure({title: "time per worker (s): read / compute / write / idle", height: 120 + 30 * data.workers.length,
+  const split = plt.figure({title: "time per worker (s): read / compute / write / idle", height: 160 + 30 * data.workers.length,
                             sizing_mode: "stretch_width", tools: "save",
                             y_range: new Bokeh.FactorRange({factors: data.workers})});
+  // the legend above the plot, in one row: inside it would cover the bars and cut off "idle"
+  split.add_layout(new Bokeh.Legend({orientation: "horizontal", location: "top_left"}), "above");
   const kinds = %s, colours = %s;
   let left = data.workers.map(() => 0);
   kinds.forEach((kind, k) => {

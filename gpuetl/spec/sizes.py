@@ -12,11 +12,6 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def count(n: int, word: str, plural: str | None = None) -> str:
-    """A count and its noun for a person to read: '1 row', '2 rows', '1,024 input files'."""
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
-
-
 def parse_size(value: int | str) -> int:
     """Return a byte count; raise ValueError naming the accepted units."""
     if isinstance(value, bool):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ...errors import SpecError
 from ...spec.names import field_name_problem
-from ...spec.sizes import count
+from ...words import count
 from ...types import ColumnSpec, Schema, is_nested
 from ..files import InputFile
 from ..json_fields import ColumnClash, JsonColumn, JsonRead, parse_path, path_pattern
