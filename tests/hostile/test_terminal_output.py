@@ -76,11 +76,13 @@ def test_file_names_in_errors_are_printed_escaped(tmp_path, capsys, surroundings
 def test_run_summary_is_escaped_and_json_keeps_json_escaping(tmp_path, capsys, surroundings):
     file = folder(tmp_path, PIPELINE, {"in/x.jsonl": LINES})
     out = tmp_path / "out"
+    (out / "_tmp" / "\x1b]0;pwned\x07").mkdir(parents=True)     # not gpuetl's: the run notes it and leaves it
     with surroundings(tmp_path, dataset=out):
         code = main(["run", str(file), "--backend", "cpu", "--scheduler", "sync", "--set", "max_error_ratio=1"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert_escaped(captured.out + captured.err)
+    assert "_tmp/\\x1b]0;pwned\\x07 alone" in captured.err
     assert manifest_counts(out)["quarantined"] == 1
     code = main(["inspect", str(out), "--json"])
     shown = capsys.readouterr().out
