@@ -112,3 +112,10 @@ def test_a_column_selected_twice_is_a_located_error(tmp_path, capsys):
     file = folder(tmp_path, BASE.replace("  - filter: \"word != 'zzz'\"", "  - select: [word, rest, word]"))
     message = refused(capsys, file)
     assert f"pipe.yaml:{line_of(file, 'select')}: steps[0].select: the column 'word' is listed twice" in message
+
+
+def test_an_unquoted_expression_starting_with_a_backtick_gets_the_yaml_hint(tmp_path, capsys):
+    file = folder(tmp_path, BASE.replace("\"word != 'zzz'\"", "`word` != 'zzz'"))
+    message = refused(capsys, file)
+    assert f"pipe.yaml:{line_of(file, 'filter')}:" in message and "cannot start any token" in message
+    assert "quote the whole expression, e.g. filter: \"`US Gross` > 0\"" in message
