@@ -16,6 +16,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'gpuetl' has no attribute {name!r}")
 
 
+def __dir__():
+    return sorted(set(globals()) | {"Pipeline", "load"})
+
+
 def register_step(cls):
     """Make a Step subclass usable by its `name` in pipeline files; returns it (a decorator)."""
     from .steps.base import Step, register
