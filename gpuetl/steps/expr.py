@@ -742,6 +742,9 @@ class _Parser:
         for kw in n.keywords:
             if kw.arg is None:
                 self.not_allowed(kw.value, "'**' keyword unpacking")
+            if kw.arg is not None and (written := self.seg(kw).split("=", 1)[0].strip()) != kw.arg:
+                self.fail(kw, f"the keyword {written!r} is read by Python as {kw.arg!r} (its letters are "
+                              "normalised, NFKC); write it in plain letters")
             if kw.arg in self.quoted.names:
                 self.fail(kw.value, f"a keyword argument's name is written bare, not quoted (allowed keywords of "
                                     f"{name}(): {', '.join(spec.keywords) or 'none'})")

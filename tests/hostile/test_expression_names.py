@@ -80,6 +80,7 @@ def test_names_that_need_quotes_get_the_quoted_form_as_hint(tmp_path, capsys, ex
     # Python reads identifiers NFKC-normalised: a fullwidth 'ｗｏｒｄ' would silently be 'word'
     ("ｗｏｒｄ == 'a'", "at column 0: the name 'ｗｏｒｄ' is read by Python as 'word'"),
     ("ｌｏｗｅｒ(word) == 'a'", "at column 0: the name 'ｌｏｗｅｒ' is read by Python as 'lower'"),
+    ("round(len(word), ｎdigits=1) > 1", "at column 17: the keyword 'ｎdigits' is read by Python as 'ndigits'"),
     ("word != 'a' or rest > 1e999", "at column 22: the number 1e999 is too large for a float64"),
     ("word in ['a', 1e999]", "at column 14: the number 1e999 is too large"),
     ("word != '\\ud800'", "at column 8: the string literal '\\ud800' holds '\\ud800', half of a UTF-16 surrogate"),
