@@ -2,8 +2,22 @@
 
 __version__ = "0.1.0"
 
-from .api import Pipeline, load  # noqa: E402
 from .errors import DataError, GpuetlError, OutputError, SourceError, SpecError  # noqa: E402
+
+
+def __getattr__(name: str):
+    """`Pipeline` and `load` are imported when first used: `import gpuetl` (and so the command's
+    start, which imports it first) stays light until a pipeline is loaded, so a Ctrl-C then
+    reaches the command's own handler, not the middle of the pandas import."""
+    if name in ("Pipeline", "load"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gpuetl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"Pipeline", "load"})
 
 
 def register_step(cls):

@@ -394,8 +394,28 @@ def test_validate_checks_steps_against_the_data_when_it_is_there(tmp_path, capsy
     assert "steps[0].rename" in capsys.readouterr().err
     assert main(["validate", str(tmp_path / "p.yaml"), "--set", "steps=[]"]) == 0
     assert "2 output columns" in capsys.readouterr().out
-    assert main(["validate", str(tmp_path / "p.yaml"), "--set", "source.path=missing/*.log"]) == 0
-    assert "not checked" in capsys.readouterr().out
+    assert main(["validate", str(tmp_path / "p.yaml"), "--set", "source.path=missing/*.log"]) == 2
+    assert "source.path: the pattern 'missing/*.log' matches no file" in capsys.readouterr().err
+
+
+def test_validate_says_valid_only_where_run_would_start(tmp_path, capsys):
+    """An input glob that matches nothing fails validate as it fails run (exit 2); --offline checks
+    the file alone: no input is listed, so neither the missing input nor the step is looked at."""
+    from gpuetl.cli import main
+
+    (tmp_path / "p.yaml").write_text(
+        "version: 1\nname: v\nsource: {type: text, path: logs/*.log}\n"
+        "parse: {regex: '^(?P<n>\\\\d+) (?P<w>\\\\w+)$'}\nsteps: [{rename: {n: w}}]\nsink: {path: out}\n")
+    for command in ("validate", "run"):
+        assert main([command, str(tmp_path / "p.yaml")]) == 2
+        assert "matches no file" in capsys.readouterr().err
+    assert main(["validate", "--offline", str(tmp_path / "p.yaml")]) == 0
+    assert "inputs, columns and steps not checked (--offline)" in capsys.readouterr().out
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.log").write_text("1 x\n")
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 2          # there now: the step is checked
+    assert "steps[0].rename" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "p.yaml"]
 
 
 @pytest.mark.parametrize("env, shards, expected", [(None, 1, "system"), ("mimalloc", 1, "mimalloc"),
@@ -445,3 +465,32 @@ def test_run_summary_groups_reasons_by_kind_with_an_example_and_the_rest(tmp_pat
     more = len(kinds) - 5
     left = sum(k["count"] for k in list(kinds.values())[5:])
     assert more > 0 and f"and {more} more kind{'s' if more > 1 else ''} ({left} rows)" in out
+
+
+CTRL_C_AT_IMPORT = """
+import sys
+
+class CtrlC:
+    '''Ctrl-C pressed while {module} is being imported.'''
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from gpuetl.cli import main          # what the console script does
+sys.exit(main({argv!r}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["pandas", "pyarrow", "yaml"])
+def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path, module):
+    """The libraries' imports take most of the command's start-up; an interrupt there ends it as
+    one after start-up does: one line, no traceback, exit 130."""
+    (tmp_path / "p.yaml").write_text("version: 1\nname: v\nsource: {type: text, path: a.log}\nsink: {path: out}\n")
+    code = CTRL_C_AT_IMPORT.format(module=module, argv=["validate", str(tmp_path / "p.yaml")])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert (proc.returncode, proc.stderr) == (130, "gpuetl: interrupted; nothing was committed\n")
+    assert proc.stdout == ""

@@ -7,6 +7,8 @@ import contextlib
 import json
 import logging
 import os
+import re
+import shutil
 import signal
 import sys
 import threading
@@ -15,16 +17,22 @@ import warnings
 
 from .. import __version__
 from . import tuning
-from ..backends import backend_choices
 from ..errors import GpuetlError
 from ..spec.sizes import format_size
+from ..words import count, printable
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse exits 2 too; keep its message short and ours
         self.print_usage(sys.stderr)
-        print(f"gpuetl: error: {message}", file=sys.stderr)
+        _show(f"gpuetl: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def _show(*parts, file=None, **kwargs) -> None:
+    """print() for everything the command prints for a person: each part through printable().
+    JSON outputs go to print() directly (JSON escapes control characters itself)."""
+    print(*(printable(str(p)) for p in parts), file=file, **kwargs)
 
 
 PIPELINE_FILE = "the pipeline file (YAML)"
@@ -34,10 +42,12 @@ DATASET_FOLDER = "the dataset folder a run wrote (the sink's path), or its s3://
 
 def _count(n: int, word: str) -> str:
     """'1 file', '3 files'."""
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
+    return count(n, word)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..backends import backend_choices
+
     parser = _Parser(prog="gpuetl", description="Raw logs to training-ready Parquet, on the GPU or the CPU.")
     parser.add_argument("--version", action="version", version=f"gpuetl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -65,11 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
                           "another host, such as 0.0.0.0, opens it to other machines: its pages show quarantine "
                           "reasons, which quote record values")
 
-    for name, text in (("validate", "check a pipeline file; exit 2 with located errors"),
+    for name, text in (("validate", "check a pipeline file, its inputs and its columns and steps against them "
+                                    "as run will; exit 2 with located errors"),
                        ("plan", "print stages, schemas, partitions and tasks")):
         p = sub.add_parser(name, help=text)
         p.add_argument("file", help=PIPELINE_FILE)
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+        if name == "validate":
+            p.add_argument("--offline", action="store_true",
+                           help="check the file alone: no input is listed or read (no credentials needed), so "
+                                "the columns and steps are not checked against the inputs")
         if name == "plan":
             p.add_argument("--backend", default="cpu", choices=backend_choices(),
                            help="also check what this backend runs natively (default cpu)")
@@ -120,7 +135,20 @@ def _positive(text: str) -> int:
     return value
 
 
+INTERRUPTED = "gpuetl: interrupted; nothing was committed"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `gpuetl` command. A Ctrl-C at any point, start-up (the libraries' imports) included,
+    ends it with one line and exit 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:          # before a command runs: the imports, the argument parser
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     tuning.apply()                     # the command's own process-wide settings (GPUETL_NO_TUNING=1: none)
     args = build_parser().parse_args(argv)
     try:
@@ -131,11 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_closed()
     except GpuetlError as err:
-        return _error(args, f"gpuetl {args.command}: error: {err}", err.exit_code)
+        return _error(args, f"gpuetl {args.command}: error: {_with_set(str(err))}", err.exit_code)
     except KeyboardInterrupt:
         kept = ("; the finished work is kept: run it again with sink.mode: resume to continue"
                 if getattr(args, "sink_mode", None) == "resume" else "")
-        return _error(args, f"gpuetl: interrupted; nothing was committed{kept}", 130)
+        return _error(args, f"{INTERRUPTED}{kept}", 130)
     except Exception as err:  # a bug in gpuetl, not the user's mistake: say so, briefly
         if os.environ.get("GPUETL_DEBUG"):
             raise
@@ -168,8 +196,17 @@ def _error(args, message: str, code: int) -> int:
     if events is not None:
         events.error(message, code)
     else:
-        print(message, file=sys.stderr)
+        _show(message, file=sys.stderr)
     return code
+
+
+# The library's hints name a setting as the pipeline file writes it ("set sink.mode: overwrite"),
+# which a caller of the Python API can follow too; on the command line the --set form is added.
+_SETTING = re.compile(r"\bset ((?:[a-z_]+\.)+[a-z_]+): ([\w.-]+)")
+
+
+def _with_set(message: str) -> str:
+    return _SETTING.sub(lambda m: f"set {m[1]}: {m[2]} (--set {m[1]}={m[2]})", message)
 
 
 SIGPIPE_EXIT = 141
@@ -186,18 +223,18 @@ def _stdout_closed() -> int:
 
 
 def cmd_validate(args) -> int:
+    """By default what `run` checks before reading a record: the file, that its inputs exist, and
+    the columns, steps and shard keys against the schema the inputs give (as `plan`); an input
+    that is missing is an error (exit 2), as it is for run. --offline: the file alone."""
     from ..api import load
 
-    from ..errors import InputsNotFound
-
     pipeline = load(args.file, args.overrides)
-    try:                      # the schema checks (columns, steps, shard keys) need the inputs' fields
-        plan = pipeline.plan()
-    except InputsNotFound as err:
-        print(f"{args.file}: valid as a file (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}); "
-              f"columns and steps not checked: {err.message}")
+    if args.offline:
+        _show(f"{args.file}: valid as a file (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}); "
+              "inputs, columns and steps not checked (--offline)")
         return 0
-    print(f"{args.file}: valid (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}, "
+    plan = pipeline.plan()
+    _show(f"{args.file}: valid (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}, "
           f"{_count(len(plan.files), 'input file')}, {_count(len(plan.output_schema), 'output column')})")
     return 0
 
@@ -207,28 +244,28 @@ def cmd_plan(args) -> int:
 
     plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
-    print(f"pipeline {spec.name}: {_count(len(plan.files), 'input file')}, {format_size(plan.input_bytes)}")
-    print(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
+    _show(f"pipeline {spec.name}: {_count(len(plan.files), 'input file')}, {format_size(plan.input_bytes)}")
+    _show(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
     if (multiline := spec.source.multiline) is not None:
-        print(f"records: multi-line, each starting at a line matching {multiline.start!r} (at most "
+        _show(f"records: multi-line, each starting at a line matching {multiline.start!r} (at most "
               f"{multiline.max_lines:,} lines and {format_size(multiline.max_bytes)} a record)")
     previous: dict = {}
     for info in plan.stages:
-        print(f"\nstage {info.index}: {info.name}" + (f"  [{info.detail}]" if info.detail else ""))
+        _show(f"\nstage {info.index}: {info.name}" + (f"  [{info.detail}]" if info.detail else ""))
         for line in _schema_change(previous, info.schema):
-            print(f"    {line}")
+            _show(f"    {line}")
         previous = info.schema
-    print("\noutput schema: " + ", ".join(f"{n}: {t}" for n, t in plan.output_schema.items()))
+    _show("\noutput schema: " + ", ".join(f"{n}: {t}" for n, t in plan.output_schema.items()))
     layout = plan.layout
     shards = layout.shard_counts() if not layout.target_bytes else ["by size"]
     splits = ", ".join(f"{n}={c}" for n, c in zip(layout.split_names, shards)) if layout.splits else str(shards[0])
     n = len(plan.partitions)
     streams = layout.in_input_order
     tasks = _graph_tasks(plan, in_order=streams) + n + sum(s if isinstance(s, int) else 1 for s in shards)
-    print(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
+    _show(f"\nsink: {plan.out_dir} (mode {spec.sink.mode}, {spec.sink.compression}); shards: {splits}"
           f"{'; shuffled with seed ' + str(layout.seed) if layout.shuffle else ''}")
     for note in plan.notes:
-        print(f"note: {note}")
+        _show(f"note: {note}")
     from ..steps.base import InOrderGlobalStep
 
     steps = [seg.steps[0].step for seg in plan.segments[1:]]
@@ -236,7 +273,7 @@ def cmd_plan(args) -> int:
                     for s in steps]
     moves = f"global steps decided without moving rows: {', '.join(global_steps)}" if global_steps else \
         "no global step"
-    print(f"tasks: about {tasks} (the graph's {len(plan.segments)} stage group{'s' if len(plan.segments) != 1 else ''}"
+    _show(f"tasks: about {tasks} (the graph's {len(plan.segments)} stage group{'s' if len(plan.segments) != 1 else ''}"
           f" over {_count(n, 'partition')}, {moves}, then spill and shard writes)")
     return 0
 
@@ -289,7 +326,7 @@ def _run_command(args) -> int:
     else:
         display = display_for(args.progress)
         listeners += [display] if display else []
-        log = (lambda *a: print(*a, file=sys.stderr))
+        log = (lambda *a: _show(*a, file=sys.stderr))
     pipeline = load(args.file, args.overrides)
     backend = get_backend(args.backend)
     plan = pipeline.plan(backend)
@@ -335,37 +372,37 @@ def _run_command(args) -> int:
 def print_summary(result, seconds: float) -> None:
     c = result.counts
     rate = result.input_bytes / seconds / 1e6 if seconds > 0 else 0.0
-    print(f"dataset: {result.out_dir}")
-    print(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
+    _show(f"dataset: {result.out_dir}")
+    _show(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for s in result.stages:
         dropped = ", ".join(f"{k} {s[k]:,}" for k in ("filtered", "deduplicated", "quarantined") if s[k])
-        print(f"  stage {s['stage']} {s['name']:<16} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
+        _show(f"  stage {s['stage']} {s['name']:<16} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
     splits: dict[str, list] = {}
     for shard in result.shards:
         splits.setdefault(shard["split"] or "-", []).append(shard)
     for name, shards in splits.items():
         label = "shards" if name == "-" else f"split {name}"
-        print(f"  {label}: {_count(len(shards), 'file')}, {sum(s['rows'] for s in shards):,} rows, "
+        _show(f"  {label}: {_count(len(shards), 'file')}, {_count(sum(s['rows'] for s in shards), 'row')}, "
               f"{format_size(sum(s['bytes'] for s in shards))}")
     if result.quarantine:
-        print(f"  quarantine: {sum(q['rows'] for q in result.quarantine):,} rows in {result.out_dir}/_quarantine/")
+        _show(f"  quarantine: {_count(sum(q['rows'] for q in result.quarantine), 'row')} in {result.out_dir}/_quarantine/")
         _print_reason_kinds(result)
     elif c["quarantined"]:
-        print(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
+        _show(f"  {_count(c['quarantined'], 'bad record')} dropped (on_error: drop)")
         _print_reason_kinds(result)
     for reason, n in result.manifest.get("fallbacks", {}).items():
-        print(f"  fell back to the CPU: {n:,} × {reason}")
+        _show(f"  fell back to the CPU: {n:,} × {reason}")
     if result.manifest.get("host_transfer"):
         moved = result.manifest["host_transfer"]
-        print(f"  device → host: {format_size(moved['host_bytes'])} "
+        _show(f"  device → host: {format_size(moved['host_bytes'])} "
               f"({moved['host_bytes_per_input_byte']:.2%} of the input bytes)")
     if tiers := result.manifest.get("input_tiers"):
-        print(f"  inputs from the object store: {format_size(tiers['remote_bytes'])} ({tiers['remote_objects']:,} "
+        _show(f"  inputs from the object store: {format_size(tiers['remote_bytes'])} ({tiers['remote_objects']:,} "
               f"objects), from the cache: {format_size(tiers['cache_bytes'])} ({tiers['cache_objects']:,} objects)")
-    print(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
+    _show(f"  {seconds:.1f} s, {rate:.1f} MB/s of input, backend {result.backend}")
     if getattr(result, "report", None):
-        print(f"  report: {result.report}  (gpuetl report {result.out_dir})")
+        _show(f"  report: {result.report}  (gpuetl report {result.out_dir})")
 
 
 SUMMARY_KINDS = 5
@@ -380,11 +417,11 @@ def _print_reason_kinds(result) -> None:
     for kind, entry in list(kinds.items())[:SUMMARY_KINDS]:
         example = entry["example"]
         example = example if len(example) <= EXAMPLE_CHARS else example[:EXAMPLE_CHARS] + "…"
-        print(f"    {entry['count']:>8,} × {kind}" + (f"  (e.g. {example})" if example != kind else ""))
+        _show(f"    {entry['count']:>8,} × {kind}" + (f"  (e.g. {example})" if example != kind else ""))
     rest = list(kinds.values())[SUMMARY_KINDS:]
     if rest:
-        print(f"    and {len(rest)} more kind{'s' if len(rest) > 1 else ''} "
-              f"({sum(e['count'] for e in rest):,} rows)")
+        _show(f"    and {len(rest)} more kind{'s' if len(rest) > 1 else ''} "
+              f"({_count(sum(e['count'] for e in rest), 'row')})")
 
 
 CELL_CHARS = 40
@@ -395,22 +432,22 @@ def cmd_preview(args) -> int:
 
     pipeline = load(args.file, args.overrides)
     shown = pipeline.preview(n=args.n, backend=args.backend)
-    print(f"preview of pipeline {pipeline.name!r}: read {shown.read}; nothing written")
+    _show(f"preview of pipeline {pipeline.name!r}: read {shown.read}; nothing written")
     for note in shown.notes:
-        print(f"note: {note}")
+        _show(f"note: {note}")
     for s in shown.stages:
         dropped = ", ".join(f"{k} {getattr(s, k):,}" for k in ("filtered", "deduplicated", "quarantined")
                             if getattr(s, k))
         alone = "  (applied to these rows alone, not across the whole input)" if s.alone else ""
-        print(f"\nstage {s.index} {s.name}: {s.rows_in:,} rows in → {s.rows_out:,} out"
+        _show(f"\nstage {s.index} {s.name}: {_count(s.rows_in, 'row')} in → {s.rows_out:,} out"
               + (f" ({dropped})" if dropped else "") + alone)
-        print(_table(s.rows, args.n))
+        _show(_table(s.rows, args.n))
     bad = shown.quarantined
     count = sum(s.quarantined for s in shown.stages)
-    print(f"\nquarantined: {count:,} record{'s' if count != 1 else ''}"
+    _show(f"\nquarantined: {count:,} record{'s' if count != 1 else ''}"
           + (f", the first {bad.num_rows}:" if bad.num_rows else ""))
     if bad.num_rows:
-        print(_table(bad, args.n))
+        _show(_table(bad, args.n))
     return 0
 
 
@@ -422,6 +459,7 @@ def _table(table, n: int) -> str:
         return "  (no rows)"
     columns = {}
     for name, column in zip(table.column_names, table.columns):
+        name = printable(name, keep_newlines=False)
         values = column.to_pylist()
         if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
             columns[name] = ["null" if v is None else f"<{len(v):,} bytes>" for v in values]
@@ -429,12 +467,15 @@ def _table(table, n: int) -> str:
             columns[name] = ["null" if v is None else _cell(str(v)) for v in values]
     import pandas as pd
 
-    text = pd.DataFrame(columns).to_string(index=False, max_rows=n)
+    # as wide as the terminal (COLUMNS where set, as `ls` reads it; 80 where neither says): wider
+    # tables continue below in blocks of columns, as pandas wraps them
+    width = shutil.get_terminal_size().columns
+    text = pd.DataFrame(columns).to_string(index=False, max_rows=n, line_width=max(width - 2, 20))
     return "\n".join("  " + line for line in text.splitlines())
 
 
 def _cell(text: str) -> str:
-    text = text.replace("\n", "\\n")
+    text = printable(text, keep_newlines=False)
     return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…"
 
 
@@ -443,24 +484,24 @@ def cmd_inspect(args) -> int:
 
     info = inspect_dataset(args.out)
     for name in info["interrupted_commits"]:
-        print(f"note: the commit of run {name} was interrupted; `gpuetl verify --repair {info['path']}` "
+        _show(f"note: the commit of run {name} was interrupted; `gpuetl verify --repair {info['path']}` "
               "finishes it", file=sys.stderr)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
     m = info["manifest"]
-    print(f"dataset {info['path']}: pipeline {m['name']}, {'complete' if info['complete'] else 'INCOMPLETE'}, "
+    _show(f"dataset {info['path']}: pipeline {m['name']}, {'complete' if info['complete'] else 'INCOMPLETE'}, "
           f"backend {m['backend']}, seed {m['seed']}")
     c = m["counts"]
-    print(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
+    _show(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for name, s in info["splits"].items():
-        print(f"  {name}: {_count(s['shards'], 'shard')}, {s['rows']:,} rows, {format_size(s['bytes'])}")
-    print("  schema: " + ", ".join(f"{f['name']}: {f['type']}" for f in m["schema"]))
+        _show(f"  {name}: {_count(s['shards'], 'shard')}, {_count(s['rows'], 'row')}, {format_size(s['bytes'])}")
+    _show("  schema: " + ", ".join(f"{f['name']}: {f['type']}" for f in m["schema"]))
     for row in info["sample"]:
         # an image's bytes as their size: escaped, they filled the line and hid the columns after them
         shown = {k: f"<{len(v):,} bytes>" if isinstance(v, bytes) else v for k, v in row.items()}
-        print("  " + json.dumps(shown, default=str, ensure_ascii=False)[:300])
+        _show("  " + json.dumps(shown, default=str, ensure_ascii=False)[:300])
     return 0
 
 
@@ -468,8 +509,8 @@ def cmd_verify(args) -> int:
     from ..sinks.dataset import repair, verify_dataset
 
     if args.repair:
-        for name in repair(args.out, log=lambda *a: print(*a, file=sys.stderr)):
-            print(f"{args.out}: finished the interrupted commit of run {name}")
+        for name in repair(args.out, log=lambda *a: _show(*a, file=sys.stderr)):
+            _show(f"{args.out}: finished the interrupted commit of run {name}")
     manifest, problems = verify_dataset(args.out)
     if args.inputs:
         from ..sinks.dataset import verify_inputs
@@ -477,28 +518,28 @@ def cmd_verify(args) -> int:
         compared: list[str] = []
         input_problems = verify_inputs(manifest, log=lambda name, what: compared.append(f"  {name}: {what}"))
         for p in input_problems:
-            print(f"INPUT {p}")
+            _show(f"INPUT {p}")
         if not input_problems:
             inputs = manifest.get("inputs") or []
             objects = sum(1 for i in inputs if isinstance(i, dict) and "etag" in i)
             said = [f"{len(inputs) - objects} local file(s): ranges re-hashed and compared with the hashes taken "
                     "as they were read" if len(inputs) > objects else "",
                     f"{objects} object(s): ETag, version id and size compared" if objects else ""]
-            print(f"{args.out}: the {len(inputs)} inputs are the bytes the dataset was built from ("
+            _show(f"{args.out}: the {len(inputs)} inputs are the bytes the dataset was built from ("
                   + "; ".join(x for x in said if x) + ")")
             for line in compared[:20]:
-                print(line)
+                _show(line)
             if len(compared) > 20:
-                print(f"  … and {len(compared) - 20} more")
+                _show(f"  … and {len(compared) - 20} more")
         problems += input_problems
     if problems:
         for p in problems:
             if not args.inputs or p not in input_problems:
-                print(f"BAD {p}")
-        print(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
+                _show(f"BAD {p}")
+        _show(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
         return 1
     n = len(manifest.get("shards", [])) + len(manifest.get("quarantine", [])) + len(manifest.get("reports", []))
-    print(f"{args.out}: ok, {_count(n, 'file')} match{'es' if n == 1 else ''} the manifest")
+    _show(f"{args.out}: ok, {_count(n, 'file')} match{'es' if n == 1 else ''} the manifest")
     return 0
 
 
@@ -509,14 +550,14 @@ def cmd_report(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        print(render_text(report))
+        _show(render_text(report))
     if args.open:
         import webbrowser
 
         if isinstance(page, str):          # on an object store: a browser cannot open it there
-            print(f"gpuetl report: {page} is on an object store; copy it here to open it", file=sys.stderr)
+            _show(f"gpuetl report: {page} is on an object store; copy it here to open it", file=sys.stderr)
         elif not webbrowser.open(page.resolve().as_uri()):
-            print(f"gpuetl report: no web browser to open; the report is {page}", file=sys.stderr)
+            _show(f"gpuetl report: no web browser to open; the report is {page}", file=sys.stderr)
     return 0
 
 

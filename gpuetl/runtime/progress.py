@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
+from ..words import count, printable
 
 DROPS = (("filtered", STATUS_FILTERED), ("deduplicated", STATUS_DEDUPLICATED), ("quarantined", STATUS_QUARANTINED))
 LINE_INTERVAL = 10.0          # seconds between plain progress lines (not a terminal)
@@ -300,7 +301,7 @@ def _eta_text(seconds: float | None) -> str:
 
 def stage_line(stage: StageProgress) -> str:
     state = "done" if stage.finished is not None else f"{stage.fraction:.0%}"
-    return (f"{stage.label}: {state}, {stage.records:,} records, {stage.bytes / 1e6:,.1f} MB, "
+    return (f"{stage.label}: {state}, {count(stage.records, 'record')}, {stage.bytes / 1e6:,.1f} MB, "
             f"{stage.mb_per_s:,.1f} MB/s" + ("" if stage.finished is not None else f", {_eta_text(stage.eta)}"))
 
 
@@ -328,7 +329,7 @@ class LineDisplay:
         self._print("progress: " + stage_line(stage) + f" in {stage.seconds:.1f} s")
 
     def message(self, text: str) -> None:
-        self._print(text)
+        self._print(printable(text))          # notes and warnings quote file names and values
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -368,7 +369,7 @@ class RichDisplay:
             self.bars.update(self.tasks[stage.key], completed=1.0, **self._fields(stage))
 
     def message(self, text: str) -> None:
-        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        self.console.print(printable(text), markup=False, highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         if self.running:

@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 
 from ..durable import sync_file
+from ..types import ARROW_TYPES
+from ..words import count, printable
 from .reasons import reason_kind
 
 REPORT_JSON = "_report.json"
@@ -58,7 +60,8 @@ def build_report(plan, backend, progress, *, result=None, error: BaseException |
         "progress": list(timing.values()),
         "throughput": snap["timeline"],
         "workers": snap["workers"],
-        "bad_records": grouped_reasons(snap["reasons"]),
+        "bad_records": first_records(grouped_reasons(snap["reasons"]), data_dir,
+                                     result.quarantine if result is not None else [], filesystem),
         "columns": column_profile(data_dir, result.shards, filesystem) if result is not None and data_dir else [],
     }
 
@@ -85,6 +88,53 @@ def grouped_reasons(tallies: dict[str, int]) -> dict:
             "distinct_reasons": len(tallies), "rows": sum(tallies.values())}
 
 
+RAW_CHARS = 160           # a bad record's bytes as shown
+SCAN_ROWS = 1_000_000    # quarantined rows read at most to find each kind's first record
+
+
+def first_records(bad: dict, data_dir: Path | None, quarantine: list[dict], filesystem=None) -> dict:
+    """Each kind's first quarantined record as it was (its bytes cut to RAW_CHARS, control
+    characters escaped) and where it is (`file:offset`), from the quarantine files; kinds with
+    none there (on_error: drop) keep only their reasons."""
+    wanted = {k["kind"] for k in bad["kinds"]}
+    found: dict[str, dict] = {}
+    if not wanted or data_dir is None:
+        return bad
+    import pyarrow.parquet as pq
+
+    scanned = 0
+    for piece in quarantine:
+        try:
+            reader = pq.ParquetFile(str(Path(data_dir) / piece["path"]), filesystem=filesystem)
+            batches = reader.iter_batches(batch_size=8192, columns=["_file", "_offset", "_raw", "_reason"])
+            for batch in batches:
+                for file, offset, raw, reason in zip(*(c.to_pylist() for c in batch.columns)):
+                    kind = _cut(reason_kind(reason or ""), EXAMPLE_CHARS)
+                    if kind in wanted and kind not in found:
+                        found[kind] = {"where": f"{file}:{offset}", "raw": _raw_shown(raw)}
+                scanned += batch.num_rows
+                if len(found) == len(wanted) or scanned >= SCAN_ROWS:
+                    break
+        except (OSError, ValueError, KeyError):
+            continue
+        if len(found) == len(wanted) or scanned >= SCAN_ROWS:
+            break
+    for kind in bad["kinds"]:
+        if kind["kind"] in found:
+            kind["first"] = found[kind["kind"]]
+    return bad
+
+
+def _raw_shown(raw) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, bytes):
+        text = raw[:RAW_CHARS * 4].decode("utf-8", "backslashreplace")
+    else:
+        text = str(raw)
+    return printable(_cut(text, RAW_CHARS), keep_newlines=False)
+
+
 def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[dict]:
     """Per output column: nulls, min and max, from the shards' Parquet footers (no data read)."""
     import pyarrow.parquet as pq
@@ -96,6 +146,7 @@ def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[
             continue
         try:
             meta = pq.read_metadata(str(path), filesystem=filesystem)
+            logical = dict(_leaves(meta.schema.to_arrow_schema()))
         except (OSError, ValueError):
             continue
         for g in range(meta.num_row_groups):
@@ -103,7 +154,9 @@ def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[
             for c in range(group.num_columns):
                 chunk = group.column(c)
                 entry = columns.setdefault(chunk.path_in_schema, {"column": chunk.path_in_schema,
-                                                                  "type": str(chunk.physical_type), "rows": 0,
+                                                                  "type": logical.get(chunk.path_in_schema,
+                                                                                      str(chunk.physical_type)),
+                                                                  "rows": 0,
                                                                   "nulls": 0, "min": None, "max": None,
                                                                   "complete": True})
                 entry["rows"] += chunk.num_values
@@ -118,6 +171,24 @@ def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[
                 elif chunk.num_values:
                     entry["complete"] = False
     return [{**e, "min": _shown(e["min"]), "max": _shown(e["max"])} for e in columns.values()]
+
+
+def _leaves(schema, prefix: str = ""):
+    """(Parquet column path, the dataset's type as a person reads it) for each leaf of an Arrow
+    schema: `string`, `int16`, `timestamp[us, UTC]`, not the storage types (BYTE_ARRAY, INT32
+    for an int16, INT64 for a timestamp) the footer's column chunks carry."""
+    import pyarrow as pa
+
+    for field in schema:
+        path, t = f"{prefix}{field.name}", field.type
+        if pa.types.is_struct(t):
+            yield from _leaves([t.field(i) for i in range(t.num_fields)], path + ".")
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            yield from _leaves([t.value_field], path + ".list.")
+        elif pa.types.is_timestamp(t):
+            yield path, f"timestamp[{t.unit}, {t.tz}]" if t.tz else f"timestamp[{t.unit}]"
+        else:
+            yield path, next((name for name, known in ARROW_TYPES.items() if known == t), str(t))
 
 
 def _lower(current, value, higher: bool = False):
@@ -205,30 +276,33 @@ def render_text(report: dict) -> str:
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
     plan = report.get("plan", {})
-    lines.append(f"  input: {plan.get('input_files')} files, {plan.get('input_bytes', 0) / 1e6:,.1f} MB, "
-                 f"{plan.get('partitions')} partitions")
+    lines.append(f"  input: {count(plan.get('input_files') or 0, 'file')}, {plan.get('input_bytes', 0) / 1e6:,.1f} MB, "
+                 f"{count(plan.get('partitions') or 0, 'partition')}")
     lines.append(f"  rows in {c.get('rows_in', 0):,} = out {c.get('rows_out', 0):,} + filtered {c.get('filtered', 0):,} "
                  f"+ deduplicated {c.get('deduplicated', 0):,} + quarantined {c.get('quarantined', 0):,}")
     for s in report.get("stages", []):
         dropped = ", ".join(f"{k} {s[k]:,}" for k in ("filtered", "deduplicated", "quarantined") if s.get(k))
         lines.append(f"  stage {s['stage']} {s['name']:<16} {s['rows_in']:>12,} → {s['rows_out']:<12,} {dropped}")
     for p in report.get("progress", []):
-        lines.append(f"  {p['stage']:<16} {p['seconds']:>8.2f} s  {p['records']:>12,} records  "
+        lines.append(f"  {p['stage']:<16} {p['seconds']:>8.2f} s  {p['records']:>12,} record{'' if p['records'] == 1 else 's'}  "
                      f"{p['mb_per_s']:>8.1f} MB/s")
     for worker, split in report.get("workers", {}).items():
         lines.append(f"  worker {worker}: " + ", ".join(f"{k} {v:.2f} s" for k, v in split.items()))
     bad = report.get("bad_records", {})
     if bad.get("kinds"):
-        lines.append(f"  bad records by kind ({bad.get('rows', 0):,} rows):")
+        lines.append(f"  bad records by kind ({count(bad.get('rows', 0), 'row')}):")
     for kind in bad.get("kinds", []):
         lines.append(f"  {kind['count']:>10,} × {kind['kind']}")
+        if kind.get("first"):
+            lines.append(f"               first at {kind['first']['where']}: {kind['first']['raw']}")
         for ex in kind["examples"]:
             if ex["reason"] != kind["kind"]:
                 lines.append(f"               e.g. {ex['reason']} ({ex['count']:,})")
     if bad.get("more", {}).get("kinds"):
-        lines.append(f"  and {bad['more']['kinds']} more kinds ({bad['more']['rows']:,} rows)")
+        lines.append(f"  and {count(bad['more']['kinds'], 'more kind')} ({count(bad['more']['rows'], 'row')})")
     for col in report.get("columns", []):
-        lines.append(f"  column {col['column']}: nulls {col['nulls']:,}, min {col['min']!r}, max {col['max']!r}")
+        lines.append(f"  column {col['column']} ({col['type']}): nulls {col['nulls']:,}, min {col['min']!r}, "
+                     f"max {col['max']!r}")
     return "\n".join(lines)
 
 
@@ -269,8 +343,8 @@ def _body(report: dict) -> str:
     plan = report["plan"]
     parts.append("<h2>Plan</h2>" + _table(["stage", "name", "detail"],
                                           [[s["stage"], s["name"], s["detail"]] for s in plan["stages"]]))
-    parts.append(f"<p>{plan['input_files']} input files, {plan['input_bytes']:,} bytes, "
-                 f"{plan['partitions']} partitions; sink {e(plan['sink'])}</p>")
+    parts.append(f"<p>{count(plan['input_files'], 'input file')}, {count(plan['input_bytes'], 'byte')}, "
+                 f"{count(plan['partitions'], 'partition')}; sink {e(plan['sink'])}</p>")
     c = report["counts"]
     parts.append("<h2>Records</h2>" + _table(["rows in", "out", "filtered", "deduplicated", "quarantined"],
                                              [[c["rows_in"], c["rows_out"], c["filtered"], c["deduplicated"],
@@ -287,12 +361,14 @@ def _body(report: dict) -> str:
     bad = report["bad_records"]
     rows = []
     for kind in bad["kinds"]:
-        examples = "; ".join(f"{x['reason']} ({x['count']:,})" for x in kind["examples"])
-        rows.append([kind["count"], kind["kind"], examples])
-    parts.append("<h2>Bad records by kind</h2>" + (_table(["rows", "kind", "examples"], rows) if rows else
-                                                   "<p>none</p>"))
+        # the reasons that differ from the kind's name; the first record's bytes and place
+        examples = "; ".join(f"{x['reason']} ({x['count']:,})" for x in kind["examples"] if x["reason"] != kind["kind"])
+        first = kind.get("first") or {}
+        rows.append([kind["count"], kind["kind"], first.get("where", ""), first.get("raw", ""), examples])
+    parts.append("<h2>Bad records by kind</h2>" + (_table(["rows", "kind", "first at", "first record", "other reasons"],
+                                                          rows) if rows else "<p>none</p>"))
     if bad["more"]["kinds"]:
-        parts.append(f"<p>and {bad['more']['kinds']:,} more kinds ({bad['more']['rows']:,} rows)</p>")
+        parts.append(f"<p>and {count(bad['more']['kinds'], 'more kind')} ({count(bad['more']['rows'], 'row')})</p>")
     if report["columns"]:
         parts.append("<h2>Columns</h2>" + _table(
             ["column", "type", "values", "nulls", "min", "max"],
@@ -300,6 +376,12 @@ def _body(report: dict) -> str:
              for col in report["columns"]]))
     parts.append("<h2>Versions</h2>" + _table(["library", "version"], [[k, v] for k, v in report["versions"].items()]))
     parts.append("<h2>Throughput and time per worker</h2>")
+    points = report["throughput"]
+    if 0 < len(points) < CHART_POINTS:       # a chart of one or two samples is a flat line and a spike
+        seconds, _, nbytes = points[-1]
+        rate = nbytes / seconds / 1e6 if seconds > 0 else 0.0
+        parts.append(f"<p>input read: {rate:,.1f} MB/s ({count(nbytes, 'byte')} in {seconds:,.2f} s; "
+                     f"{count(len(points), 'partition')} finished, too few points for a chart)</p>")
     return "\n".join(parts)
 
 
@@ -327,7 +409,8 @@ def render_html(report: dict) -> str:
         from bokeh.resources import Resources
 
         scripts = Resources(mode="inline", components=["bokeh", "bokeh-api"]).render_js()
-    seconds, rates = throughput_bins(report["throughput"])
+    points = report["throughput"]
+    seconds, rates = throughput_bins(points) if len(points) >= CHART_POINTS else ([], [])
     workers = report["workers"]
     data = {"seconds": seconds, "rates": rates, "workers": list(workers),
             "split": {k: [workers[w].get(k, 0.0) for w in workers] for k in SPLIT}}
@@ -339,6 +422,7 @@ def render_html(report: dict) -> str:
             f"<script>{_PLOTS}</script>\n</body></html>\n")
 
 
+CHART_POINTS = 4          # fewer samples (partitions finished) than this: the rate as a number
 SPLIT = ("read", "compute", "write", "idle")
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#cccccc")
 
@@ -352,14 +436,18 @@ _PLOTS = """
 (function () {
   const data = JSON.parse(document.getElementById("gpuetl-data").textContent);
   const plt = Bokeh.Plotting;
-  const throughput = plt.figure({title: "input read (MB/s)", height: 220, sizing_mode: "stretch_width",
-                                 x_axis_label: "seconds since start", tools: "pan,box_zoom,reset,save"});
-  throughput.step({x: data.seconds, y: data.rates, mode: "after", line_width: 2, line_color: "%s"});
-  plt.show(throughput, "#throughput");
+  if (data.seconds.length > 0) {
+    const throughput = plt.figure({title: "input read (MB/s)", height: 220, sizing_mode: "stretch_width",
+                                   x_axis_label: "seconds since start", tools: "pan,box_zoom,reset,save"});
+    throughput.step({x: data.seconds, y: data.rates, mode: "after", line_width: 2, line_color: "%s"});
+    plt.show(throughput, "#throughput");
+  }
   if (data.workers.length === 0) { return; }
-  const split = plt.figure({title: "time per worker (s): read / compute / write / idle", height: 120 + 30 * data.workers.length,
+  const split = plt.figure({title: "time per worker (s): read / compute / write / idle", height: 160 + 30 * data.workers.length,
                             sizing_mode: "stretch_width", tools: "save",
                             y_range: new Bokeh.FactorRange({factors: data.workers})});
+  // the legend above the plot, in one row: inside it would cover the bars and cut off "idle"
+  split.add_layout(new Bokeh.Legend({orientation: "horizontal", location: "top_left"}), "above");
   const kinds = %s, colours = %s;
   let left = data.workers.map(() => 0);
   kinds.forEach((kind, k) => {

@@ -6,6 +6,7 @@ import errno
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import time
@@ -117,8 +118,8 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
         if fresh:
             run_tmp = folder.new_run(commit_protocol.new_run_id())
         watch.run_id = run_tmp.name
-        watch.started()
         try:
+            watch.started()                       # may print: a closed pipe there is an early end too
             if fresh:
                 _write_state(plan, backend, run_tmp)
             # Workers that may not share this machine's disk put what others read in the store
@@ -268,20 +269,20 @@ def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
         raise OutputError(
             f"sink.mode resume: the inputs changed since the interrupted run {run_tmp.name}:\n    "
             + "\n    ".join(changes[:10]),
-            hint="the finished work no longer matches the inputs; use --set sink.mode=overwrite to start again")
+            hint="the finished work no longer matches the inputs; set sink.mode: overwrite to start again")
     if state.get("backend") != now["backend"]:
         raise OutputError(
             f"sink.mode resume: the interrupted run {run_tmp.name} ran on the {state.get('backend')} backend, "
             f"this one on {now['backend']}",
-            hint=f"resume with --backend {state.get('backend')}, or use --set sink.mode=overwrite to start again")
+            hint=f"resume with --backend {state.get('backend')}, or set sink.mode: overwrite to start again")
     if state.get("gpuetl") != now["gpuetl"]:
         raise OutputError(
             f"sink.mode resume: the interrupted run {run_tmp.name} ran gpuetl {state.get('gpuetl')}, this is "
-            f"{now['gpuetl']}", hint="use --set sink.mode=overwrite to start again")
+            f"{now['gpuetl']}", hint="set sink.mode: overwrite to start again")
     if state.get("pipeline") != now["pipeline"] or state.get("partitions") != now["partitions"]:
         raise OutputError(
             f"sink.mode resume: the pipeline file changed since the interrupted run {run_tmp.name}",
-            hint="resume continues the same pipeline; use --set sink.mode=overwrite to start again")
+            hint="resume continues the same pipeline; set sink.mode: overwrite to start again")
     return True
 
 
@@ -333,7 +334,7 @@ def _already_complete(plan: Plan, out, manifest: dict | None, complete: bool) ->
         raise OutputError(f"sink.mode resume: {out} holds a complete dataset of "
                           + ("other inputs" if changes else "another pipeline file")
                           + (":\n    " + "\n    ".join(changes[:10]) if changes else ""),
-                          hint="use --set sink.mode=overwrite to replace it")
+                          hint="set sink.mode: overwrite to replace it")
     return RunResult(out, manifest["counts"], manifest["stages"], manifest["shards"], manifest["quarantine"],
                      manifest.get("bad_records", {}), manifest["backend"], 0.0, plan.input_bytes, manifest)
 
@@ -410,7 +411,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
         quarantine_pieces, str(run_tmp), options, dask_key_name="write-quarantine")])[0] if quarantine_pieces else []
     shards = [vars(s) for s in shards]
     quarantine = [vars(q) for q in quarantine]
-    warnings = [thin] * bool(thin) + _balance_warnings(layout, shards, counts["rows_out"])
+    warnings = [thin] * bool(thin) + _balance_warnings(layout, shards, counts["rows_out"],
+                                                     keyed=bool(plan.spec.shard.key))
     empty = empty_declared_columns(plan, **_shards_at(run_tmp, store), shards=shards)
     if empty:
         message = (f"declared column(s) {', '.join(map(repr, empty))} are null in every row: no record written "
@@ -450,9 +452,10 @@ def _thin_shards(layout: Layout, rows_out: int) -> str | None:
             f"a smaller shard.count, or shard.target_bytes, gives fewer, fuller shards")
 
 
-def _balance_warnings(layout: Layout, shards: list[dict], rows_out: int) -> list[str]:
+def _balance_warnings(layout: Layout, shards: list[dict], rows_out: int, keyed: bool = False) -> list[str]:
     """Keys place rows, so a key with few distinct values cannot fill shards or splits evenly:
-    say so rather than leave a user to find empty shards."""
+    say so rather than leave a user to find empty shards. `keyed`: the pipeline file set
+    shard.key (else the key is the source's default, or the whole row, and is not blamed)."""
     if not rows_out:
         return []
     out = []
@@ -460,12 +463,17 @@ def _balance_warnings(layout: Layout, shards: list[dict], rows_out: int) -> list
     if empty and len(empty) < len(shards):
         out.append(f"{len(empty)} of {len(shards)} shards are empty ({', '.join(empty[:3])}"
                    f"{'…' if len(empty) > 3 else ''})" + (f": shard.key {list(layout.key)} has too few distinct "
-                                                          "values, or one value holds most rows" if layout.key else ""))
+                                                          "values, or one value holds most rows" if keyed else ""))
     for name, share in layout.splits:
         got = sum(s["rows"] for s in shards if s["split"] == name) / rows_out
         if abs(got - share) > max(0.05, share / 2):
-            out.append(f"split {name!r} holds {got:.1%} of the rows, not {share:.0%}"
-                       + (f" (shard.key {list(layout.key)} has few distinct values)" if layout.key else ""))
+            chance = abs(got - share) * rows_out <= 3 * math.sqrt(rows_out * share * (1 - share)) + 1
+            why = (f" (shard.key {list(layout.key)} has few distinct values)" if keyed else
+                   f" (each row's split is drawn from its hash, and {rows_out:,} row{'s are' if rows_out != 1 else ' is'} "
+                   "too few for the shares to even out)" if chance else
+                   f" (rows are placed by a hash of {', '.join(layout.key) if layout.key else 'the whole row'}, "
+                   "and equal values land in the same split)")
+            out.append(f"split {name!r} holds {got:.1%} of the rows, not {share:.0%}{why}")
     return out
 
 

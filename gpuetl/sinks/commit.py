@@ -747,7 +747,7 @@ def refuse(out: Path, inv: Inventory, mode: str) -> None:
     if mode == "error" and inv.ours:
         what = "a complete dataset" if inv.complete else "an incomplete dataset (no _SUCCESS)"
         raise OutputError(f"sink.path: {out} already holds {what}; refusing to touch it (sink.mode: error)",
-                          hint="use --set sink.mode=overwrite to replace it, or choose another sink.path")
+                          hint="set sink.mode: overwrite to replace it, or choose another sink.path")
 
 
 def _isdir(tree: _Tree, rel: str) -> bool:

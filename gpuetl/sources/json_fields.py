@@ -81,33 +81,64 @@ class JsonRead:
         """The schema the block reader reads with: each column's flat key with its type, and
         each path's root as a struct/list of just the values the paths reach."""
         fields: dict[str, object] = {}
+        readers: dict[str, str] = {}           # a top-level key -> the first column that reads it
         for col in self.columns:
-            _merge_into(fields, col.name, ARROW_TYPES[col.type], col.name)
+            reads = [(col.name, ARROW_TYPES[col.type])]
             if col.path:
                 node: object = ARROW_TYPES[col.type]
                 for step in reversed(col.path[1:]):
                     node = {"list": node} if isinstance(step, int) else {"struct": {step: node}}
-                _merge_into(fields, col.path[0], node, col.name)
+                reads.append((col.path[0], node))
+            for key, node in reads:
+                if key in fields:
+                    fields[key] = _merge(fields[key], node, ColumnClash(col.name, readers[key], key))
+                else:
+                    fields[key], readers[key] = node, col.name
         return pa.schema([(name, _to_arrow(node)) for name, node in fields.items()])
 
 
-def _merge_into(fields: dict, key: str, node, column: str) -> None:
-    fields[key] = _merge(fields[key], node, column, key) if key in fields else node
+class ColumnClash(ValueError):
+    """Two declared columns read one value in ways that cannot both hold: `column` (named in the
+    message, and where the error is located) and `other`, the column that read it first."""
+
+    def __init__(self, column: str, other: str, where: str):
+        super().__init__(column)
+        self.column, self.other, self.where = column, other, where
+
+    def at(self, where: str, mine, theirs) -> "ColumnClash":
+        self.where = where
+        if isinstance(theirs, pa.DataType) and _is_nested(theirs) and isinstance(mine, dict):
+            why = (f"the column {self.column!r} reaches inside {where!r}, which the column {self.other!r} "
+                   f"reads whole as {theirs}; a path cannot read into a value another column reads whole")
+        elif isinstance(mine, pa.DataType) and _is_nested(mine) and isinstance(theirs, dict):
+            why = (f"the column {self.column!r} reads {where!r} whole as {mine}, and the column {self.other!r} "
+                   "reaches inside it; a path cannot read into a value another column reads whole")
+        else:
+            why = (f"the column {self.column!r} reads {where!r} as {_describe(mine)}, and the column "
+                   f"{self.other!r} reads it as {_describe(theirs)}")
+        self.args = (why,)
+        return self
 
 
-def _merge(a, b, column: str, where: str):
+def _is_nested(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_struct(t)
+
+
+def _merge(a, b, clash: ColumnClash, where: str | None = None):
     """One tree of what the columns read below a key; a clash (a value read both as a number
-    and as an object) is a ValueError naming the column."""
+    and as an object, or read whole by one column and reached into by another) is a
+    ColumnClash naming both columns."""
+    where = where or clash.where
     if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
         if "list" in a:
-            return {"list": _merge(a["list"], b["list"], column, where + "[]")}
+            return {"list": _merge(a["list"], b["list"], clash, where + "[]")}
         out = dict(a["struct"])
         for k, v in b["struct"].items():
-            out[k] = _merge(out[k], v, column, f"{where}.{k}") if k in out else v
+            out[k] = _merge(out[k], v, clash, f"{where}.{k}") if k in out else v
         return {"struct": out}
     if not isinstance(a, dict) and not isinstance(b, dict) and a == b:
         return a
-    raise ValueError(f"{column!r} reads {where!r} as {_describe(b)}, and another column reads it as {_describe(a)}")
+    raise clash.at(where, b, a)
 
 
 def _describe(node) -> str:

@@ -47,6 +47,9 @@ def _compose(text: str, filename: str):
         if "unknown escape character" in str(err.problem):
             hint = ("inside double quotes YAML reads a backslash as an escape; write the value in single quotes, "
                     "e.g. template: '\\[<Level>\\] <Content>'")
+        if "'`' that cannot start any token" in str(err.problem):
+            hint = ("YAML does not let a plain value start with a backtick: quote the whole expression, "
+                    "e.g. filter: \"`US Gross` > 0\"")
         raise NotYaml(f"{where}: not valid YAML: {err.problem}", hint=hint) from None
     except yaml.YAMLError as err:
         raise NotYaml(f"{filename}: not valid YAML: {err}") from None

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import math
 import re
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping, NamedTuple
@@ -512,26 +513,43 @@ _REJECTED_NODES = {
     ast.YieldFrom: "yield",
     ast.Slice: "slices",
 }
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _NULL_ONLY = "None is only allowed in 'x is None', 'x is not None', coalesce() and if_else()"
 
 
 class _Parser:
-    def __init__(self, original: str, src: str):
+    def __init__(self, original: str, src: str, quoted: _Quoted):
         self.original = original
         self.src = src
-        self.raw = src.encode("utf-8")
+        self.quoted = quoted
+        self.raw = quoted.code.encode("utf-8")
 
-    # -- location helpers -------------------------------------------------
+    # -- location helpers: ast counts UTF-8 bytes of the code it read; the user counts characters
+    # of what they wrote, backticks included -------------------------------
+    def _user_col(self, offset: int) -> int:
+        chars = len(self.raw[:offset].decode("utf-8", "replace"))
+        return self.quoted.char_map[min(chars, len(self.quoted.char_map) - 1)]
+
     def col(self, node: ast.AST) -> int:
-        off = getattr(node, "col_offset", 0) or 0
-        return len(self.raw[:off].decode("utf-8", "replace"))
+        return self._user_col(getattr(node, "col_offset", 0) or 0)
 
     def seg(self, node: ast.AST) -> str:
         start = getattr(node, "col_offset", 0) or 0
         end = getattr(node, "end_col_offset", None)
         if end is None:
             end = len(self.raw)
-        return self.raw[start:end].decode("utf-8", "replace")
+        return self.src[self._user_col(start):self._user_col(end)].strip()
+
+    def name_of(self, node: ast.Name) -> str:
+        """The column a name stands for: a quoted name's text, or a bare identifier exactly as
+        written (Python reads identifiers NFKC-normalised: a fullwidth 'ａ' would become 'a')."""
+        if node.id in self.quoted.names:
+            return self.quoted.names[node.id]
+        written = self.seg(node)
+        if written != node.id:
+            self.fail(node, f"the name {written!r} is read by Python as {node.id!r} (its letters are "
+                            f"normalised, NFKC); to name a column {written!r} quote it: {quote_name(written)}")
+        return node.id
 
     def fail(self, node: ast.AST | None, msg: str, col: int | None = None):
         if col is None:
@@ -561,6 +579,12 @@ class _Parser:
                     self.fail(
                         node, f"string literal is {len(node.value)} characters long; the limit is {MAX_STRING_LITERAL}"
                     )
+                if isinstance(node.value, str) and (bad := _SURROGATE.search(node.value)):
+                    self.fail(node, f"the string literal {self.seg(node)[:40]} holds {ascii(bad.group())}, half of a "
+                                    "UTF-16 surrogate pair, which is not a character (no text can hold it)")
+            if isinstance(node, ast.Constant) and isinstance(node.value, float) and not math.isfinite(node.value):
+                self.fail(node, f"the number {self.seg(node)[:40]} is too large for a float64 "
+                                "(the largest is about 1.8e308)")
             for child in ast.iter_child_nodes(node):
                 stack.append((child, depth + 1))
 
@@ -570,8 +594,9 @@ class _Parser:
         if isinstance(n, ast.Constant):
             return self.constant(n, allow_null)
         if isinstance(n, ast.Name):
-            self.check_name(n, n.id)
-            return Column(n.id, col, src)
+            name = self.name_of(n)
+            self.check_name(n, name)
+            return Column(name, col, src)
         if isinstance(n, ast.UnaryOp):
             if isinstance(n.op, ast.Not):
                 return Not(self.convert(n.operand), col, src)
@@ -600,12 +625,18 @@ class _Parser:
         if isinstance(n, ast.Call):
             return self.call(n)
         if isinstance(n, ast.Attribute):
-            self.not_allowed(n, f"attribute access ('.{n.attr}')")
+            self.not_allowed(n, f"attribute access ('.{n.attr}'){self.quote_hint(n)}")
+        if isinstance(n, ast.Subscript):
+            self.not_allowed(n, f"{_REJECTED_NODES[ast.Subscript]}{self.quote_hint(n)}")
         for cls, what in _REJECTED_NODES.items():
             if isinstance(n, cls):
                 self.not_allowed(n, what)
         self.not_allowed(n, f"{type(n).__name__} syntax")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def quote_hint(self, node: ast.AST) -> str:
+        """For `a.b` or `a[0]`: how to name a column whose name is that text."""
+        return f"; a column whose name has dots, brackets or spaces is written in backticks: {quote_name(self.seg(node))}"
 
     def check_name(self, node: ast.AST, name: str) -> None:
         if name.startswith("__") or name.endswith("__"):
@@ -689,7 +720,10 @@ class _Parser:
             if isinstance(n.func, ast.Attribute):
                 self.not_allowed(n.func, f"attribute access / method calls ('.{n.func.attr}(...)')")
             self.not_allowed(n.func, "calling anything other than a function name")
-        name = n.func.id
+        if n.func.id in self.quoted.names:
+            self.fail(n.func, f"{self.seg(n.func)} is a quoted column name, and a column cannot be called; "
+                              "functions are written bare, as in lower(x)")
+        name = self.name_of(n.func)
         self.check_name(n.func, name)
         spec = FUNCTIONS.get(name)
         if spec is None:
@@ -708,6 +742,12 @@ class _Parser:
         for kw in n.keywords:
             if kw.arg is None:
                 self.not_allowed(kw.value, "'**' keyword unpacking")
+            if kw.arg is not None and (written := self.seg(kw).split("=", 1)[0].strip()) != kw.arg:
+                self.fail(kw, f"the keyword {written!r} is read by Python as {kw.arg!r} (its letters are "
+                              "normalised, NFKC); write it in plain letters")
+            if kw.arg in self.quoted.names:
+                self.fail(kw.value, f"a keyword argument's name is written bare, not quoted (allowed keywords of "
+                                    f"{name}(): {', '.join(spec.keywords) or 'none'})")
             if kw.arg not in spec.keywords:
                 allowed_kw = ", ".join(spec.keywords) or "none"
                 self.fail(
@@ -776,8 +816,12 @@ _SYNTAX_HINTS = (
     (r"(?<![=!<>])=(?!=)", "use '==' to compare ('=' assigns nothing here)"),
     (r"!(?!=)", "use 'not' instead of '!'"),
     (r"\b(?:AND|OR|NOT)\b", "write and / or / not in lower case"),
+    (r"(?<![\w.])(?!(?:and|or|not|in|is|if|else|None|True|False)\b)[^\W\d]\w*"
+     r"(?:\s+(?!(?:and|or|not|in|is|if|else)\b)[^\W\d]\w*)+\b(?!\s*\()",
+     "a column name with spaces is written in backticks: `{}`"),
 )
-_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+# string literals and `quoted names`, which no hint looks into
+_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`")
 
 
 def _syntax_hint(src: str) -> tuple[int, str] | None:
@@ -787,7 +831,8 @@ def _syntax_hint(src: str) -> tuple[int, str] | None:
         for match in re.finditer(pattern, code):
             if match.group() == "=" and re.search(r"\b(?:seed|ndigits)\s*$", code[:match.start()]):
                 continue          # a keyword argument, not a comparison
-            return (len(code.rstrip()) if "ends in the middle" in advice else match.start()), advice
+            return (len(code.rstrip()) if "ends in the middle" in advice else match.start()), \
+                advice.replace("{}", match.group())
     return None
 
 
@@ -818,6 +863,82 @@ def regex_problem(pattern: str) -> str | None:
     return None
 
 
+class _Quoted(NamedTuple):
+    """An expression with its backtick-quoted column names replaced by placeholder identifiers."""
+
+    code: str                  # what ast.parse reads
+    names: dict[str, str]      # placeholder -> the column name it stands for
+    char_map: list[int]        # code's character index -> the user's character index (one extra at the end)
+
+
+def quote_name(name: str) -> str:
+    """`name` as an expression writes it: bare where Python would read it as that identifier,
+    else in backticks with each backtick doubled (`US Gross`, `connections.active`)."""
+    import keyword
+    import unicodedata
+
+    if (name.isidentifier() and not keyword.iskeyword(name) and name not in FUNCTIONS
+            and unicodedata.normalize("NFKC", name) == name):
+        return name
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _unquote(src: str) -> _Quoted:
+    """Replace each `quoted name` outside string literals by a fresh identifier, remembering
+    where every character of the result came from, so errors point into the user's text."""
+    prefix = "_q"
+    while prefix in src:
+        prefix += "q"
+    out: list[str] = []
+    char_map: list[int] = []
+    names: dict[str, str] = {}
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if c in "'\"":
+            quote = src[i:i + 3] if src[i:i + 3] in (3 * "\'", 3 * '"') else c
+            j = i + len(quote)
+            while j < n and not src.startswith(quote, j):
+                j += 2 if src[j] == "\\" else 1
+            j = min(j + len(quote), n)
+            out.append(src[i:j])
+            char_map.extend(range(i, j))
+            i = j
+            continue
+        if c != "`":
+            out.append(c)
+            char_map.append(i)
+            i += 1
+            continue
+        j, name = i + 1, []
+        while True:
+            k = src.find("`", j)
+            if k < 0:
+                raise ExprError(
+                    f"invalid expression {_quote(src)} at column {i}: the quoted name opened by this backtick "
+                    "is not closed (a backtick inside a name is doubled: `a``b`)", expression=src, col=i)
+            name.append(src[j:k])
+            if src.startswith("``", k):
+                name.append("`")
+                j = k + 2
+                continue
+            j = k + 1
+            break
+        column = "".join(name)
+        if not column:
+            raise ExprError(f"invalid expression {_quote(src)} at column {i}: an empty quoted name (``)",
+                            expression=src, col=i)
+        placeholder = f"{prefix}{len(names)}"
+        names[placeholder] = column
+        # a space on either side where a word touches it: `a`and b must not glue into one token
+        lead = " " if out and (out[-1][-1].isalnum() or out[-1][-1] == "_") else ""
+        out.append(f"{lead}{placeholder} ")
+        char_map.extend([i] * (len(lead) + len(placeholder)) + [j])
+        i = j
+    char_map.append(n)
+    return _Quoted("".join(out), names, char_map)
+
+
 def parse_expression(text: str) -> "Expr":
     """Parse ``text`` into an :class:`Expr`, or raise :class:`ExprError`."""
     if not isinstance(text, str):
@@ -832,8 +953,12 @@ def parse_expression(text: str) -> "Expr":
     src = text.replace("\r", " ").replace("\n", " ").strip()
     if not src:
         raise ExprError("invalid expression: it is empty", expression=text, col=0)
+    if bad := _SURROGATE.search(src):
+        raise ExprError(f"invalid expression {_quote(src)} at column {bad.start()}: it holds {ascii(bad.group())}, "
+                        "half of a UTF-16 surrogate pair, which is not a character", expression=src, col=bad.start())
+    quoted = _unquote(src)
     try:
-        tree = ast.parse(src, mode="eval")
+        tree = ast.parse(quoted.code, mode="eval")
     except SyntaxError as e:
         msg = str(e.msg or "invalid syntax")
         if "nested" in msg or "too complex" in msg:
@@ -842,7 +967,7 @@ def parse_expression(text: str) -> "Expr":
                 expression=src,
                 col=0,
             ) from None
-        col = max((e.offset or 1) - 1, 0)
+        col = quoted.char_map[min(max((e.offset or 1) - 1, 0), len(quoted.char_map) - 1)]
         hint = _syntax_hint(src)
         if hint:
             col, advice = hint
@@ -858,7 +983,7 @@ def parse_expression(text: str) -> "Expr":
         ) from None
     except Exception as e:  # e.g. ValueError for NUL bytes, UnicodeEncodeError for lone surrogates
         raise ExprError(f"invalid expression {_quote(src)}: cannot parse: {e}", expression=src, col=0) from None
-    parser = _Parser(text, src)
+    parser = _Parser(text, src, quoted)
     parser.check_limits(tree)
     root = parser.convert(tree.body)
     return Expr(src, root)
@@ -906,6 +1031,9 @@ def _describe(node: Node, t: str) -> str:
 def _infer_column(node: Column, env: _TypeEnv) -> str:
     if node.name not in env.schema:
         advice = _hint(node.name, env.names)
+        close = difflib.get_close_matches(node.name, [str(c) for c in env.names], n=1, cutoff=0.6)
+        if close and quote_name(close[0]) != close[0]:
+            advice = f"; did you mean {quote_name(close[0])}?"
         if node.name.lower() in ("null", "nil", "none"):
             advice = "; to test for a missing value write 'x is None' or 'x is not None'"
         elif node.name.lower() in ("true", "false"):

@@ -31,7 +31,8 @@ class NormalizeText(RowStep):
     stay null; no row is dropped."""
 
     name = "normalize_text"
-    summary = "Normalize string columns: Unicode NFKC, lower case, collapse and strip white space."
+    summary = ("Normalize string columns: Unicode NFKC (`nfkc`, default on), lower case (`lower`, default off), "
+               "collapse white space (`collapse_whitespace`, default on), strip it at both ends (`strip`, default on).")
     example = "- normalize_text: {columns: [message], nfkc: true, lower: true, collapse_whitespace: true, strip: true}"
     Params = NormalizeTextParams
 

@@ -1,13 +1,23 @@
 from __future__ import annotations
 
-from pydantic import RootModel
+from pydantic import RootModel, field_validator
 
 from ..types import Schema
 from .base import Binding, RowStep, StepError, closest, register
 
 
 class SelectParams(RootModel[list[str]]):
-    pass                # a named class: pickled by reference, as a generic alias cannot be
+    # a named class: pickled by reference, as a generic alias cannot be
+
+    @field_validator("root")
+    @classmethod
+    def _once_each(cls, names: list[str]) -> list[str]:
+        seen = set()
+        for name in names:
+            if name in seen:
+                raise ValueError(f"the column {name!r} is listed twice (a dataset holds each column once)")
+            seen.add(name)
+        return names
 
 
 @register

@@ -164,7 +164,7 @@ def test_killed_under_mode_error_then_resume(inputs):
     [state_path] = (inputs / "out" / "_tmp").glob("*/_state.json")
     state = json.loads(state_path.read_text())
     assert "mode" not in json.dumps(state) and state["backend"] == "cpu"
-    for key, value, hint in (("backend", "gpu", "--backend gpu"), ("gpuetl", "0.0.1", "sink.mode=overwrite")):
+    for key, value, hint in (("backend", "gpu", "--backend gpu"), ("gpuetl", "0.0.1", "sink.mode: overwrite")):
         state_path.write_text(json.dumps({**state, key: value}))
         with pytest.raises(OutputError, match="sink.mode resume: the interrupted run") as info:
             Pipeline.from_file(file, ["sink.mode=resume"]).run(backend="cpu", scheduler="sync")

@@ -245,8 +245,8 @@ def test_validate_exits_2_on_a_typo_and_plan_shows_the_inferred_schema(tmp_path,
 
 def test_columns_that_read_one_value_two_ways_are_refused(tmp_path):
     write(tmp_path, "a.jsonl", [{"user": {"id": 1}, "items": [{"sku": "a"}]}])
-    with pytest.raises(SpecError, match=r"columns: 'user\.id' reads 'user' as an object, and another column reads it "
-                                        r"as string"):
+    with pytest.raises(SpecError, match=r"columns\.user\.id: the column 'user\.id' reads 'user' as an object, and the "
+                                        r"column 'user' reads it as string"):
         plan(tmp_path, {"user": "string", "user.id": "int64"})
     with pytest.raises(SpecError, match="items"):
         plan(tmp_path, {"items[0]": "string", "items[1].sku": "string"})

@@ -125,9 +125,9 @@ def test_validate_lists_s3_patterns_instead_of_globbing_locally(s3, tmp_path, ca
     from gpuetl.cli import main
 
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("nothing/*.log"))))
-    assert main(["validate", str(tmp_path / "p.yaml")]) == 0
-    out = capsys.readouterr().out
-    assert "matches no object" in out and "looked in" not in out
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 2          # as run would
+    err = capsys.readouterr().err
+    assert "matches no object" in err and "looked in" not in err
     upload(s3, logs(tmp_path), "raw")
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("raw/*"))))
     assert main(["validate", str(tmp_path / "p.yaml")]) == 0

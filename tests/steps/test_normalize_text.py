@@ -57,3 +57,16 @@ def test_gpu_matches_cpu():
         want = values(step.transform(frame(m=("string", TEXTS)), CPU)["m"])
         got = step.transform(frame(gpu, m=("string", TEXTS)), gpu)["m"].to_arrow().to_pylist()
         assert got == want
+
+
+def test_the_summary_states_each_options_default():
+    """docs/steps.md shows the summary: each operation is named with its switch and its default,
+    as the parameters' model has it (lower case is off unless asked for)."""
+    import re
+
+    from gpuetl.steps.normalize_text import NormalizeText, NormalizeTextParams
+
+    stated = dict(re.findall(r"`(\w+)`, default (on|off)", NormalizeText.summary))
+    defaults = {name: "on" if f.default else "off" for name, f in NormalizeTextParams.model_fields.items()
+                if f.annotation is bool}
+    assert stated == defaults and defaults["lower"] == "off"

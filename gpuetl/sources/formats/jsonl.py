@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from ...errors import SpecError
 from ...spec.names import field_name_problem
+from ...words import count
 from ...types import ColumnSpec, Schema, is_nested
 from ..files import InputFile
-from ..json_fields import JsonColumn, JsonRead, parse_path, path_pattern
+from ..json_fields import ColumnClash, JsonColumn, JsonRead, parse_path, path_pattern
 from ..parsers import JsonParser
 from ..ranges import ByteRange, read_head, read_range
 from ..stage import declared_columns, plan_byte_ranges, source_stage
@@ -68,14 +69,14 @@ def json_stage_and_metadata(loaded, files, notes: list[str]):
         inferred = sample.schema(loaded)
         columns = tuple(JsonColumn(name, t, None) for name, t in inferred.items())
         metadata["inferred_schema"] = inferred
-        notes.append(f"source: schema inferred from {sample.records} records sampled in {sample.files_read} of "
-                     f"{len(files)} files (head and spread-out blocks of each): "
+        notes.append(f"source: schema inferred from {count(sample.records, 'record')} sampled in {sample.files_read} of "
+                     f"{count(len(files), 'file')} (head and spread-out blocks of each): "
                      + ", ".join(f"{n}: {t}" for n, t in inferred.items()))
     read = JsonRead(columns, strict=spec.strict, extra=spec.extra_fields)
     try:
         read.arrow_schema()
-    except ValueError as err:
-        raise SpecError(f"{loaded.key('columns')}: {err}", hint="declare the whole object as one "
+    except ColumnClash as err:                 # located at the column that clashed with an earlier one
+        raise SpecError(f"{loaded.key('columns', err.column)}: {err}", hint="declare the whole object as one "
                         "struct<...> column, or only paths that agree on what each value is") from None
     extra = sample.extra_fields(read.roots)
     if declared and extra:
@@ -344,7 +345,7 @@ def dropped_fields_summary(spec, per_partition: list[dict[str, int] | None]) -> 
     ordered = dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
     if not ordered:
         return {"dropped": {}, "note": "source: no record had a field that is not in columns"}
-    shown = ", ".join(f"{name} ({n:,} records)" for name, n in list(ordered.items())[:10])
+    shown = ", ".join(f"{name} ({count(n, 'record')})" for name, n in list(ordered.items())[:10])
     more = f" and {len(ordered) - 10} more" if len(ordered) > 10 else ""
     return {"dropped": ordered, "note": f"source: {len(ordered)} field(s) not in columns were dropped: {shown}{more}"}
 
