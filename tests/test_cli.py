@@ -464,7 +464,7 @@ def test_run_summary_groups_reasons_by_kind_with_an_example_and_the_rest(tmp_pat
     assert len(shown) == 5
     more = len(kinds) - 5
     left = sum(k["count"] for k in list(kinds.values())[5:])
-    assert more > 0 and f"and {more} more kind{'s' if more > 1 else ''} ({left} rows)" in out
+    assert more > 0 and f"and {more} more kind{'s' if more > 1 else ''} ({left} row{'s' if left > 1 else ''})" in out
 
 
 CTRL_C_AT_IMPORT = """
