@@ -152,7 +152,25 @@ def _read_blocks(arr: pa.Array, careful: np.ndarray, read: JsonRead) -> tuple[pa
     _split_refused(arr, rows, schema, options, careful, pieces, refused=refused)
     if careful.all():
         return None, careful
-    return pa.concat_tables(pieces), careful
+    return pa.concat_tables([_comparable(t, schema) for t in pieces], promote_options="default"), careful
+
+
+def _comparable(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """One piece of a split read in the form every piece shares, so the pieces concatenate
+    whatever each piece's records inferred (a dropped field null in one piece and a number in
+    another, fields inferred inside a declared object: _parse_options): the schema's columns as
+    their declared types, each other (dropped) field only as which records have it (true, or
+    null: what _count_dropped counts)."""
+    names, columns = [], []
+    for f in schema:
+        if f.name in table.column_names:
+            names.append(f.name)
+            columns.append(_as_declared(one_array(table.column(f.name)), f.type))
+    for name, column in zip(table.column_names, table.columns):
+        if name not in schema.names:
+            names.append(name)
+            columns.append(pc.if_else(pc.is_valid(column), True, pa.scalar(None, pa.bool_())))
+    return pa.table(columns, names=names)
 
 
 def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, pieces: list,
