@@ -292,7 +292,7 @@ def sample_json(files: list[InputFile], where: str = "source.path", infer: bool 
                     obj = json.loads(raw.decode("utf-8", "replace"))
                 except (ValueError, RecursionError):   # bad, too deep, too many digits: the run quarantines it
                     continue
-                if not isinstance(obj, dict):
+                if not isinstance(obj, dict) or (b"\\u" in raw and _lone_surrogate(obj)):
                     continue
                 try:
                     sample.add(obj, f"{f.display} (byte {line_at})")
@@ -303,6 +303,18 @@ def sample_json(files: list[InputFile], where: str = "source.path", infer: bool 
                 except RecursionError:
                     continue
     return sample
+
+
+def _lone_surrogate(obj: dict) -> bool:
+    """Whether a \\uD800-\\uDFFF escape without its pair left a character UTF-8 cannot hold
+    (in a key or a value): the run quarantines such a record, so it teaches the schema nothing."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
 
 
 def _record_lines(start: int, data: bytes) -> list[tuple[int, bytes]]:
