@@ -36,7 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..sources.json_fields import JsonRead, lookup
+from ..sources.json_fields import JsonRead, lookup, position_text
 from ..types import ARROW_TYPES, type_name_of
 from .cpu import _BAD, _arrow, _exact, _scratch_pool
 from .cpu_clf import one_array
@@ -62,7 +62,9 @@ def parse_json(backend, text, read: JsonRead, dropped: dict[str, int] | None = N
     n = len(arr)
     arr, careful = _brace_delimited(arr)
     careful = ~careful
-    if read.extra == "drop":
+    if read.raw:                   # values kept as their source text: Python's json reads every record
+        careful[:] = True
+    elif read.extra == "drop":
         careful |= _deep(arr)
     table = None
     if not careful.all() or not n:
@@ -423,16 +425,21 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
     extra_text: list[str | None] = [None] * n
     roots = read.roots
     arrow_schema = None
+    raw_tree = _position_tree(read.raw) if read.raw else None
     for i, line in enumerate(arr.to_pylist()):
         try:
-            obj = json.loads(line, parse_float=_json_float, parse_constant=_NotFinite)
+            obj = (json.loads(line, parse_float=_json_float, parse_constant=_NotFinite) if raw_tree is None
+                   else _loads_keeping_source_text(line, raw_tree))
         except json.JSONDecodeError as err:
             why = "text after the first JSON value (one line must be one record)" if err.msg == "Extra data" else err.msg
             ok[i], reasons[i] = False, f"invalid JSON: {why}"
             continue
         except (RecursionError, ValueError, TypeError) as err:    # too deep; an integer over Python's digit limit
-            arrow_schema = arrow_schema or read.arrow_schema()
             why = "nested too deeply to read" if isinstance(err, RecursionError) else str(err)[:200]
+            if raw_tree is not None:              # pyarrow's reader has no source text to give
+                ok[i], reasons[i] = False, f"invalid JSON: {why}"
+                continue
+            arrow_schema = arrow_schema or read.arrow_schema()
             obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {why}")
             if dropped is not None and not isinstance(obj, _Unreadable):     # obj holds the columns' keys only
                 for key in _top_level_fields(line):
@@ -455,6 +462,8 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
         for col in read.columns:
             value, problem = lookup(obj, col)
             if problem:
+                break
+            if read.inferred and (problem := _shape_problem(value, ARROW_TYPES[col.type], (col.name,), read)):
                 break
             try:
                 value, problem, as_text = _json_value(value, col.type, read.strict)
@@ -502,6 +511,125 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
     if read.extra == "keep":
         cols["_extra"] = pa.array([v if ok[i] else None for i, v in enumerate(extra_text)], pa.string())
     return cols, ok, reasons
+
+
+_SAMPLED_AS = {"bool": "true/false", "string": "a string"}
+
+
+def _shape_of(value) -> str:
+    return "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else "a value"
+
+
+def _shape_problem(value, arrow_type: pa.DataType, at: tuple, read: JsonRead) -> str | None:
+    """A value of an inferred column (at any depth) whose shape (a value, an array, an object)
+    is not the one the sample gave its type: the reason naming where, both shapes, and what to
+    declare. Positions kept as source text take any shape."""
+    if value is None or at in read.raw:
+        return None
+    if pa.types.is_struct(arrow_type):
+        if not isinstance(value, dict):
+            return _shape_reason(value, at, "an object")
+        for f in arrow_type:
+            if (problem := _shape_problem(value.get(f.name), f.type, at + (f.name,), read)):
+                return problem
+        return None
+    if pa.types.is_list(arrow_type):
+        if not isinstance(value, list):
+            return _shape_reason(value, at, "an array")
+        for item in value:
+            if (problem := _shape_problem(item, arrow_type.value_type, at + (None,), read)):
+                return problem
+        return None
+    name = type_name_of(arrow_type)
+    if isinstance(value, (dict, list)) and (name != "string" or at in read.texts):
+        return _shape_reason(value, at, _SAMPLED_AS.get(name, "a number"))
+    return None
+
+
+def _shape_reason(value, at: tuple, sampled: str) -> str:
+    field = position_text(at)
+    return (f"field {field!r} is {_shape_of(value)} here, {sampled} in the sample the schema was inferred "
+            f"from; declare {field!r} under `columns` as string to keep each value's source text")
+
+
+def _position_tree(positions) -> dict:
+    """JsonRead.raw as a tree for _loads_keeping_source_text: {key: subtree or _SOURCE_TEXT},
+    {None: subtree} for an array's items."""
+    tree: dict = {}
+    for at in positions:
+        node = tree
+        for step in at[:-1]:
+            node = node.setdefault(step, {})
+        node[at[-1]] = _SOURCE_TEXT
+    return tree
+
+
+_SOURCE_TEXT = object()
+_WHITE = re.compile(r"[ \t\n\r]*")
+
+
+def _loads_keeping_source_text(text: str, tree: dict):
+    """json.loads, but the values at the tree's positions are their source text (a string with
+    its quotes, a number as written, an array or object with its white space); null stays None.
+    The same errors as json.loads for text that is not one JSON value."""
+    pos = _WHITE.match(text, 0).end()
+    value, pos = _value_keeping_source_text(text, pos, tree)
+    end = _WHITE.match(text, pos).end()
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _value_keeping_source_text(text: str, pos: int, node):
+    if node is _SOURCE_TEXT:
+        value, end = _DECODER.raw_decode(text, pos)       # checks the value is JSON
+        return (None if value is None else text[pos:end]), end
+    first = text[pos:pos + 1]
+    if first == "{" and None not in node:
+        return _object_keeping_source_text(text, pos + 1, node)
+    if first == "[" and None in node:
+        return _array_keeping_source_text(text, pos + 1, node[None])
+    return _DECODER.raw_decode(text, pos)
+
+
+def _object_keeping_source_text(text: str, pos: int, node: dict):
+    out: dict = {}
+    pos = _WHITE.match(text, pos).end()
+    if text[pos:pos + 1] == "}":
+        return out, pos + 1
+    while True:
+        if text[pos:pos + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+        key, pos = json.decoder.scanstring(text, pos + 1)
+        pos = _WHITE.match(text, pos).end()
+        if text[pos:pos + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+        pos = _WHITE.match(text, pos + 1).end()
+        child = node.get(key)
+        out[key], pos = (_DECODER.raw_decode(text, pos) if child is None
+                         else _value_keeping_source_text(text, pos, child))
+        pos = _WHITE.match(text, pos).end()
+        if text[pos:pos + 1] == "}":
+            return out, pos + 1
+        if text[pos:pos + 1] != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        pos = _WHITE.match(text, pos + 1).end()
+
+
+def _array_keeping_source_text(text: str, pos: int, node):
+    out: list = []
+    pos = _WHITE.match(text, pos).end()
+    if text[pos:pos + 1] == "]":
+        return out, pos + 1
+    while True:
+        item, pos = _value_keeping_source_text(text, pos, node)
+        out.append(item)
+        pos = _WHITE.match(text, pos).end()
+        if text[pos:pos + 1] == "]":
+            return out, pos + 1
+        if text[pos:pos + 1] != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        pos = _WHITE.match(text, pos + 1).end()
 
 
 def _json_value(value, type_name: str, strict: bool):
@@ -606,6 +734,9 @@ def _json_float(text: str) -> float:
     """Python's json reads `1e400` as infinity: such a number keeps its text (_NotFinite)."""
     number = float(text)
     return number if math.isfinite(number) else _NotFinite(text)
+
+
+_DECODER = json.JSONDecoder(parse_float=_json_float, parse_constant=_NotFinite)   # as the careful reader's json.loads
 
 
 def _written_back(value) -> str:
