@@ -1,8 +1,7 @@
 """The GPU backend keeps a drifting JSON field as the CPU backend does (#28.2), checked with the
 real RAPIDS release and no device (marker gpu_api): a read with fields kept as source text is
 handed whole to the CPU kernel before anything touches the device, so both backends give each
-value's source text (cuDF's own `mixed_types_as_string` with keep_quotes gives the same text for
-a top-level field, but not the CPU kernel's quarantine of the shapes a sample did not see)."""
+value's source text and quarantine the same records."""
 
 from __future__ import annotations
 
