@@ -8,7 +8,14 @@ rest read by block again. A refusal that names a field (`Column(/user/id) change
 string`) sets aside the records whose text holds that key with a value of the kind it changed to;
 one that names none is found by splitting (runs of records read by block again in pieces until
 the refused runs are small). The careful reader then takes only what was set aside, and both
-readers' rows are put back in the records' order.
+readers' rows are put back in the records' order. The pieces of a split read are joined in one
+form (_comparable): each infers the fields no column reads its own way.
+
+A schema inferred from a sample may keep a field whose shape drifts (a value here, an array
+there) as each value's source text (JsonRead.raw): the block reader has no such type, so such a
+read goes to the careful reader whole, which scans those values' spans
+(_loads_keeping_source_text). Under an inferred schema a value of another shape than the
+sample's makes the record bad, naming the field and both shapes (_shape_problem).
 
 Extra fields (top-level keys no column reads): under `extra_fields: drop` the block reader infers
 them (its tables then hold them as columns, which the columns read leave out), so each batch
