@@ -520,9 +520,6 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
     return cols, ok, reasons
 
 
-_SAMPLED_AS = {"bool": "true/false", "string": "a string"}
-
-
 def _shape_of(value) -> str:
     return "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else "a value"
 
@@ -547,10 +544,11 @@ def _shape_problem(value, arrow_type: pa.DataType, at: tuple, read: JsonRead) ->
             if (problem := _shape_problem(item, arrow_type.value_type, at + (None,), read)):
                 return problem
         return None
-    name = type_name_of(arrow_type)
-    if isinstance(value, (dict, list)) and (name != "string" or at in read.texts):
-        return _shape_reason(value, at, _SAMPLED_AS.get(name, "a number"))
-    return None
+    if not isinstance(value, (dict, list)):
+        return None
+    if pa.types.is_string(arrow_type):
+        return _shape_reason(value, at, "a string") if at in read.texts else None   # else JSON text
+    return _shape_reason(value, at, "true/false" if pa.types.is_boolean(arrow_type) else "a number")
 
 
 def _shape_reason(value, at: tuple, sampled: str) -> str:
