@@ -326,6 +326,8 @@ def print_summary(result, seconds: float) -> None:
     elif c["quarantined"]:
         print(f"  {c['quarantined']:,} bad records dropped (on_error: drop)")
         _print_reason_kinds(result)
+    if warning := result.manifest.get("bad_records_warning"):
+        print(f"  warning: {warning}")
     for reason, n in result.manifest.get("fallbacks", {}).items():
         print(f"  fell back to the CPU: {n:,} × {reason}")
     if result.manifest.get("host_transfer"):

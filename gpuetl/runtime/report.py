@@ -58,6 +58,7 @@ def build_report(plan, backend, progress, *, result=None, error: BaseException |
         "throughput": snap["timeline"],
         "workers": snap["workers"],
         "bad_records": grouped_reasons(snap["reasons"]),
+        "warnings": list(result.manifest.get("warnings", [])) if result is not None else [],
         "columns": column_profile(data_dir, result.shards, filesystem) if result is not None and data_dir else [],
     }
 
@@ -200,6 +201,7 @@ def render_text(report: dict) -> str:
              f"{report.get('seconds', 0):.1f} s, backend {report.get('backend')} ({report.get('io')})"]
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
+    lines += [f"  warning: {warning}" for warning in report.get("warnings", [])]
     plan = report.get("plan", {})
     lines.append(f"  input: {plan.get('input_files')} files, {plan.get('input_bytes', 0) / 1e6:,.1f} MB, "
                  f"{plan.get('partitions')} partitions")
@@ -236,6 +238,7 @@ _STYLE = """<style>
  th, td { border-bottom: 1px solid #ddd; padding: 0.2em 0.8em; text-align: left; vertical-align: top; }
  td.n { text-align: right; font-variant-numeric: tabular-nums; }
  .failed { color: #b00; }
+ .warning { color: #a60; }
  .plot { margin: 1em 0; }
 </style>"""
 
@@ -262,6 +265,7 @@ def _body(report: dict) -> str:
              f"{e(report['created_at'])}</p>"]
     if report.get("error"):
         parts.append(f"<p class=\"failed\">{e(report['error'])}</p>")
+    parts += [f"<p class=\"warning\">warning: {e(warning)}</p>" for warning in report.get("warnings", [])]
     plan = report["plan"]
     parts.append("<h2>Plan</h2>" + _table(["stage", "name", "detail"],
                                           [[s["stage"], s["name"], s["detail"]] for s in plan["stages"]]))
