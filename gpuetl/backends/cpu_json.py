@@ -521,7 +521,7 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
 
 
 def _shape_of(value) -> str:
-    return "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else "a value"
+    return "an object" if isinstance(value, dict) else _JSON_KINDS.get(type(value), "a number")
 
 
 def _shape_problem(value, arrow_type: pa.DataType, at: tuple, read: JsonRead) -> str | None:

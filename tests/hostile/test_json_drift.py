@@ -123,7 +123,7 @@ def test_a_shape_the_sample_did_not_see_quarantines_the_record_with_what_to_decl
         f"field 'geo.lat' is an array here, a number in the sample the schema was inferred from; declare 'geo.lat' {hint}",
         f"field 'id' is an array here, a number in the sample the schema was inferred from; declare 'id' {hint}",
         f"field 's' is an object here, a string in the sample the schema was inferred from; declare 's' {hint}",
-        f"field 'tags' is a value here, an array in the sample the schema was inferred from; declare 'tags' {hint}"]
+        f"field 'tags' is a string here, an array in the sample the schema was inferred from; declare 'tags' {hint}"]
 
 
 # -- a generated corpus (#28.1, #28.2) ------------------------------------------------------------
