@@ -294,6 +294,7 @@ def cmd_run(args) -> int:
                           "shards": result.shards, "quarantine": result.quarantine,
                           "bad_records": result.bad_records,
                           "bad_record_kinds": result.manifest.get("bad_record_kinds", {}), "backend": result.backend,
+                          "warnings": result.manifest.get("warnings", []),
                           "fallbacks": result.manifest.get("fallbacks", {}),
                           "host_transfer": result.manifest.get("host_transfer", {}),
                           "report": str(result.report) if result.report else None,

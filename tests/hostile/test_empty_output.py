@@ -98,3 +98,12 @@ def test_a_tenth_bad_or_fewer_does_not_warn(tmp_path):
     (tmp_path / "a.log").write_text(GOOD * 90 + "junk\n" * 10)
     result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
     assert result.counts["quarantined"] == 10 and result.manifest["warnings"] == []
+
+
+def test_the_json_summary_carries_the_warning(tmp_path, capsys):
+    s = pipeline(tmp_path)
+    (tmp_path / "a.log").write_text(GOOD * 80 + "junk\n" * 21)
+    assert main(["run", written(tmp_path, s), "--backend", "cpu", "--scheduler", "sync", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["warnings"] == [
+        "21 of 101 records (20.8%) are bad; most common: 21 × line does not match preset apache_combined"]
