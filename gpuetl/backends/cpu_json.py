@@ -588,13 +588,31 @@ def _loads_keeping_source_text(text: str, tree: dict):
 def _value_keeping_source_text(text: str, pos: int, node):
     if node is _SOURCE_TEXT:
         value, end = _DECODER.raw_decode(text, pos)       # checks the value is JSON
-        return (None if value is None else text[pos:end]), end
+        if value is None:
+            return None, end
+        source = text[pos:end]
+        if ("N" in source or "I" in source) and _not_json_literal(value):
+            raise ValueError("NaN or Infinity is not JSON (it has no NaN or infinity)")
+        if _SURROGATE_ESCAPE.search(source) and _has_lone_surrogate(value):
+            raise ValueError("a \\u escape is half of a surrogate pair, not a character")
+        return source, end
     first = text[pos:pos + 1]
     if first == "{" and None not in node:
         return _object_keeping_source_text(text, pos + 1, node)
     if first == "[" and None in node:
         return _array_keeping_source_text(text, pos + 1, node[None])
     return _DECODER.raw_decode(text, pos)
+
+
+def _not_json_literal(value) -> bool:
+    """Whether a value holds NaN, Infinity or -Infinity (at any depth)."""
+    if isinstance(value, _NotFinite):
+        return value.is_literal
+    if isinstance(value, dict):
+        return any(_not_json_literal(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_not_json_literal(v) for v in value)
+    return False
 
 
 def _object_keeping_source_text(text: str, pos: int, node: dict):

@@ -82,6 +82,20 @@ def test_a_field_of_several_shapes_is_kept_as_each_values_source_text(tmp_path, 
     assert result.counts["quarantined"] == 0
 
 
+def test_source_text_is_kept_only_for_json_values(tmp_path, surroundings):
+    """NaN, Infinity and a lone surrogate are not JSON values: their records are bad, as they are
+    in any other column; a number past float64's range and escapes keep their text."""
+    (tmp_path / "a.jsonl").write_text('{"id": "1"}\n{"id": [2]}\n{"id": NaN}\n{"id": [1, -Infinity]}\n'
+                                      '{"id": "\\udfaa"}\n{"id": {"a": "\\ud83d\\ude00"}}\n{"id": 1e400}\n'
+                                      '{"id": "x", "id": [3]}\n')
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run(tmp_path, spec())
+    assert [r["id"] for r in rows(result)] == ['"1"', "[2]", '{"a": "\\ud83d\\ude00"}', "1e400", "[3]"]
+    assert sorted(quarantined(result).values()) == [
+        "invalid JSON: NaN or Infinity is not JSON (it has no NaN or infinity)"] * 2 + [
+        "invalid JSON: a \\u escape is half of a surrogate pair, not a character"]
+
+
 def test_geojson_coordinates_nesting_to_different_depths(tmp_path, surroundings):
     (tmp_path / "a.jsonl").write_text(GEOJSON)
     with surroundings(tmp_path, dataset=tmp_path / "out"):
