@@ -181,4 +181,4 @@ def test_drifting_json_fields_give_the_cpu_backends_dataset(tmp_path):
     dev = _run(tmp_path, "gpu", source, {}, "o-gpu")
     assert dev[:3] == cpu[:3]
     assert [r["id"] for r in dev[1][:3]] == ['"1"', "2", "[3]"]
-    assert set(dev[3]) == {"parse_json: a field kept as source text (host)"}, dev[3]
+    assert "parse_json: a field kept as source text (host)" in dev[3], dev[3]
