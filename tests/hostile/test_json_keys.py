@@ -20,3 +20,17 @@ def test_a_lone_surrogate_key_is_quarantined_not_a_failed_inference(tmp_path, su
     assert [r["a"] for r in rows(result)] == [1, 3]
     assert list(quarantined(result).values()) == [REASON, REASON]
     assert set(rows(result)[0]) == {"a", "_file", "_offset"}
+
+
+def test_a_file_of_that_record_alone_says_why_nothing_was_learnt(tmp_path, surroundings):
+    """JSONTestSuite's file is that one record: nothing to learn fields from, and the error
+    says why (the hint it gave before was about struct columns)."""
+    import gpuetl
+    from gpuetl.errors import SpecError
+
+    (tmp_path / "a.jsonl").write_text(LONE + "\n")
+    with surroundings(tmp_path):
+        with pytest.raises(SpecError, match=r"source\.path: found no JSON objects to learn the fields from \(1 "
+                                            r"sampled line\(s\) .* a lone surrogate escape") as err:
+            gpuetl.Pipeline.from_dict(spec(), base_dir=tmp_path).plan()
+    assert err.value.hint == "declare the fields and their types under `columns`"

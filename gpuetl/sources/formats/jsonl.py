@@ -169,6 +169,7 @@ class JsonSample:
     top: dict[str, _Kind] = field(default_factory=dict)
     paths: set[str] = field(default_factory=set)          # every key and path seen (`items[].sku`)
     keys: dict[str, None] = field(default_factory=dict)   # top-level keys, in order of first sight
+    skipped: int = 0                                       # sampled lines no object could be read from
 
     def add(self, obj: dict, where: str) -> None:
         self.records += 1
@@ -259,7 +260,9 @@ class JsonSample:
 
     def schema(self, loaded) -> Schema:
         if not self.records:
-            raise SpecError(f"{loaded.key('source', 'path')}: found no JSON objects to learn the fields from",
+            skipped = (f" ({self.skipped:,} sampled line(s) starting with '{{' are not JSON objects it can read: "
+                       "invalid JSON, or a lone surrogate escape; a run quarantines them)" if self.skipped else "")
+            raise SpecError(f"{loaded.key('source', 'path')}: found no JSON objects to learn the fields from{skipped}",
                             hint="declare the fields and their types under `columns`")
         out = {}
         for key in self.keys:
@@ -337,8 +340,10 @@ def sample_json(files: list[InputFile]) -> JsonSample:
                 try:
                     obj = json.loads(raw.decode("utf-8", "replace"))
                 except (ValueError, RecursionError):   # bad, too deep, too many digits: the run quarantines it
+                    sample.skipped += 1
                     continue
                 if not isinstance(obj, dict) or (b"\\u" in raw and _lone_surrogate(obj)):
+                    sample.skipped += 1
                     continue
                 try:
                     sample.add(obj, f"{f.display} (byte {line_at})")
