@@ -460,8 +460,9 @@ def test_run_summary_groups_reasons_by_kind_with_an_example_and_the_rest(tmp_pat
     manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
     kinds = manifest["bad_record_kinds"]
     assert manifest["counts"]["quarantined"] == sum(k["count"] for k in kinds.values()) == 35
-    shown = [line for line in out.splitlines() if " × " in line]
+    shown = [line for line in out.splitlines() if " × " in line and not line.startswith("  warning: ")]
     assert len(shown) == 5
+    assert "  warning: 35 of 36 records (97.2%) are bad; most common: 30 × field 'n': expected int64" in out
     more = len(kinds) - 5
     left = sum(k["count"] for k in list(kinds.values())[5:])
     assert more > 0 and f"and {more} more kind{'s' if more > 1 else ''} ({left} row{'s' if left > 1 else ''})" in out

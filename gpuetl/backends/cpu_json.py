@@ -8,7 +8,14 @@ rest read by block again. A refusal that names a field (`Column(/user/id) change
 string`) sets aside the records whose text holds that key with a value of the kind it changed to;
 one that names none is found by splitting (runs of records read by block again in pieces until
 the refused runs are small). The careful reader then takes only what was set aside, and both
-readers' rows are put back in the records' order.
+readers' rows are put back in the records' order. The pieces of a split read are joined in one
+form (_comparable): each infers the fields no column reads its own way.
+
+A schema inferred from a sample may keep a field whose shape drifts (a value here, an array
+there) as each value's source text (JsonRead.raw): the block reader has no such type, so such a
+read goes to the careful reader whole, which scans those values' spans
+(_loads_keeping_source_text). Under an inferred schema a value of another shape than the
+sample's makes the record bad, naming the field and both shapes (_shape_problem).
 
 Extra fields (top-level keys no column reads): under `extra_fields: drop` the block reader infers
 them (its tables then hold them as columns, which the columns read leave out), so each batch
@@ -36,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..sources.json_fields import JsonRead, lookup
+from ..sources.json_fields import JsonRead, lookup, position_text
 from ..types import ARROW_TYPES, type_name_of
 from .cpu import _BAD, _arrow, _exact, _scratch_pool
 from .cpu_clf import one_array
@@ -62,7 +69,9 @@ def parse_json(backend, text, read: JsonRead, dropped: dict[str, int] | None = N
     n = len(arr)
     arr, careful = _brace_delimited(arr)
     careful = ~careful
-    if read.extra == "drop":
+    if read.raw:                   # values kept as their source text: Python's json reads every record
+        careful[:] = True
+    elif read.extra == "drop":
         careful |= _deep(arr)
     table = None
     if not careful.all() or not n:
@@ -152,7 +161,25 @@ def _read_blocks(arr: pa.Array, careful: np.ndarray, read: JsonRead) -> tuple[pa
     _split_refused(arr, rows, schema, options, careful, pieces, refused=refused)
     if careful.all():
         return None, careful
-    return pa.concat_tables(pieces), careful
+    return pa.concat_tables([_comparable(t, schema) for t in pieces], promote_options="default"), careful
+
+
+def _comparable(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """One piece of a split read in the form every piece shares, so the pieces concatenate
+    whatever each piece's records inferred (a dropped field null in one piece and a number in
+    another, fields inferred inside a declared object: _parse_options): the schema's columns as
+    their declared types, each other (dropped) field only as which records have it (true, or
+    null: what _count_dropped counts)."""
+    names, columns = [], []
+    for f in schema:
+        if f.name in table.column_names:
+            names.append(f.name)
+            columns.append(_as_declared(one_array(table.column(f.name)), f.type))
+    for name, column in zip(table.column_names, table.columns):
+        if name not in schema.names:
+            names.append(name)
+            columns.append(pc.if_else(pc.is_valid(column), True, pa.scalar(None, pa.bool_())))
+    return pa.table(columns, names=names)
 
 
 def _split_refused(arr, rows: np.ndarray, schema, options, careful: np.ndarray, pieces: list,
@@ -405,16 +432,21 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
     extra_text: list[str | None] = [None] * n
     roots = read.roots
     arrow_schema = None
+    raw_tree = _position_tree(read.raw) if read.raw else None
     for i, line in enumerate(arr.to_pylist()):
         try:
-            obj = json.loads(line, parse_float=_json_float, parse_constant=_NotFinite)
+            obj = (json.loads(line, parse_float=_json_float, parse_constant=_NotFinite) if raw_tree is None
+                   else _loads_keeping_source_text(line, raw_tree))
         except json.JSONDecodeError as err:
             why = "text after the first JSON value (one line must be one record)" if err.msg == "Extra data" else err.msg
             ok[i], reasons[i] = False, f"invalid JSON: {why}"
             continue
         except (RecursionError, ValueError, TypeError) as err:    # too deep; an integer over Python's digit limit
-            arrow_schema = arrow_schema or read.arrow_schema()
             why = "nested too deeply to read" if isinstance(err, RecursionError) else str(err)[:200]
+            if raw_tree is not None:              # pyarrow's reader has no source text to give
+                ok[i], reasons[i] = False, f"invalid JSON: {why}"
+                continue
+            arrow_schema = arrow_schema or read.arrow_schema()
             obj = _one_record_as_arrow_reads_it(line, arrow_schema, f"invalid JSON: {why}")
             if dropped is not None and not isinstance(obj, _Unreadable):     # obj holds the columns' keys only
                 for key in _top_level_fields(line):
@@ -437,6 +469,8 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
         for col in read.columns:
             value, problem = lookup(obj, col)
             if problem:
+                break
+            if read.inferred and (problem := _shape_problem(value, ARROW_TYPES[col.type], (col.name,), read)):
                 break
             try:
                 value, problem, as_text = _json_value(value, col.type, read.strict)
@@ -484,6 +518,141 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
     if read.extra == "keep":
         cols["_extra"] = pa.array([v if ok[i] else None for i, v in enumerate(extra_text)], pa.string())
     return cols, ok, reasons
+
+
+def _shape_of(value) -> str:
+    return "an object" if isinstance(value, dict) else _JSON_KINDS.get(type(value), "a number")
+
+
+def _shape_problem(value, arrow_type: pa.DataType, at: tuple, read: JsonRead) -> str | None:
+    """A value of an inferred column (at any depth) whose shape (a value, an array, an object)
+    is not the one the sample gave its type: the reason naming where, both shapes, and what to
+    declare. Positions kept as source text take any shape."""
+    if value is None or at in read.raw:
+        return None
+    if pa.types.is_struct(arrow_type):
+        if not isinstance(value, dict):
+            return _shape_reason(value, at, "an object")
+        for f in arrow_type:
+            if (problem := _shape_problem(value.get(f.name), f.type, at + (f.name,), read)):
+                return problem
+        return None
+    if pa.types.is_list(arrow_type):
+        if not isinstance(value, list):
+            return _shape_reason(value, at, "an array")
+        for item in value:
+            if (problem := _shape_problem(item, arrow_type.value_type, at + (None,), read)):
+                return problem
+        return None
+    if not isinstance(value, (dict, list)):
+        return None
+    if pa.types.is_string(arrow_type):
+        return _shape_reason(value, at, "a string") if at in read.texts else None   # else JSON text
+    return _shape_reason(value, at, "true/false" if pa.types.is_boolean(arrow_type) else "a number")
+
+
+def _shape_reason(value, at: tuple, sampled: str) -> str:
+    field = position_text(at)
+    return (f"field {field!r} is {_shape_of(value)} here, {sampled} in the sample the schema was inferred "
+            f"from; declare {field!r} under `columns` as string to keep each value's source text")
+
+
+def _position_tree(positions) -> dict:
+    """JsonRead.raw as a tree for _loads_keeping_source_text: {key: subtree or _SOURCE_TEXT},
+    {None: subtree} for an array's items."""
+    tree: dict = {}
+    for at in positions:
+        node = tree
+        for step in at[:-1]:
+            node = node.setdefault(step, {})
+        node[at[-1]] = _SOURCE_TEXT
+    return tree
+
+
+_SOURCE_TEXT = object()
+_WHITE = re.compile(r"[ \t\n\r]*")
+
+
+def _loads_keeping_source_text(text: str, tree: dict):
+    """json.loads, but the values at the tree's positions are their source text (a string with
+    its quotes, a number as written, an array or object with its white space); null stays None.
+    The same errors as json.loads for text that is not one JSON value."""
+    pos = _WHITE.match(text, 0).end()
+    value, pos = _value_keeping_source_text(text, pos, tree)
+    end = _WHITE.match(text, pos).end()
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _value_keeping_source_text(text: str, pos: int, node):
+    if node is _SOURCE_TEXT:
+        value, end = _DECODER.raw_decode(text, pos)       # checks the value is JSON
+        if value is None:
+            return None, end
+        source = text[pos:end]
+        if ("N" in source or "I" in source) and _not_json_literal(value):
+            raise ValueError("NaN or Infinity is not JSON (it has no NaN or infinity)")
+        if _SURROGATE_ESCAPE.search(source) and _has_lone_surrogate(value):
+            raise ValueError("a \\u escape is half of a surrogate pair, not a character")
+        return source, end
+    first = text[pos:pos + 1]
+    if first == "{" and None not in node:
+        return _object_keeping_source_text(text, pos + 1, node)
+    if first == "[" and None in node:
+        return _array_keeping_source_text(text, pos + 1, node[None])
+    return _DECODER.raw_decode(text, pos)
+
+
+def _not_json_literal(value) -> bool:
+    """Whether a value holds NaN, Infinity or -Infinity (at any depth)."""
+    if isinstance(value, _NotFinite):
+        return value.is_literal
+    if isinstance(value, dict):
+        return any(_not_json_literal(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_not_json_literal(v) for v in value)
+    return False
+
+
+def _object_keeping_source_text(text: str, pos: int, node: dict):
+    out: dict = {}
+    pos = _WHITE.match(text, pos).end()
+    if text[pos:pos + 1] == "}":
+        return out, pos + 1
+    while True:
+        if text[pos:pos + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+        key, pos = json.decoder.scanstring(text, pos + 1)
+        pos = _WHITE.match(text, pos).end()
+        if text[pos:pos + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+        pos = _WHITE.match(text, pos + 1).end()
+        child = node.get(key)
+        out[key], pos = (_DECODER.raw_decode(text, pos) if child is None
+                         else _value_keeping_source_text(text, pos, child))
+        pos = _WHITE.match(text, pos).end()
+        if text[pos:pos + 1] == "}":
+            return out, pos + 1
+        if text[pos:pos + 1] != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        pos = _WHITE.match(text, pos + 1).end()
+
+
+def _array_keeping_source_text(text: str, pos: int, node):
+    out: list = []
+    pos = _WHITE.match(text, pos).end()
+    if text[pos:pos + 1] == "]":
+        return out, pos + 1
+    while True:
+        item, pos = _value_keeping_source_text(text, pos, node)
+        out.append(item)
+        pos = _WHITE.match(text, pos).end()
+        if text[pos:pos + 1] == "]":
+            return out, pos + 1
+        if text[pos:pos + 1] != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        pos = _WHITE.match(text, pos + 1).end()
 
 
 def _json_value(value, type_name: str, strict: bool):
@@ -588,6 +757,9 @@ def _json_float(text: str) -> float:
     """Python's json reads `1e400` as infinity: such a number keeps its text (_NotFinite)."""
     number = float(text)
     return number if math.isfinite(number) else _NotFinite(text)
+
+
+_DECODER = json.JSONDecoder(parse_float=_json_float, parse_constant=_NotFinite)   # as the careful reader's json.loads
 
 
 def _written_back(value) -> str:

@@ -569,6 +569,8 @@ def json_device_refusal(read) -> str | None:
     """Why a JSON batch is read on the host as a whole (None: the device reads it)."""
     if read.extra != "drop":
         return f"parse_json: extra_fields: {read.extra} (host)"
+    if read.raw:                # each value's source text: the CPU kernel's, so both backends agree
+        return "parse_json: a field kept as source text (host)"
     for col in read.columns:
         if col.type not in JSON_DEVICE_TYPES:
             return f"parse_json: a {col.type.split('<')[0]} column (host)"

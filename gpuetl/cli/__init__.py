@@ -359,6 +359,7 @@ def _run_command(args) -> int:
                           "shards": result.shards, "quarantine": result.quarantine,
                           "bad_records": result.bad_records,
                           "bad_record_kinds": result.manifest.get("bad_record_kinds", {}), "backend": result.backend,
+                          "warnings": result.manifest.get("warnings", []),
                           "fallbacks": result.manifest.get("fallbacks", {}),
                           "host_transfer": result.manifest.get("host_transfer", {}),
                           "report": str(result.report) if result.report else None,
@@ -391,6 +392,8 @@ def print_summary(result, seconds: float) -> None:
     elif c["quarantined"]:
         _show(f"  {_count(c['quarantined'], 'bad record')} dropped (on_error: drop)")
         _print_reason_kinds(result)
+    if warning := result.manifest.get("bad_records_warning"):
+        print(f"  warning: {warning}")
     for reason, n in result.manifest.get("fallbacks", {}).items():
         _show(f"  fell back to the CPU: {n:,} × {reason}")
     if result.manifest.get("host_transfer"):

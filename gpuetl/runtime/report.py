@@ -62,6 +62,7 @@ def build_report(plan, backend, progress, *, result=None, error: BaseException |
         "workers": snap["workers"],
         "bad_records": first_records(grouped_reasons(snap["reasons"]), data_dir,
                                      result.quarantine if result is not None else [], filesystem),
+        "warnings": list(result.manifest.get("warnings", [])) if result is not None else [],
         "columns": column_profile(data_dir, result.shards, filesystem) if result is not None and data_dir else [],
     }
 
@@ -275,6 +276,7 @@ def render_text(report: dict) -> str:
              f"{report.get('seconds', 0):.1f} s, backend {report.get('backend')} ({report.get('io')})"]
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
+    lines += [f"  warning: {warning}" for warning in report.get("warnings", [])]
     plan = report.get("plan", {})
     lines.append(f"  input: {count(plan.get('input_files') or 0, 'file')}, {plan.get('input_bytes', 0) / 1e6:,.1f} MB, "
                  f"{count(plan.get('partitions') or 0, 'partition')}")
@@ -314,6 +316,7 @@ _STYLE = """<style>
  th, td { border-bottom: 1px solid #ddd; padding: 0.2em 0.8em; text-align: left; vertical-align: top; }
  td.n { text-align: right; font-variant-numeric: tabular-nums; }
  .failed { color: #b00; }
+ .warning { color: #a60; }
  .plot { margin: 1em 0; }
 </style>"""
 
@@ -340,6 +343,7 @@ def _body(report: dict) -> str:
              f"{e(report['created_at'])}</p>"]
     if report.get("error"):
         parts.append(f"<p class=\"failed\">{e(report['error'])}</p>")
+    parts += [f"<p class=\"warning\">warning: {e(warning)}</p>" for warning in report.get("warnings", [])]
     plan = report["plan"]
     parts.append("<h2>Plan</h2>" + _table(["stage", "name", "detail"],
                                           [[s["stage"], s["name"], s["detail"]] for s in plan["stages"]]))

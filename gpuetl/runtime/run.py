@@ -399,7 +399,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
     reasons = _merge(r.reasons for r in results)
     bad = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:50])
     kinds = group_reasons(reasons)        # from every reason, not the top 50 alone
-    _check_errors(plan, counts, bad)
+    _check_errors(plan, counts, bad, kinds)
     thin = _thin_shards(layout, counts["rows_out"])
     if thin:
         log(f"warning: {thin}")           # before the shards are written: it says why that takes long
@@ -430,7 +430,10 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
     manifest["empty_columns"] = empty
     manifest["fallbacks"] = backend.fallbacks(executor.client)
     manifest["host_transfer"] = backend.host_transfer(executor.client, plan.input_bytes)
-    manifest["notes"] = [*plan.notes, *warnings]
+    bad_share = _bad_share_warnings(counts, kinds)     # printed in the summary (cli), not logged
+    manifest["notes"] = [*plan.notes, *warnings, *bad_share]
+    manifest["warnings"] = [*warnings, *bad_share]
+    manifest["bad_records_warning"] = bad_share[0] if bad_share else None
     manifest.update(plan.metadata)
     dropped = dropped_fields_summary(spec, [r.dropped_fields for r in results])
     if dropped is not None:
@@ -622,7 +625,34 @@ def _account(plan: Plan, results: list[MapResult]):
     return counts, stages
 
 
-def _check_errors(plan: Plan, counts: dict, bad: dict) -> None:
+BAD_SHARE_WARNING = 0.1        # a run that quarantines more than this share of its records warns
+TOP_KINDS = 3                  # bad-record kinds named in that warning and in a run that kept nothing
+
+
+def _top_kinds(kinds: dict) -> str:
+    return "; ".join(f"{entry['count']:,} × {kind}" for kind, entry in list(kinds.items())[:TOP_KINDS])
+
+
+def _bad_share_warnings(counts: dict, kinds: dict) -> list[str]:
+    """A run that quarantined (or dropped as bad) more than BAD_SHARE_WARNING of its records
+    says so, with the most common kinds: a parse rule that fits only part of the input is
+    likelier than that much bad data."""
+    bad, total = counts["quarantined"], counts["rows_in"]
+    if not total or bad <= BAD_SHARE_WARNING * total:
+        return []
+    return [f"{bad:,} of {total:,} records ({bad / total:.1%}) are bad; most common: {_top_kinds(kinds)}"]
+
+
+def _check_errors(plan: Plan, counts: dict, bad: dict, kinds: dict) -> None:
+    if counts["rows_out"] == 0 and counts["quarantined"] and not plan.spec.allow_empty_output:
+        bad_n, rest = counts["quarantined"], counts["rows_in"] - counts["quarantined"]
+        what = (f"all {bad_n:,} records are bad" if not rest else
+                f"{bad_n:,} records are bad and the other {rest:,} were filtered or deduplicated")
+        raise DataError(
+            f"no record was kept: {what}; nothing was committed to {plan.out_dir}\n"
+            f"  most common: {_top_kinds(kinds)}",
+            hint="fix the input, the parse rule or `columns`; `allow_empty_output: true` commits the empty "
+                 "dataset all the same")
     limit = plan.spec.max_error_ratio
     if limit is None or counts["rows_in"] == 0:
         return

@@ -56,14 +56,25 @@ class JsonColumn:
     path: tuple[Step, ...] | None      # where the value is when the record has no key `name`
 
 
+Position = tuple[str | None, ...]       # keys from the record down; None: an array's items
+
+
 @dataclass(frozen=True)
 class JsonRead:
     """What to read from each JSON object. `strict`: JSON strings are not read as numbers;
-    `extra`: what a record's other top-level keys get (drop | keep | error)."""
+    `extra`: what a record's other top-level keys get (drop | keep | error).
+
+    For a schema inferred from a sample (`inferred`): `raw`, the positions whose values the
+    sample saw in more than one shape, read as each value's source text (a string keeps its
+    quotes); `texts`, the string positions the sample saw only as values. A record where an
+    inferred field has another shape than the sample's is bad, with a reason naming both."""
 
     columns: tuple[JsonColumn, ...]
     strict: bool = False
     extra: str = "drop"
+    inferred: bool = False
+    raw: frozenset[Position] = frozenset()
+    texts: frozenset[Position] = frozenset()
 
     @property
     def schema(self) -> dict[str, str]:
@@ -188,4 +199,12 @@ def path_text(steps) -> str:
     out = ""
     for step in steps:
         out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else step)
+    return out
+
+
+def position_text(at) -> str:
+    """A position (JsonRead.raw) as written in notes and reasons: `geometry.coordinates`, `items[].x`."""
+    out = ""
+    for step in at:
+        out += "[]" if step is None else (f".{step}" if out else step)
     return out

@@ -292,6 +292,8 @@ class PipelineSpec(Model):
     steps: list[dict[str, Any]] = Field(default_factory=list, description="ordered; each item maps one step name to its parameters")
     on_error: Literal["fail", "drop", "quarantine"] = "quarantine"
     max_error_ratio: float | None = Field(None, ge=0, le=1)
+    allow_empty_output: bool = Field(False, description="true: a run that keeps no row while records were "
+                                     "quarantined (or dropped as bad) still commits its empty dataset")
     shard: Shard = Field(default_factory=Shard)
     sink: Sink
     cache: Cache | None = Field(None, description="remote inputs are fetched once into this local folder and reused")

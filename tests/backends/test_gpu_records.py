@@ -169,3 +169,16 @@ def test_a_csv_pipeline_with_quoted_newlines_gives_the_cpu_backends_dataset(tmp_
     dev = _run(tmp_path, "gpu", source, {"a": "string"}, "o-gpu")
     assert dev[:3] == cpu[:3]
     assert set(dev[3]) <= HOST_RECORDS | {"records framed on the host (csv, multiline)"}, dev[3]
+
+
+def test_drifting_json_fields_give_the_cpu_backends_dataset(tmp_path):
+    """#28.2: a field of several shapes is each value's source text, and a shape the sample did
+    not see quarantines its record, on the device as on the CPU (such a read goes to the host)."""
+    records = ['{"id": "1", "g": {"c": [1, 2]}}', '{"id": 2, "g": {"c": [[1, 2]]}}', '{"id": [3], "g": null}']
+    (tmp_path / "a.jsonl").write_text("\n".join(records * 40) + "\n")
+    source = {"type": "jsonl", "path": "a.jsonl"}
+    cpu = _run(tmp_path, "cpu", source, {}, "o-cpu")
+    dev = _run(tmp_path, "gpu", source, {}, "o-gpu")
+    assert dev[:3] == cpu[:3]
+    assert [r["id"] for r in dev[1][:3]] == ['"1"', "2", "[3]"]
+    assert "parse_json: a field kept as source text (host)" in dev[3], dev[3]

@@ -120,6 +120,7 @@ def test_batches_read_on_the_host_as_a_whole():
     assert "error" in json_device_refusal(JsonRead((col,), extra="error"))
     assert "list" in json_device_refusal(JsonRead((JsonColumn("t", "list<int64>", None),)))
     assert "float32" in json_device_refusal(JsonRead((JsonColumn("f", "float32", None),)))
+    assert "source text" in json_device_refusal(JsonRead((col,), inferred=True, raw=frozenset({("x",)})))
     assert csv_device_refusal(",", ("",)) is None and csv_device_refusal("\t", ("", "NA")) is None
     assert csv_device_refusal('"', ("",)) and csv_device_refusal(",", ('"x"',)) and csv_device_refusal("::", ("",))
 

@@ -58,7 +58,8 @@ def test_cli_prints_valid_json(capsys, schema):
 def test_top_level_matches_the_contract(schema):
     assert set(schema["required"]) == {"version", "name", "source", "sink"}
     assert set(schema["properties"]) == {"version", "name", "source", "parse", "columns", "steps", "on_error",
-                                         "max_error_ratio", "shard", "sink", "strict", "extra_fields", "cache"}
+                                         "max_error_ratio", "allow_empty_output", "shard", "sink", "strict",
+                                         "extra_fields", "cache"}
     assert schema["properties"]["version"]["const"] == 1
     assert set(schema["properties"]["on_error"]["enum"]) == {"fail", "drop", "quarantine"}
     defs = schema["$defs"]

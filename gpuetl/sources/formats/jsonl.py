@@ -5,8 +5,9 @@ The sample is each file's head and a few spread-out blocks (at the same offsets 
 blocksize or worker count, so the plan and the schema do not depend on them), from at most
 JSON_SAMPLE_FILES files chosen with a fixed seed. It checks the declared columns (a column no
 sampled record has is a located error with the closest field), learns the schema when nothing is
-declared (types widen bool < int64 < float64 < string; an object in one place and a scalar in
-another is an error naming both), and names the fields `columns` leaves out."""
+declared (types widen bool < int64 < float64 < string; a field that is a value in one record and
+an array or an object in another is kept as each value's source text, with a plan note), and
+names the fields `columns` leaves out."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ...spec.names import field_name_problem
 from ...words import count
 from ...types import ColumnSpec, Schema, is_nested
 from ..files import InputFile
-from ..json_fields import ColumnClash, JsonColumn, JsonRead, parse_path, path_pattern
+from ..json_fields import ColumnClash, JsonColumn, JsonRead, parse_path, path_pattern, position_text
 from ..parsers import JsonParser
 from ..ranges import ByteRange, read_head, read_range
 from ..stage import declared_columns, plan_byte_ranges, source_stage
@@ -60,8 +61,9 @@ def json_stage(loaded, files, notes=None):
 def json_stage_and_metadata(loaded, files, notes: list[str]):
     spec = loaded.spec
     declared = declared_columns(loaded)
-    sample = sample_json(files, loaded.key("source", "path"), infer=not declared)
+    sample = sample_json(files)
     metadata: dict = {}
+    shapes: dict = {}
     if declared:
         columns = _declared_read_columns(loaded, declared)
         _check_declared(loaded, columns, sample)
@@ -72,7 +74,12 @@ def json_stage_and_metadata(loaded, files, notes: list[str]):
         notes.append(f"source: schema inferred from {count(sample.records, 'record')} sampled in {sample.files_read} of "
                      f"{count(len(files), 'file')} (head and spread-out blocks of each): "
                      + ", ".join(f"{n}: {t}" for n, t in inferred.items()))
-    read = JsonRead(columns, strict=spec.strict, extra=spec.extra_fields)
+        raw, texts, drift_notes = sample.source_text_fields()
+        shapes = {"inferred": True, "raw": raw, "texts": texts}
+        notes.extend(drift_notes)
+        if raw:
+            metadata["source_text_fields"] = sorted(position_text(at) for at in raw)
+    read = JsonRead(columns, strict=spec.strict, extra=spec.extra_fields, **shapes)
     try:
         read.arrow_schema()
     except ColumnClash as err:                 # located at the column that clashed with an earlier one
@@ -163,7 +170,7 @@ class JsonSample:
     top: dict[str, _Kind] = field(default_factory=dict)
     paths: set[str] = field(default_factory=set)          # every key and path seen (`items[].sku`)
     keys: dict[str, None] = field(default_factory=dict)   # top-level keys, in order of first sight
-    check_drift: bool = True
+    skipped: int = 0                                       # sampled lines no object could be read from
 
     def add(self, obj: dict, where: str) -> None:
         self.records += 1
@@ -185,9 +192,6 @@ class JsonSample:
         what = "an object" if isinstance(value, dict) else "an array" if nested else "a scalar"
         if what not in kind.seen_at:
             kind.seen_at[what] = where
-            if len(kind.seen_at) > 1 and self.check_drift:
-                (k1, w1), (k2, w2) = list(kind.seen_at.items())[:2]
-                raise _Drift(f"the field {pattern!r} is {k1} in {w1} and {k2} in {w2}")
         if isinstance(value, dict):
             if kind.fields is None:
                 kind.fields = {}
@@ -213,6 +217,42 @@ class JsonSample:
             if kind.scalar != scalar:
                 kind.scalar = _widen(kind.scalar, scalar)
 
+    def source_text_fields(self) -> tuple[frozenset, frozenset, list[str]]:
+        """(the positions kept as each value's source text, the positions the sample saw only
+        as strings, a note for each of the former) of the inferred schema. A position is a
+        tuple of keys, None standing for an array's items: ('geometry', 'coordinates'),
+        ('items', None, 'x'). A field whose values differ in shape (a value here, an array or
+        an object there), at its level or in the items of its arrays, is kept as source text."""
+        raw: set = set()
+        texts: set = set()
+        notes: list[str] = []
+
+        def walk(kind: _Kind, at: tuple, name: str) -> None:
+            drift = _drift(kind)
+            if drift is not None:
+                raw.add(at)
+                (k1, w1), (k2, w2) = list(drift.seen_at.items())[:2]
+                what = f"the field {name!r} is" if drift is kind else f"the array items of the field {name!r} are"
+                notes.append(f"source: {what} {k1} in {w1} and {k2} in {w2}: {name!r} is kept as a string "
+                             "column holding each value's source text (declare it under `columns` to read it "
+                             "as one type)")
+                return
+            if kind.too_deep:
+                return
+            if kind.fields is not None:
+                if kind.fields and all(_usable_struct_name(key) for key in kind.fields):
+                    for key, sub in kind.fields.items():
+                        walk(sub, at + (key,), f"{name}.{key}")
+            elif kind.is_list:
+                if kind.element is not None:
+                    walk(kind.element, at + (None,), f"{name}[]")
+            elif kind.scalar == "string":
+                texts.add(at)
+
+        for key in self.keys:
+            walk(self.top[key], (key,), key)
+        return frozenset(raw), frozenset(texts), notes
+
     def shown_paths(self) -> list[str]:
         return [p.replace("[]", "[0]") for p in self.paths]
 
@@ -221,7 +261,9 @@ class JsonSample:
 
     def schema(self, loaded) -> Schema:
         if not self.records:
-            raise SpecError(f"{loaded.key('source', 'path')}: found no JSON objects to learn the fields from",
+            skipped = (f" ({self.skipped:,} sampled line(s) starting with '{{' are not JSON objects it can read: "
+                       "invalid JSON, or a lone surrogate escape; a run quarantines them)" if self.skipped else "")
+            raise SpecError(f"{loaded.key('source', 'path')}: found no JSON objects to learn the fields from{skipped}",
                             hint="declare the fields and their types under `columns`")
         out = {}
         for key in self.keys:
@@ -231,14 +273,22 @@ class JsonSample:
         return out
 
 
-class _Drift(Exception):
-    pass
+def _drift(kind: _Kind) -> _Kind | None:
+    """The kind, or that of its arrays' items (at any depth), that the sample saw in more
+    than one shape (a value, an array, an object); None when there is none."""
+    while True:
+        if len(kind.seen_at) > 1:
+            return kind
+        if not kind.is_list or kind.element is None or kind.fields is not None:
+            return None
+        kind = kind.element
 
 
 def _type_of(kind: _Kind) -> str:
     """The column type a field's sample gives: objects become structs, arrays lists; an empty
-    object or array, one nested too deep, or one only ever null inside, is kept as JSON text."""
-    if kind.too_deep:
+    object or array, one nested too deep, or one only ever null inside, is kept as JSON text;
+    one whose shape drifts (_drift) as each value's source text."""
+    if kind.too_deep or _drift(kind) is not None:
         return "string"
     if kind.fields is not None:
         if not kind.fields or not all(_usable_struct_name(name) for name in kind.fields):
@@ -280,10 +330,9 @@ def _blocks(f: InputFile) -> list[tuple[int, bytes]]:
     return out
 
 
-def sample_json(files: list[InputFile], where: str = "source.path", infer: bool = True) -> JsonSample:
-    """The sample of these files (see the module's docstring). When it is to give the schema
-    (`infer`), a field that is an object in one place and a scalar in another is a SpecError."""
-    sample = JsonSample(check_drift=infer)
+def sample_json(files: list[InputFile]) -> JsonSample:
+    """The sample of these files (see the module's docstring)."""
+    sample = JsonSample()
     for f in _sampled_files(files):
         sample.files_read += 1
         for k, (start, data) in enumerate(_blocks(f)):
@@ -292,18 +341,28 @@ def sample_json(files: list[InputFile], where: str = "source.path", infer: bool 
                 try:
                     obj = json.loads(raw.decode("utf-8", "replace"))
                 except (ValueError, RecursionError):   # bad, too deep, too many digits: the run quarantines it
+                    sample.skipped += 1
                     continue
-                if not isinstance(obj, dict):
+                if not isinstance(obj, dict) or (b"\\u" in raw and _lone_surrogate(obj)):
+                    sample.skipped += 1
                     continue
                 try:
                     sample.add(obj, f"{f.display} (byte {line_at})")
-                except _Drift as err:
-                    raise SpecError(f"{where}: {err}", hint="a field must be an object everywhere or a "
-                                    "value everywhere; declare it under `columns` as string to keep it as "
-                                    "JSON text") from None
                 except RecursionError:
                     continue
     return sample
+
+
+def _lone_surrogate(obj: dict) -> bool:
+    """Whether a \\uD800-\\uDFFF escape without its pair left a character UTF-8 cannot hold
+    (in a key or a value): the run quarantines such a record, so it teaches the schema nothing."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
 
 
 def _record_lines(start: int, data: bytes) -> list[tuple[int, bytes]]:
