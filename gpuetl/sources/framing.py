@@ -33,8 +33,9 @@ from ..errors import SourceError
 from ..spec.sizes import format_size
 from .compressed import Limits
 from .files import InputFile
-from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compressed_ranges, pack, read_range,
-                     record_span, truncated_piece)
+from .long_records import LongRecords, stretches
+from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compressed_ranges, oversized_range, pack,
+                     plain_long_records, read_range, record_span, truncated_piece)
 
 QUOTE, NEWLINE = 34, 10
 SCAN_CHUNK = 16 << 20            # bytes the plan's CSV scan looks at at once
@@ -50,22 +51,29 @@ def plan_csv_partitions(files: list[InputFile], blocksize: int, limits: Limits) 
     ranges: list[tuple[object, int]] = []
     for f in files:
         if f.compression:
-            ranges += compressed_ranges(f, WHOLE_FILE, limits)
+            ranges += compressed_ranges(f, WHOLE_FILE, limits, csv=True)
         elif f.size == 0:
             ranges.append((ByteRange(f.index, 0, -1), 1))
         else:
-            starts = csv_record_starts(f, range(blocksize, f.size, blocksize))
-            bounds = sorted({0, *starts, f.size})
-            ranges += [(ByteRange(f.index, a, b - a), b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
+            long = LongRecords(limits.max_record_bytes, csv=True) if limits.max_record_bytes else None
+            starts = csv_record_starts(f, range(blocksize, f.size, blocksize), long)
+            holes = long.finish(f.size) if long is not None else []
+            for piece in stretches(f.size, holes):      # a record over max_record_bytes is a range of its own
+                if len(piece) == 3:
+                    ranges.append((oversized_range(f, piece[0], piece[1], limits.max_record_bytes), 1))
+                    continue
+                bounds = sorted({piece[0], *(x for x in starts if piece[0] < x < piece[1]), piece[1]})
+                ranges += [(ByteRange(f.index, a, b - a), b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
     return pack(ranges, blocksize)
 
 
-def csv_record_starts(f: InputFile, boundaries) -> list[int]:
+def csv_record_starts(f: InputFile, boundaries, long: LongRecords | None = None) -> list[int]:
     """For each boundary (ascending), the first record start at or after it (the file's size if
     none): the position after the first newline, from boundary - 1 on, with an even number of
     quotes before it in the file. Doubled quotes ("") keep the parity, as RFC 4180 means. A
     record over MAX_CSV_RECORD (a quote opened early in a huge file that never closes) is an
-    error, not a partition that cannot be held."""
+    error, not a partition that cannot be held. `long`: fed every chunk (the whole file is then
+    read), to find the records over source.max_record_bytes."""
     pending = list(boundaries)
     found: list[int] = []          # pending[len(found):] are still to be placed
     parity = 0                            # quotes seen before `base`, mod 2
@@ -75,10 +83,13 @@ def csv_record_starts(f: InputFile, boundaries) -> list[int]:
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
     try:
-        while len(found) < len(pending) and base < f.size:
-            chunk = np.frombuffer(os.pread(fd, min(SCAN_CHUNK, f.size - base), base), dtype=np.uint8)
+        while (len(found) < len(pending) or long is not None) and base < f.size:
+            raw = os.pread(fd, min(SCAN_CHUNK, f.size - base), base)
+            chunk = np.frombuffer(raw, dtype=np.uint8)
             if not len(chunk):
                 break
+            if long is not None:
+                long.feed(raw, base)
             end = base + len(chunk)
             quotes = np.flatnonzero(chunk == QUOTE)
             if pending[len(found)] <= end:         # a boundary's newline may lie in this chunk
@@ -273,12 +284,15 @@ class MultilineFraming:
     to the next such line, at most `max_lines` lines and `max_bytes` bytes; a line past a bound
     is quarantined (multiline_overflow), and so is a line before its file's first start line
     (no_start). Blank lines are never records: inside a record they are kept, elsewhere skipped.
-    `first_start`: per input file, where its first start line begins (the plan's scan)."""
+    `first_start`: per input file, where its first start line begins (the plan's scan).
+    `holes`: per plain input file, the (start, stop) of its lines over source.max_record_bytes
+    (ranges of their own): a range's context never reaches into one."""
 
     start: str
     max_lines: int
     max_bytes: int
     first_start: tuple[int, ...]
+    holes: tuple = ()
 
     def read(self, files: list[InputFile], ranges, backend):
         out = Records()
@@ -300,6 +314,11 @@ class MultilineFraming:
         every line whose record can start in the range, and the start lines it can belong to."""
         a = max(0, lo - self.max_bytes - 1)
         b = min(f.size, hi + self.max_bytes + 1)
+        for start, stop in (self.holes[f.index] if self.holes else ()):
+            if stop <= lo:
+                a = max(a, stop)
+            elif start >= hi:
+                b = min(b, start)
         try:
             start, end, needs_newline = record_span(f.path, a, b - a)
         except OSError as err:
