@@ -92,7 +92,7 @@ def csv_record_starts(f: InputFile, boundaries, long: LongRecords | None = None)
                 long.feed(raw, base)
             end = base + len(chunk)
             quotes = np.flatnonzero(chunk == QUOTE)
-            if pending[len(found)] <= end:         # a boundary's newline may lie in this chunk
+            if len(found) < len(pending) and pending[len(found)] <= end:         # a boundary's newline may lie in this chunk
                 newlines = np.flatnonzero(chunk == NEWLINE)
                 even = ((np.searchsorted(quotes, newlines) + parity) & 1) == 0
                 starts = newlines[even] + base + 1

@@ -138,7 +138,7 @@ def compressed_ranges(f: InputFile, blocksize: int, limits: Limits,
     bounds = set(found.starts)
     for a, b in found.long:
         bounds = {x for x in bounds if not a < x < b} | {a, b}
-    bounds = sorted(x for x in bounds if x < found.size)
+    bounds = sorted(x for x in bounds if x < found.size) or [0]      # (an empty or cut-off stream: one piece)
     long = dict(found.long)
     out = []
     for start, end in zip(bounds, [*bounds[1:], found.size]):
@@ -302,12 +302,28 @@ def with_decoded(ranges, decoded) -> tuple:
                  if isinstance(r, CompressedRange) else r for r in ranges)
 
 
-def read_head(f: InputFile, limit: int, window: int | None = None) -> bytes:
-    """The whole records in about the first `limit` bytes of a file, decompressed: a sample of
-    its first records that never decodes a whole file (or a bomb), nor reads a record that ends
-    more than DEFAULT_MAX_RECORD past `limit`. `window`: source.max_window_bytes."""
+def read_head(f: InputFile, limit: int, window: int | None = None,
+              reach: int = DEFAULT_MAX_RECORD) -> tuple[int, bytes]:
+    """(offset, bytes) of the whole records in about the first `limit` bytes of a file,
+    decompressed: a sample of its first records that never decodes a whole file (or a bomb), nor
+    reads a record that ends more than `reach` (source.max_record_bytes) past `limit`. A plain
+    file's first records over that are stepped over (in bounded peeks) to the records after
+    them. `window`: source.max_window_bytes."""
     if not f.compression:
-        return bytes(read_range(f, ByteRange(f.index, 0, min(f.size, limit)), reach=DEFAULT_MAX_RECORD).data)
+        at = 0
+        while at < f.size:
+            got = read_range(f, ByteRange(f.index, at, min(f.size - at, limit)), reach=reach)
+            if len(got.data):
+                return got.start, bytes(got.data)
+            fd = os.open(f.path, os.O_RDONLY)
+            try:
+                nl = _find_newline(fd, at, f.size)
+            finally:
+                os.close(fd)
+            if nl is None:
+                break
+            at = nl + 1
+        return at, b""
     try:
         stream = compressed.Stream(f.path, f.compression, window)
         try:
@@ -316,7 +332,7 @@ def read_head(f: InputFile, limit: int, window: int | None = None) -> bytes:
             stream.close()
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
-    return data if len(data) < limit else data[:data.rfind(b"\n") + 1]
+    return 0, data if len(data) < limit else data[:data.rfind(b"\n") + 1]
 
 
 MAP_MIN_BYTES = 4 << 20

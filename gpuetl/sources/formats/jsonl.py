@@ -60,7 +60,8 @@ def json_stage(loaded, files, notes=None):
 def json_stage_and_metadata(loaded, files, notes: list[str]):
     spec = loaded.spec
     declared = declared_columns(loaded)
-    sample = sample_json(files, loaded.key("source", "path"), infer=not declared, window=spec.source.max_window_bytes)
+    sample = sample_json(files, loaded.key("source", "path"), infer=not declared, window=spec.source.max_window_bytes,
+                         reach=spec.source.max_record_bytes)
     metadata: dict = {}
     if declared:
         columns = _declared_read_columns(loaded, declared)
@@ -265,29 +266,28 @@ def _sampled_files(files: list[InputFile]) -> list[InputFile]:
     return [files[i] for i in sorted(chosen)]
 
 
-def _blocks(f: InputFile, window: int | None = None) -> list[tuple[int, bytes]]:
+def _blocks(f: InputFile, window: int | None = None, reach: int = DEFAULT_MAX_RECORD) -> list[tuple[int, bytes]]:
     """(offset, bytes) of the whole lines in a file's head and in a few spread-out blocks (at
     offsets drawn from the file's name and size, so the same file is sampled alike every time)."""
-    head = read_head(f, JSON_HEAD_BYTES, window)
-    out = [(0, head)]
+    out = [read_head(f, JSON_HEAD_BYTES, window, reach)]
     if f.compression or f.size <= JSON_HEAD_BYTES + JSON_BLOCK_BYTES:
         return out
     rng = random.Random(f"{f.display}:{f.size}")
     starts = sorted(rng.randrange(JSON_HEAD_BYTES, f.size - JSON_BLOCK_BYTES) for _ in range(JSON_BLOCKS))
     for start in starts:
-        data = read_range(f, ByteRange(f.index, start, JSON_BLOCK_BYTES), reach=DEFAULT_MAX_RECORD)
+        data = read_range(f, ByteRange(f.index, start, JSON_BLOCK_BYTES), reach=reach)
         out.append((data.start, bytes(data.data)))
     return out
 
 
 def sample_json(files: list[InputFile], where: str = "source.path", infer: bool = True,
-                window: int | None = None) -> JsonSample:
+                window: int | None = None, reach: int = DEFAULT_MAX_RECORD) -> JsonSample:
     """The sample of these files (see the module's docstring). When it is to give the schema
     (`infer`), a field that is an object in one place and a scalar in another is a SpecError."""
     sample = JsonSample(check_drift=infer)
     for f in _sampled_files(files):
         sample.files_read += 1
-        for k, (start, data) in enumerate(_blocks(f, window)):
+        for k, (start, data) in enumerate(_blocks(f, window, reach)):
             records = _record_lines(start, data)
             for line_at, raw in _spread(records, JSON_BLOCK_RECORDS if k else JSON_HEAD_RECORDS):
                 try:

@@ -1,0 +1,225 @@
+"""Hostile inputs that hold one huge record (issue 27, item 3): a record longer than
+`source.max_record_bytes` (a line; a CSV record) is quarantined as one record, by offset and
+length, `_raw` holding its first 4 KiB, and is never read whole: not by the run, not by the
+plan's samples, not by `preview`. Each case checks the accounting identity and that nothing
+outside the dataset changed."""
+
+from __future__ import annotations
+
+import gzip
+
+import pyarrow.parquet as pq
+import pytest
+
+import gpuetl
+from gpuetl.errors import SpecError
+from gpuetl.sources import compressed, framing, ranges
+from gpuetl.sources.long_records import HEAD_BYTES, LongRecords, long_lines
+
+from peak_memory import gpuetl_peak, write_in_chunks
+
+LONG = 400_000          # the long record's text: over the bound (64 KiB) and past the JSON sample's head (256 KiB) + the bound
+
+
+def identity(counts) -> bool:
+    return counts["rows_in"] == counts["rows_out"] + counts["filtered"] + counts["deduplicated"] + counts["quarantined"]
+
+
+def quarantine(result) -> list[dict]:
+    return [r for f in sorted((result.out_dir / "_quarantine").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def inputs(fmt: str) -> tuple[bytes, int, int, int]:
+    """(file bytes, the long record's offset, its length, the other records' count): 2,000
+    ordinary records with one of LONG bytes among them (for CSV a quoted field of 150,000 short
+    lines: no line is long, the record is)."""
+    if fmt == "csv":
+        lines = [b"a"] + [b"%d" % i for i in range(2000)]
+        long = b'"' + b"y\n" * (LONG // 2 - 1) + b'"'
+    elif fmt == "jsonl":
+        lines = [b'{"a": "%d"}' % i for i in range(2000)]
+        long = b'{"a": "' + b"x" * (LONG - 9) + b'"}'
+    else:
+        lines = [b"line %d" % i for i in range(2000)]
+        long = b"L" * LONG
+    assert len(long) == LONG
+    before = b"\n".join(lines[:700]) + b"\n"
+    return before + long + b"\n" + b"\n".join(lines[700:]) + b"\n", len(before), len(long), 2000
+
+
+def spec(path: str, fmt: str, **source) -> dict:
+    return {"version": 1, "name": "t",
+            "source": {"type": fmt, "path": path, "blocksize": "64KiB", "provenance": True,
+                       "max_record_bytes": "64KiB", **source},
+            "sink": {"path": "out", "mode": "overwrite"}}
+
+
+@pytest.fixture
+def largest_read(monkeypatch) -> list[int]:
+    """The size of every read of records from a file: plain ranges, CSV ranges, decoded pieces."""
+    sizes: list[int] = []
+
+    def counting(real, size_of):
+        def wrapper(*args, **kwargs):
+            out = real(*args, **kwargs)
+            sizes.append(size_of(out))
+            return out
+        return wrapper
+
+    monkeypatch.setattr(ranges, "_read_plain", counting(ranges._read_plain, lambda got: len(got.data)))
+    monkeypatch.setattr(framing, "_pread", counting(framing._pread, len))
+    monkeypatch.setattr(compressed.Stream, "read", counting(compressed.Stream.read, len))
+    return sizes
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("fmt", ["text", "jsonl", "csv"])
+def test_a_record_over_max_record_bytes_is_quarantined_by_offset_and_length(tmp_path, surroundings, largest_read,
+                                                                            fmt, gz):
+    body, offset, length, others = inputs(fmt)
+    name = f"in.{'log' if fmt == 'text' else fmt}" + (".gz" if gz else "")
+    (tmp_path / name).write_bytes(gzip.compress(body) if gz else body)
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(spec(name, fmt), base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts == {"rows_in": others + 1, "rows_out": others, "filtered": 0, "deduplicated": 0,
+                             "quarantined": 1}
+    assert identity(result.counts)
+    [bad] = quarantine(result)
+    assert (bad["_file"], bad["_offset"]) == (name, offset)
+    assert bad["_raw"] == body[offset:offset + HEAD_BYTES]          # its first 4 KiB, not the whole record
+    assert f"a record of {length:,} bytes, over source.max_record_bytes (64.0 KiB)" in bad["_reason"]
+    assert "first 4,096 bytes" in bad["_reason"] and name in bad["_reason"]
+    kept = pq.read_table(result.out_dir / "part-00000.parquet").column("_offset").to_pylist()
+    assert len(kept) == others and offset not in kept
+    assert max(largest_read) < length                               # no read ever held it
+
+
+def test_records_under_the_bound_are_read_as_ever(tmp_path, surroundings):
+    body, offset, length, others = inputs("text")
+    (tmp_path / "in.log").write_bytes(body)
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(spec("in.log", "text", max_record_bytes=length),
+                                           base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts["rows_out"] == others + 1 and result.counts["quarantined"] == 0
+
+
+def test_the_bound_applies_to_lines_before_multiline_groups_them(tmp_path, surroundings, largest_read):
+    """A long continuation line is quarantined for its own length (multiline.max_bytes never
+    sees it); the records before it and from the next start line on are whole. (The line is
+    longer than the 1 MiB the plan's look for the first start line reads at a time.)"""
+    long = 10 * LONG
+    lines = []
+    for i in range(300):
+        lines += [b"2026-01-01 record %d" % i, b"  continued %d" % i]
+    body = b"\n".join(lines[:200]) + b"\n"
+    offset = len(body)
+    body += b" " + b"x" * (long - 1) + b"\n" + b"2026-01-02 after\n" + b"\n".join(lines[200:]) + b"\n"
+    (tmp_path / "in.log").write_bytes(body)
+    s = spec("in.log", "text", multiline={"start": r"^\d{4}-", "max_bytes": "1MiB"})
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert identity(result.counts)
+    [bad] = quarantine(result)
+    assert bad["_offset"] == offset and f"a record of {long:,} bytes, over source.max_record_bytes" in bad["_reason"]
+    kept = pq.read_table(result.out_dir / "part-00000.parquet").column("line").to_pylist()
+    assert len(kept) == 301 and "2026-01-02 after" in kept
+    assert "2026-01-01 record 99\n  continued 99" in kept and "2026-01-01 record 100\n  continued 100" in kept
+    assert max(largest_read) < long
+
+
+def test_preview_is_bounded_by_max_record_bytes(tmp_path, surroundings, largest_read):
+    body = b"L" * LONG + b"\n" + b"".join(b"line %d\n" % i for i in range(100))
+    (tmp_path / "in.log").write_bytes(body)
+    with surroundings(tmp_path):
+        shown = gpuetl.Pipeline.from_dict(spec("in.log", "text"), base_dir=tmp_path).preview(n=5)
+    first = shown.stages[0]
+    assert (first.rows_in, first.rows_out, first.quarantined) == (101, 100, 1)
+    [bad] = shown.quarantined.to_pylist()
+    assert bad["offset"] == 0 and "over source.max_record_bytes" in bad["reason"]
+    assert max(largest_read) < LONG
+
+
+def test_json_schema_sample_skips_a_huge_first_line(tmp_path, surroundings, largest_read):
+    """The plan's sample of a JSON file never reads a record over the bound (its first here)."""
+    body = b'{"a": "' + b"x" * LONG + b'"}\n' + b"".join(b'{"a": "%d"}\n' % i for i in range(100))
+    (tmp_path / "in.jsonl").write_bytes(body)
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(spec("in.jsonl", "jsonl"), base_dir=tmp_path).run(backend="cpu",
+                                                                                             scheduler="sync")
+    assert result.counts["rows_out"] == 100 and result.counts["quarantined"] == 1
+    assert max(largest_read) < LONG
+
+
+def test_long_records_are_found_exactly():
+    """The probe and the stream tracker agree with a plain split on where the long lines are,
+    at every bound around their lengths."""
+    import random
+
+    rng = random.Random(7)
+    lines = [b"y" * rng.choice([0, 1, 5, 63, 64, 65, 130, 400]) for _ in range(400)]
+    data = b"\n".join(lines) + (b"" if rng.random() < 0.5 else b"\n")
+    for limit in (1, 2, 63, 64, 65, 129, 300):
+        expected, at = [], 0
+        for line in data.split(b"\n"):
+            stop = min(at + len(line) + 1, len(data))
+            if len(line) > limit:
+                expected.append((at, stop))
+            at += len(line) + 1
+        tracker = LongRecords(limit)
+        for k in range(0, len(data), 97):
+            tracker.feed(data[k:k + 97], k)
+        assert tracker.finish(len(data)) == expected, limit
+
+
+def test_long_lines_probe_matches(tmp_path):
+    import random
+
+    rng = random.Random(3)
+    lines = [b"z" * rng.choice([0, 3, 100, 1000, 5000]) for _ in range(300)]
+    data = b"\n".join(lines)
+    (tmp_path / "f").write_bytes(data)
+    for limit in (10, 999, 1000, 1001, 4999, 6000):
+        expected, at = [], 0
+        for line in data.split(b"\n"):
+            if len(line) > limit:
+                expected.append((at, min(at + len(line) + 1, len(data))))
+            at += len(line) + 1
+        assert long_lines(str(tmp_path / "f"), len(data), limit) == expected, limit
+
+
+@pytest.mark.parametrize("value", [0, "-1", "2GiB", "lots", True])
+def test_bad_max_record_bytes_is_a_pipeline_error(tmp_path, surroundings, value):
+    (tmp_path / "x.log").write_text("a\n")
+    with surroundings(tmp_path), pytest.raises(SpecError) as info:
+        gpuetl.Pipeline.from_dict(spec("x.log", "text", max_record_bytes=value), base_dir=tmp_path)
+    assert "max_record_bytes" in str(info.value) and info.value.exit_code == 2
+
+
+def test_max_record_bytes_is_for_record_formats(tmp_path, surroundings):
+    (tmp_path / "x.parquet").write_bytes(b"")
+    with surroundings(tmp_path), pytest.raises(SpecError) as info:
+        gpuetl.Pipeline.from_dict(spec("x.parquet", "parquet"), base_dir=tmp_path)
+    assert "max_record_bytes: not read by parquet sources" in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["run", "preview"])
+def test_a_huge_line_costs_no_more_memory_than_a_short_one(tmp_path, command):
+    """Under the default settings (max_record_bytes 64 MiB), a 160 MiB line is skipped in bounded
+    chunks: the command's peak RSS is within 48 MiB of the same input with that line 1 byte long
+    (before the bound, a 200 MiB line peaked at 1.57 GB)."""
+    peaks = {}
+    for n in (1, 160 << 20):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        with open(folder / "in.log", "wb") as fh:
+            fh.write(b"".join(b"line %d\n" % i for i in range(1000)))
+            write_in_chunks(fh, b"L", n)
+            fh.write(b"\n" + b"".join(b"after %d\n" % i for i in range(1000)))
+        (folder / "p.yaml").write_text("version: 1\nname: t\nsource: {type: text, path: in.log}\nsink: {path: out}\n")
+        got = gpuetl_peak(command, str(folder / "p.yaml"), "--backend", "cpu")
+        assert got["rc"] == 0, got["err"]
+        peaks[n] = got["peak_mib"]
+        if n > 1:
+            assert "a record of 167,772,160 bytes" in got["out"] + got["err"]
+    assert peaks[160 << 20] < peaks[1] + 48, peaks
