@@ -410,14 +410,16 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                 folder, base = os.path.split(member.name)
                 stem = base.split(".", 1)[0]
                 unsafe = _unsafe(member) or (None if stem else "a name starting with '.' has no key")
-                if not unsafe and member.offset_data + member.size > f.size:
+                # a sparse member's size is its expanded size, not what the tar stores: never "cut short"
+                cut = not member.issparse() and member.offset_data + member.size > f.size
+                if not unsafe and cut:
                     unsafe = (f"the tar is cut short inside this member ({max(f.size - member.offset_data, 0):,} "
                               f"of {member.size:,} bytes present)")
                 if unsafe:
                     out.append((ImageRecord(f.index, member.offset, member.name, None, None,
                                             problem=f"{f.display}: member {member.name!r}: {unsafe}; not read",
                                             name=member.name), 1))
-                    if member.offset_data + member.size > f.size:
+                    if cut:
                         break                       # the damage is this member's: nothing follows it
                     continue
                 groups.setdefault(f"{folder}/{stem}" if folder else stem, []).append(member)
@@ -483,6 +485,8 @@ def _unsafe(member: tarfile.TarInfo) -> str | None:
         return "a path with '..'"
     if member.issym() or member.islnk():
         return f"a link (to {member.linkname!r})"
+    if member.issparse():           # its stored bytes are not the file: tarfile expands them on extract only
+        return "a sparse member (GNU sparse format), which images sources do not read"
     if not member.isfile():
         return "not a regular file"
     return None

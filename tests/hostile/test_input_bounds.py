@@ -223,3 +223,81 @@ def test_a_huge_line_costs_no_more_memory_than_a_short_one(tmp_path, command):
         if n > 1:
             assert "a record of 167,772,160 bytes" in got["out"] + got["err"]
     assert peaks[160 << 20] < peaks[1] + 48, peaks
+
+
+# -- item 4: a long-window zstd frame; a GNU sparse tar member --------------------------------
+
+def _long_window_zstd(data: bytes) -> bytes:
+    """`data` as one zstd frame with a 2 GiB window (what `zstd --long=31` writes for a large
+    input: the frame header asks for the window, past zstd's default limit of 128 MiB)."""
+    import io
+
+    import zstandard
+
+    params = zstandard.ZstdCompressionParameters(window_log=31, enable_ldm=True, compression_level=3)
+    buf = io.BytesIO()
+    with zstandard.ZstdCompressor(compression_params=params).stream_writer(buf, closefd=False) as w:
+        w.write(data)
+    frame = buf.getvalue()
+    assert zstandard.get_frame_parameters(frame).window_size == 1 << 31
+    return frame
+
+
+def test_a_long_window_zstd_file_names_max_window_bytes_and_raising_it_reads_it(tmp_path, surroundings):
+    body = b"".join(b"line %d\n" % i for i in range(1334))
+    (tmp_path / "in.log.zst").write_bytes(_long_window_zstd(body))
+    (tmp_path / "ok.log").write_bytes(b"plain\n")
+    s = spec("*.log*", "text")
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts == {"rows_in": 2, "rows_out": 1, "filtered": 0, "deduplicated": 0, "quarantined": 1}
+    [bad] = quarantine(result)
+    assert bad["_file"] == "in.log.zst" and bad["_offset"] == 0
+    assert "needs a window of 2.0 GiB, over source.max_window_bytes (128.0 MiB)" in bad["_reason"]
+    assert "truncated or corrupt" not in bad["_reason"]
+    s["source"]["max_window_bytes"] = "2GiB"
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts == {"rows_in": 1335, "rows_out": 1335, "filtered": 0, "deduplicated": 0, "quarantined": 0}
+
+
+@pytest.mark.parametrize("value", ["512", "4GiB", "wide"])
+def test_bad_max_window_bytes_is_a_pipeline_error(tmp_path, surroundings, value):
+    (tmp_path / "x.log").write_text("a\n")
+    with surroundings(tmp_path), pytest.raises(SpecError) as info:
+        gpuetl.Pipeline.from_dict(spec("x.log", "text", max_window_bytes=value), base_dir=tmp_path)
+    assert "max_window_bytes" in str(info.value) and info.value.exit_code == 2
+
+
+@pytest.mark.skipif(not __import__("shutil").which("tar"), reason="needs GNU tar to write a sparse member")
+def test_a_gnu_sparse_tar_member_is_quarantined_and_the_members_after_it_are_read(tmp_path, surroundings):
+    import subprocess
+
+    from imagedata import jpeg_bytes, quarantine_of, rows_of, run_images
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "0001.jpg").write_bytes(jpeg_bytes(seed=1))
+    with open(src / "0002.jpg", "wb") as fh:           # a file with a hole: 4 MiB, 2 bytes of data
+        fh.seek(4 << 20)
+        fh.write(b"\xff\xd9")
+    (src / "0003.jpg").write_bytes(jpeg_bytes(seed=3))
+    (tmp_path / "shards").mkdir()
+    version = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout
+    if "GNU tar" not in version:
+        pytest.skip("needs GNU tar")
+    subprocess.run(["tar", "--sparse", "--format=gnu", "-cf", str(tmp_path / "shards" / "s.tar"), "-C", str(src),
+                    "0001.jpg", "0002.jpg", "0003.jpg"], check=True)
+    import tarfile
+
+    with tarfile.open(tmp_path / "shards" / "s.tar") as tar:
+        assert [m.issparse() for m in tar.getmembers()] == [False, True, False]
+    out = tmp_path / "out"
+    with surroundings(tmp_path, dataset=out):
+        result = run_images(tmp_path, path="shards/*.tar")
+    c = result.counts
+    assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
+    assert (c["rows_out"], c["quarantined"]) == (2, 1)
+    assert sorted(r["key"] for r in rows_of(out)) == ["0001", "0003"]
+    [bad] = quarantine_of(out)
+    assert "'0002.jpg'" in bad["_reason"] and "sparse member" in bad["_reason"] and "cut short" not in bad["_reason"]
