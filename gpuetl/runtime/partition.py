@@ -164,12 +164,13 @@ def _read_parquet_partition(partition: Partition, segment: Segment, backend):
 
     source = segment.source
     xp = backend.xp
-    table, file_index, offsets = read_row_groups(source.files, partition.ranges, source.parser.schema)
+    refused: list = []                   # row groups over their decoding bound: one quarantined record each
+    table, file_index, offsets = read_row_groups(source.files, partition.ranges, source.parser.schema, refused)
     df = backend.from_arrow(table)
     n = len(df)
     bad = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
     reasons = backend.nulls(n, "string", index=df.index)
-    return run_steps(_finish_source(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets), [],
+    return run_steps(_finish_source(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets), refused,
                                     segment, backend), segment, backend)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -301,3 +302,95 @@ def test_a_gnu_sparse_tar_member_is_quarantined_and_the_members_after_it_are_rea
     assert sorted(r["key"] for r in rows_of(out)) == ["0001", "0003"]
     [bad] = quarantine_of(out)
     assert "'0002.jpg'" in bad["_reason"] and "sparse member" in bad["_reason"] and "cut short" not in bad["_reason"]
+
+
+# -- item 2: Parquet row groups that decode past the bounds ------------------------------------
+
+def _dictionary_column(values: list[str], counts: list[int]) -> pa.Array:
+    """A dictionary<int32, string> column: values[k] repeated counts[k] times (only the indices are held)."""
+    import numpy as np
+
+    indices = np.repeat(np.arange(len(values), dtype=np.int32), counts)
+    return pa.DictionaryArray.from_arrays(pa.array(indices), pa.array(values))
+
+
+def _write_groups(path, groups: list[pa.Array], name: str = "s") -> None:
+    import pyarrow.parquet as pq_
+
+    with pq_.ParquetWriter(path, pa.schema([(name, groups[0].type)]), compression="zstd") as w:
+        for column in groups:
+            w.write_table(pa.table({name: column}), row_group_size=len(column))
+
+
+def test_a_parquet_row_group_that_expands_past_the_bound_is_one_quarantined_record(tmp_path, surroundings):
+    """Row group 1 of a.parquet holds one 500-byte string 1,000,000 times (500 MB decoded, a
+    few KB stored): found when its dictionary is read, before a value is expanded. b.parquet's
+    second row group is 3,000,000 equal int64s (24 MB decoded, a few KB stored): refused from its
+    footer, never read. The row groups around them are read."""
+    big = "x" * 500
+    _write_groups(tmp_path / "a.parquet", [_dictionary_column(["a", "b"], [50, 50]),
+                                           _dictionary_column([big], [1_000_000]),
+                                           _dictionary_column(["c"], [25])])
+    import numpy as np
+
+    _write_groups(tmp_path / "b.parquet", [pa.array(np.arange(10, dtype=np.int64)),
+                                           pa.array(np.zeros(3_000_000, dtype=np.int64))], name="s")
+    s = {"version": 1, "name": "t",
+         "source": {"type": "parquet", "path": "a.parquet", "provenance": True, "blocksize": "1MiB"},
+         "sink": {"path": "out", "mode": "overwrite"}}
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts == {"rows_in": 126, "rows_out": 125, "filtered": 0, "deduplicated": 0, "quarantined": 1}
+    [bad] = quarantine(result)
+    assert (bad["_file"], bad["_offset"]) == ("a.parquet", 100)              # the row group's first row
+    assert bad["_reason"].startswith("a.parquet: row group 1 (1,000,000 rows) decodes to 504,000,000 bytes")
+    assert "past source.max_expand_ratio (200 times its" in bad["_reason"]
+    assert sorted(set(pq.read_table(result.out_dir / "part-00000.parquet").column("s").to_pylist())) == ["a", "b", "c"]
+
+    s["source"]["path"] = "b.parquet"
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts == {"rows_in": 11, "rows_out": 10, "filtered": 0, "deduplicated": 0, "quarantined": 1}
+    [bad] = quarantine(result)
+    assert bad["_offset"] == 10 and "b.parquet: row group 1 (3,000,000 rows) decodes to at least 24,000,000 bytes " \
+                                    "by its footer" in bad["_reason"]
+
+    s["source"].update(path="a.parquet", max_expand_ratio=1e9)                 # the bound raised: read whole
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts["rows_out"] == 1_000_125 and result.counts["quarantined"] == 0
+
+
+def test_max_uncompressed_bytes_bounds_a_parquet_row_group(tmp_path, surroundings):
+    _write_groups(tmp_path / "a.parquet", [_dictionary_column([f"value {i:06d}" for i in range(1000)], [100] * 1000)])
+    s = {"version": 1, "name": "t", "source": {"type": "parquet", "path": "a.parquet"},
+         "sink": {"path": "out", "mode": "overwrite"}}
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts["rows_out"] == 100_000 and result.counts["quarantined"] == 0    # an ordinary file
+    s["source"]["max_uncompressed_bytes"] = "1MiB"
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts == {"rows_in": 1, "rows_out": 0, "filtered": 0, "deduplicated": 0, "quarantined": 1}
+    [bad] = quarantine(result)
+    assert "a.parquet: row group 0" in bad["_reason"] and "source.max_uncompressed_bytes (1.0 MiB)" in bad["_reason"]
+
+
+@pytest.mark.slow
+def test_a_parquet_dictionary_bomb_costs_no_more_memory_than_a_small_file(tmp_path):
+    """Three row groups of one 500-byte string repeated 1,000,000 times (1.5 GB decoded, a few
+    hundred KB stored) after 10 ordinary rows, under the default settings: `gpuetl run` peaks
+    within 64 MiB of a run on the 10 rows alone."""
+    peaks = {}
+    for name, counts in (("small", [10]), ("bomb", [10] + [1_000_000] * 3)):
+        folder = tmp_path / name
+        folder.mkdir()
+        _write_groups(folder / "in.parquet", [_dictionary_column(["x" * 500], [n]) for n in counts])
+        (folder / "p.yaml").write_text("version: 1\nname: t\nsource: {type: parquet, path: in.parquet}\n"
+                                       "sink: {path: out}\n")
+        got = gpuetl_peak("run", str(folder / "p.yaml"), "--backend", "cpu")
+        assert got["rc"] == 0, got["err"]
+        peaks[name] = got["peak_mib"]
+        if name == "bomb":
+            assert "quarantined 3" in got["out"] + got["err"], got
+    assert peaks["bomb"] < peaks["small"] + 64, peaks
