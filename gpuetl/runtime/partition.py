@@ -39,7 +39,10 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     partition's compressed ranges, in order, decoded by the tasks before (runtime/graph.py)."""
     source = segment.source
     if not isinstance(source, SourceStage):     # a RecordStage: it makes its frames (sources/registry.py)
-        return run_steps(source.read(partition, segment, backend), segment, backend)
+        pieces = getattr(source, "read_pieces", None)
+        if pieces is None:
+            return run_steps(source.read(partition, segment, backend), segment, backend)
+        return _frames_in_pieces(pieces(partition, segment, backend), segment, backend)
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
@@ -98,6 +101,30 @@ def _in_pieces(pieces, segment: Segment, backend):
         for key, n in counts.items():
             tallies[key] = tallies.get(key, 0) + n
     return with_dropped_fields(_segment_frame(live, quarantined, tallies, segment, backend), dropped)
+
+
+def _frames_in_pieces(frames, segment: Segment, backend):
+    """_in_pieces for a RecordStage's frames (read_pieces): each run through the segment's row
+    steps, only its result held, before the next is made."""
+    if not segment.steps:
+        frames = list(frames)
+        if not frames:
+            return backend.empty(frame_schema(segment.schema))
+        return _finish(frames[0] if len(frames) == 1 else backend.concat(frames), segment, backend)
+    live, quarantined, tallies = [], [], {}
+    try:
+        for frame in frames:
+            rows, bad, counts = _row_steps(frame, segment, backend)
+            del frame                    # (its pixels go as the next piece is asked for)
+            live.append(rows)
+            quarantined += bad
+            for key, n in counts.items():
+                tallies[key] = tallies.get(key, 0) + n
+    finally:
+        close = getattr(frames, "close", None)   # a generator: what it holds is let go at once
+        if close is not None:
+            close()
+    return _segment_frame(live, quarantined, tallies, segment, backend)
 
 
 NOT_SAID = object()                      # a piece whose parser counts no dropped fields

@@ -394,3 +394,94 @@ def test_a_parquet_dictionary_bomb_costs_no_more_memory_than_a_small_file(tmp_pa
         if name == "bomb":
             assert "quarantined 3" in got["out"] + got["err"], got
     assert peaks["bomb"] < peaks["small"] + 64, peaks
+
+
+# -- item 1: an images task holds a piece's decoded pixels, not its partition's ----------------
+
+def test_images_run_through_their_steps_in_pieces_bounded_by_decoded_pixels(tmp_path, surroundings, monkeypatch):
+    """With pieces of about two 64x48 images' pixels, no step sees more than two images at once,
+    and the shards are byte-identical to those of one piece a partition."""
+    from imagedata import photo_folder, run_images
+
+    from gpuetl.runtime import partition as runtime_partition
+    from gpuetl.sources import images
+
+    photo_folder(tmp_path / "photos", n=10)
+    whole = run_images(tmp_path, sink="whole")
+    seen: list[int] = []
+    real = runtime_partition._row_steps
+
+    def counting(frame, segment, backend):
+        seen.append(len(frame))
+        return real(frame, segment, backend)
+
+    monkeypatch.setattr(runtime_partition, "_row_steps", counting)
+    monkeypatch.setattr(images, "PIECE_PIXEL_BYTES", 2 * 64 * 48 * 4)
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run_images(tmp_path)
+    assert sum(seen) == 10 and max(seen) == 2
+    assert result.counts == whole.counts and result.counts["rows_out"] == 10
+    for shard in sorted((tmp_path / "whole").glob("**/part-*.parquet")):
+        assert (tmp_path / "out" / shard.relative_to(tmp_path / "whole")).read_bytes() == shard.read_bytes()
+
+
+def test_pixel_budget_lets_pieces_in_while_they_fit_and_a_huge_one_alone():
+    import threading
+    import time
+
+    from gpuetl.sources.images import PixelBudget
+
+    budget = PixelBudget(100)
+    order: list[str] = []
+    first = budget.hold(60)
+    first.__enter__()
+
+    def take(name, size):
+        with budget.hold(size):
+            order.append(name)
+
+    small = threading.Thread(target=take, args=("small", 40))
+    small.start()
+    small.join(5)
+    assert order == ["small"]                      # 60 + 40 fit
+    big = threading.Thread(target=take, args=("big", 500))
+    big.start()
+    time.sleep(0.2)
+    assert order == ["small"] and budget.held == 60          # waits until it is alone
+    first.__exit__(None, None, None)
+    big.join(5)
+    assert order == ["small", "big"] and budget.held == 0
+
+
+def _png_folder(folder, n: int, side: int) -> None:
+    """n copies of one side x side PNG (made in a child process: this one stays small)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, os\nfrom PIL import Image, ImageDraw\n"
+            "folder, n, side = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+            "os.makedirs(folder + '/photos/a', exist_ok=True)\n"
+            "img = Image.new('RGB', (side, side), (200, 100, 50))\nd = ImageDraw.Draw(img)\n"
+            "for k in range(0, side, 97): d.line([(k, 0), (side - k, side)], fill=(k % 255, 20, 90), width=3)\n"
+            "img.save(folder + '/photos/a/000.png', compress_level=1)\n"
+            "data = open(folder + '/photos/a/000.png', 'rb').read()\n"
+            "for i in range(1, n): open(folder + '/photos/a/%03d.png' % i, 'wb').write(data)\n")
+    subprocess.run([sys.executable, "-c", code, str(folder), str(n), str(side)], check=True)
+
+
+@pytest.mark.slow
+def test_peak_memory_of_large_images_does_not_grow_with_their_count(tmp_path):
+    """6 and 12 PNGs of 3000x3000 (34 MiB of pixels each decoded), decode then encode (no resize:
+    every image's full pixels pass through), default settings: the peak RSS of 12 is within 64
+    MiB of 6's. Before pieces and the pixel budget a task decoded its whole partition at once,
+    so the peak grew by about 80 MiB an image."""
+    peaks = {}
+    for n in (6, 12):
+        folder = tmp_path / str(n)
+        _png_folder(folder, n, 3000)
+        (folder / "p.yaml").write_text("version: 1\nname: t\nsource: {type: images, path: 'photos/**/*.png'}\n"
+                                       "steps: [{decode: {}}, {encode: {format: jpeg}}]\nsink: {path: out}\n")
+        got = gpuetl_peak("run", str(folder / "p.yaml"), "--backend", "cpu")
+        assert got["rc"] == 0, got["err"]
+        peaks[n] = got["peak_mib"]
+    assert peaks[12] < peaks[6] + 64, peaks
