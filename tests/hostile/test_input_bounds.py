@@ -323,18 +323,18 @@ def _write_groups(path, groups: list[pa.Array], name: str = "s") -> None:
 
 
 def test_a_parquet_row_group_that_expands_past_the_bound_is_one_quarantined_record(tmp_path, surroundings):
-    """Row group 1 of a.parquet holds one 500-byte string 1,000,000 times (500 MB decoded, a
-    few KB stored): found when its dictionary is read, before a value is expanded. b.parquet's
-    second row group is 3,000,000 equal int64s (24 MB decoded, a few KB stored): refused from its
-    footer, never read. The row groups around them are read."""
+    """Row group 1 of a.parquet holds one 500-byte string 100,000 times (50 MB decoded, a few KB
+    stored): found when its dictionary is read, before a value is expanded. b.parquet's second
+    row group is 1,000,000 equal int64s (8 MB decoded, a few KB stored): refused from its footer,
+    never read. The row groups around them are read."""
     big = "x" * 500
     _write_groups(tmp_path / "a.parquet", [_dictionary_column(["a", "b"], [50, 50]),
-                                           _dictionary_column([big], [1_000_000]),
+                                           _dictionary_column([big], [100_000]),
                                            _dictionary_column(["c"], [25])])
     import numpy as np
 
     _write_groups(tmp_path / "b.parquet", [pa.array(np.arange(10, dtype=np.int64)),
-                                           pa.array(np.zeros(3_000_000, dtype=np.int64))], name="s")
+                                           pa.array(np.zeros(1_000_000, dtype=np.int64))], name="s")
     s = {"version": 1, "name": "t",
          "source": {"type": "parquet", "path": "a.parquet", "provenance": True, "blocksize": "1MiB"},
          "sink": {"path": "out", "mode": "overwrite"}}
@@ -343,7 +343,7 @@ def test_a_parquet_row_group_that_expands_past_the_bound_is_one_quarantined_reco
     assert result.counts == {"rows_in": 126, "rows_out": 125, "filtered": 0, "deduplicated": 0, "quarantined": 1}
     [bad] = quarantine(result)
     assert (bad["_file"], bad["_offset"]) == ("a.parquet", 100)              # the row group's first row
-    assert bad["_reason"].startswith("a.parquet: row group 1 (1,000,000 rows) decodes to 504,000,000 bytes")
+    assert bad["_reason"].startswith("a.parquet: row group 1 (100,000 rows) decodes to 50,400,000 bytes")
     assert "past source.max_expand_ratio (200 times its" in bad["_reason"]
     assert sorted(set(pq.read_table(result.out_dir / "part-00000.parquet").column("s").to_pylist())) == ["a", "b", "c"]
 
@@ -352,13 +352,13 @@ def test_a_parquet_row_group_that_expands_past_the_bound_is_one_quarantined_reco
         result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
     assert result.counts == {"rows_in": 11, "rows_out": 10, "filtered": 0, "deduplicated": 0, "quarantined": 1}
     [bad] = quarantine(result)
-    assert bad["_offset"] == 10 and "b.parquet: row group 1 (3,000,000 rows) decodes to at least 24,000,000 bytes " \
+    assert bad["_offset"] == 10 and "b.parquet: row group 1 (1,000,000 rows) decodes to at least 8,000,000 bytes " \
                                     "by its footer" in bad["_reason"]
 
     s["source"].update(path="a.parquet", max_expand_ratio=1e9)                 # the bound raised: read whole
     with surroundings(tmp_path, dataset=tmp_path / "out"):
         result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
-    assert result.counts["rows_out"] == 1_000_125 and result.counts["quarantined"] == 0
+    assert result.counts["rows_out"] == 100_125 and result.counts["quarantined"] == 0
 
 
 def test_max_uncompressed_bytes_bounds_a_parquet_row_group(tmp_path, surroundings):
