@@ -298,15 +298,19 @@ class MultilineFraming:
         out = Records()
         for rng in ranges:
             f = files[rng.file_index]
+            cut = None          # where a line over source.max_record_bytes before this stretch ends
             if isinstance(rng, CompressedRange) or rng.length < 0:       # the whole file, from its start
-                data, base = _range_bytes(f, rng, out.set_aside)
-                lo, hi, first = base, base + len(data) + 1, None
+                data, base = _range_bytes(f, rng, out.set_aside)        # (or from after such a line)
+                lo, hi, first = base, base + len(data) + 1, None if base == 0 else base
+                cut = base or None
             else:
                 lo, hi = rng.offset, rng.offset + rng.length
                 data, base = self._window(f, lo, hi)
                 first = self.first_start[f.index]
+                cut = max((stop for _, stop in (self.holes[f.index] if self.holes else ())
+                           if lo - self.max_bytes - 1 < stop <= lo), default=None)      # (what _window stopped at)
             if data:
-                self._frame(data, base, lo, hi, f.index, first, out)
+                self._frame(data, base, lo, hi, f.index, first, out, cut)
         return out.to_backend(backend)
 
     def _window(self, f: InputFile, lo: int, hi: int) -> tuple[bytes, int]:
@@ -326,7 +330,7 @@ class MultilineFraming:
         return _pread(f, start, end - start) + (b"\n" if needs_newline else b""), start
 
     def _frame(self, data: bytes, base: int, lo: int, hi: int, file_index: int, first: int | None,
-               out: Records) -> None:
+               out: Records, cut: int | None = None) -> None:
         """Records and set-aside lines of the whole lines `data` (at `base` in the file) that
         start in [lo, hi). `first`: the file's first start line, None: data is the file from its
         start."""
@@ -360,12 +364,15 @@ class MultilineFraming:
         which = np.flatnonzero(aside)
         if len(which):
             rows = unit_rows[which]
-            reasons = [self._why(int(starts[r]), first, bool(has_head[r]), int(head_at[r]), int(idx[r] - head[r] + 1))
-                       for r in rows]
+            reasons = [self._why(int(starts[r]), first, bool(has_head[r]), int(head_at[r]), int(idx[r] - head[r] + 1),
+                                 cut) for r in rows]
             out.set_aside_units(records, which, file_index, base, reasons)
         # blank units that are not inside a record are not records: dropped like blank lines
 
-    def _why(self, at: int, first: int, has_head: bool, head_at: int, nth: int) -> str:
+    def _why(self, at: int, first: int, has_head: bool, head_at: int, nth: int, cut: int | None = None) -> str:
+        if not has_head and cut is not None and at >= cut:
+            return (f"{OVERFLOW}: a continuation line after a line over source.max_record_bytes (quarantined "
+                    "by itself), which cuts it off from its record's start line")
         if at < first:
             return f"{NO_START}: a continuation line before the file's first line matching multiline.start"
         if has_head:

@@ -7,6 +7,7 @@ outside the dataset changed."""
 from __future__ import annotations
 
 import gzip
+import random
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -104,9 +105,11 @@ def test_records_under_the_bound_are_read_as_ever(tmp_path, surroundings):
     assert result.counts["rows_out"] == others + 1 and result.counts["quarantined"] == 0
 
 
-def test_the_bound_applies_to_lines_before_multiline_groups_them(tmp_path, surroundings, largest_read):
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_the_bound_applies_to_lines_before_multiline_groups_them(tmp_path, surroundings, largest_read, gz):
     """A long continuation line is quarantined for its own length (multiline.max_bytes never
-    sees it); the records before it and from the next start line on are whole. (The line is
+    sees it), and the continuation line after it, cut off from its start line, with a reason
+    that says so; the records before it and from the next start line on are whole. (The line is
     longer than the 1 MiB the plan's look for the first start line reads at a time.)"""
     long = 10 * LONG
     lines = []
@@ -114,14 +117,18 @@ def test_the_bound_applies_to_lines_before_multiline_groups_them(tmp_path, surro
         lines += [b"2026-01-01 record %d" % i, b"  continued %d" % i]
     body = b"\n".join(lines[:200]) + b"\n"
     offset = len(body)
-    body += b" " + b"x" * (long - 1) + b"\n" + b"2026-01-02 after\n" + b"\n".join(lines[200:]) + b"\n"
-    (tmp_path / "in.log").write_bytes(body)
-    s = spec("in.log", "text", multiline={"start": r"^\d{4}-", "max_bytes": "1MiB"})
+    noise = b"%x" % random.Random(5).getrandbits(4 * long)          # (repeated bytes would gzip into a bomb)
+    body += b" " + noise[:long - 1] + b"\n  cut off\n" + b"2026-01-02 after\n" + b"\n".join(lines[200:]) + b"\n"
+    name = "in.log.gz" if gz else "in.log"
+    (tmp_path / name).write_bytes(gzip.compress(body) if gz else body)
+    s = spec(name, "text", multiline={"start": r"^\d{4}-", "max_bytes": "1MiB"})
     with surroundings(tmp_path, dataset=tmp_path / "out"):
         result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
     assert identity(result.counts)
-    [bad] = quarantine(result)
+    bad, after = quarantine(result)
     assert bad["_offset"] == offset and f"a record of {long:,} bytes, over source.max_record_bytes" in bad["_reason"]
+    assert after["_raw"] == b"  cut off" and after["_reason"].startswith(
+        "multiline_overflow: a continuation line after a line over source.max_record_bytes")
     kept = pq.read_table(result.out_dir / "part-00000.parquet").column("line").to_pylist()
     assert len(kept) == 301 and "2026-01-02 after" in kept
     assert "2026-01-01 record 99\n  continued 99" in kept and "2026-01-01 record 100\n  continued 100" in kept
@@ -152,9 +159,8 @@ def test_json_schema_sample_skips_a_huge_first_line(tmp_path, surroundings, larg
 
 
 def test_long_records_are_found_exactly():
-    """The probe and the stream tracker agree with a plain split on where the long lines are,
-    at every bound around their lengths."""
-    import random
+    """The stream tracker (fed 97 bytes at a time) agrees with a plain split on where the long
+    lines are, at every bound around their lengths."""
 
     rng = random.Random(7)
     lines = [b"y" * rng.choice([0, 1, 5, 63, 64, 65, 130, 400]) for _ in range(400)]
@@ -173,8 +179,7 @@ def test_long_records_are_found_exactly():
 
 
 def test_long_lines_probe_matches(tmp_path):
-    import random
-
+    """The plain file probe (a few bytes every limit // 2) finds exactly the lines a split finds."""
     rng = random.Random(3)
     lines = [b"z" * rng.choice([0, 3, 100, 1000, 5000]) for _ in range(300)]
     data = b"\n".join(lines)
