@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import mmap
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from .. import storage
 from ..errors import SourceError
+from ..spec.sizes import format_size
 from . import compressed
 from .compressed import Limits
 from .files import InputFile
@@ -32,6 +33,7 @@ class ByteRange:
     file_index: int
     offset: int
     length: int        # -1: an empty plain file at planning (read whole), or a CompressedRange
+    max_record: int | None = None   # an object read in ranges from a store: source.max_record_bytes
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,10 @@ def plan_partitions(files: list[InputFile], blocksize: int, limits: Limits = Lim
                 ranges.append((oversized_range(f, piece[0], piece[1], limits.max_record_bytes), 1))
                 continue
             a, b = piece
+            bound = limits.max_record_bytes if f.in_store else None     # (local files: probed above)
             for offset in range(a, b, blocksize):
                 length = min(blocksize, b - offset)
-                ranges.append((ByteRange(f.index, offset, length), length))
+                ranges.append((ByteRange(f.index, offset, length, bound), length))
     return taper(pack(ranges, blocksize), blocksize)
 
 
@@ -168,8 +171,8 @@ def taper(partitions: list[Partition], blocksize: int) -> list[Partition]:
         rng = part.ranges[0]
         if len(part.ranges) == 1 and type(rng) is ByteRange and rng.length > max(blocksize // 2, 1):
             half = rng.length // 2
-            out += [Partition(0, (ByteRange(rng.file_index, rng.offset, half),)),
-                    Partition(0, (ByteRange(rng.file_index, rng.offset + half, rng.length - half),))]
+            out += [Partition(0, (replace(rng, length=half),)),
+                    Partition(0, (replace(rng, offset=rng.offset + half, length=rng.length - half),))]
         else:
             out.append(part)
     return [Partition(i, p.ranges) for i, p in enumerate(out)]
@@ -201,6 +204,7 @@ class RangeData:
     truncated: str | None = None   # set when a compressed stream ended early
     refused: str | None = None     # set for a decompression bomb: its one quarantine record's reason
     head: bytes = b""              # that record's raw bytes (a record over max_record_bytes: its first ones)
+    long: tuple | None = None      # (offset, first bytes, reason) of a record over the bound after `data`
 
 
 @dataclass
@@ -222,6 +226,8 @@ def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
     if got.refused:
         extra_bad.append((f.index, got.start, raw_record(got.head), got.refused))
         return b""
+    if got.long:
+        extra_bad.append((f.index, got.long[0], raw_record(got.long[1]), got.long[2]))
     if got.truncated:          # only decompressed (bytes) data is ever cut off
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
@@ -269,7 +275,8 @@ def read_range(f: InputFile, rng: ByteRange, reach: int | None = None) -> RangeD
         if isinstance(rng, CompressedRange):
             return decode_range(None, f, rng)[0]
         if f.in_store:
-            return _read_in_store(f, max(rng.offset, 0), f.size if rng.length < 0 else rng.length)
+            return _read_in_store(f, max(rng.offset, 0), f.size if rng.length < 0 else rng.length,
+                                  reach if reach is not None else rng.max_record)
         if rng.length < 0:
             with open(f.path, "rb") as fh:
                 return RangeData(fh.read(), 0)
@@ -397,11 +404,13 @@ def record_span(path: str, offset: int, length: int, reach: int | None = None) -
         os.close(fd)
 
 
-def _read_in_store(f: InputFile, offset: int, length: int) -> RangeData:
+def _read_in_store(f: InputFile, offset: int, length: int, reach: int | None = None) -> RangeData:
     """record_span's rule on an object in the store, in ranged GETs pinned to its ETag: bytes
     from offset - 1 (does a record start at offset?) to a little past the range's end, then
     more, doubling, until the newline that ends its last record. The context read past the end
-    grows with the range (a tiny blocksize does not read each object many times over)."""
+    grows with the range (a tiny blocksize does not read each object many times over). `reach`
+    (source.max_record_bytes): a last record that runs on more than that past the range is not
+    read on; it is reported (`long`: its offset and first bytes) and left out."""
     size = f.size
 
     def get(a: int, b: int) -> bytes:
@@ -419,9 +428,13 @@ def _read_in_store(f: InputFile, offset: int, length: int) -> RangeData:
         start = first + k + 1
     search = max(start, offset + length - 1) - first
     while (k := buf.find(b"\n", search)) < 0 and stop < size:
+        if reach is not None and stop - (offset + length) > reach:
+            return _long_in_store(f, buf, first, start, offset + length, reach)
         search = len(buf)
         context *= 2
         more = min(size, stop + context)
+        if reach is not None:
+            more = min(more, offset + length + reach + 1)
         buf += get(stop, more)
         stop = more
     end = first + k + 1 if k >= 0 else size       # the last record without a newline: read_block adds one
@@ -437,6 +450,17 @@ def _rfind_newline(fd, lo: int, hi: int):
             return a + k
         hi = a
     return None
+
+
+def _long_in_store(f: InputFile, buf: bytes, first: int, start: int, end: int, reach: int) -> RangeData:
+    """The records of buf[start - first:] before its last one, which starts before `end` and
+    runs on more than `reach` bytes past it: that one is reported with its first bytes."""
+    k = buf.rfind(b"\n", start - first, end - 1 - first)
+    at = first + k + 1 if k >= 0 else start
+    head = buf[at - first:at - first + HEAD_BYTES]
+    why = (f"{f.display}: a record longer than source.max_record_bytes ({format_size(reach)}; it runs on more "
+           f"than that past its range); not read: _raw holds its first {HEAD_BYTES:,} bytes only")
+    return RangeData(buf[start - first:at - first], start, long=(at, head, why))
 
 
 def _find_newline(fd, pos: int, size: int):

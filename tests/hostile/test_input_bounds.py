@@ -490,3 +490,29 @@ def test_peak_memory_of_large_images_does_not_grow_with_their_count(tmp_path):
         assert got["rc"] == 0, got["err"]
         peaks[n] = got["peak_mib"]
     assert peaks[12] < peaks[6] + 64, peaks
+
+
+def test_a_long_line_in_an_object_read_in_ranges_is_quarantined_not_fetched_whole(s3, tmp_path, monkeypatch):
+    """An uncompressed text object on a store is read in ranged GETs (never copied): a line that
+    runs on more than max_record_bytes past its range is reported by the range it starts in,
+    with its first 4 KiB, and no GET fetches it whole."""
+    from gpuetl import storage
+
+    body, offset, length, others = inputs("text")
+    s3.put("raw/in.log", body)
+    spans: list[int] = []
+    real = storage.read_span
+
+    def counting(url, etag, version_id, a, b, options):
+        spans.append(b - a)
+        return real(url, etag, version_id, a, b, options)
+
+    monkeypatch.setattr(storage, "read_span", counting)
+    s = spec(s3.url("raw/in.log"), "text", blocksize="16KiB")
+    result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert spans, "the object was not read in ranges"
+    assert identity(result.counts) and result.counts["rows_out"] == others and result.counts["quarantined"] == 1
+    [bad] = quarantine(result)
+    assert bad["_offset"] == offset and bad["_raw"] == body[offset:offset + HEAD_BYTES]
+    assert "a record longer than source.max_record_bytes (64.0 KiB" in bad["_reason"]
+    assert max(spans) < length
