@@ -10,7 +10,8 @@ count its final newline.
 Plain text files are probed, not read: a line longer than `limit` holds a whole aligned block of
 `limit // 2` bytes without a newline, so the plan reads a few bytes at the start of each such
 block (normally a newline is found at once) and walks, in bounded chunks, only through the
-blocks that hold none. CSV files and compressed files are read whole by the plan anyway (quote
+blocks that hold none. Under a bound of 128 KiB a probe a block would cost more than reading
+the file once: it is scanned with `LongRecords` instead. CSV files and compressed files are read whole by the plan anyway (quote
 parity, piece starts): `LongRecords` follows them chunk by chunk."""
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from ..spec.sizes import format_size
 HEAD_BYTES = 4096                 # what `_raw` keeps of a record over the bound
 DEFAULT_MAX_RECORD = 64 << 20     # source.max_record_bytes' default
 PROBE = 1 << 16                   # bytes read at a time while probing or walking through a line
+SCAN_BELOW = PROBE                # a bound's half-block under this: the file is scanned, not probed
+SCAN_CHUNK = 4 << 20              # bytes the scan reads at a time
 QUOTE, NEWLINE = 34, 10
 
 
@@ -90,6 +93,8 @@ def long_lines(path: str, size: int, limit: int) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     fd = os.open(path, os.O_RDONLY)
     try:
+        if block < SCAN_BELOW:        # a probe a few KiB: reading every byte once costs less
+            return _scan(fd, size, limit)
         known = -1                   # a newline at or before which every line has been judged
         k = 0
         while k + block <= size:
@@ -111,6 +116,18 @@ def long_lines(path: str, size: int, limit: int) -> list[tuple[int, int]]:
     finally:
         os.close(fd)
     return out
+
+
+def _scan(fd, size: int, limit: int) -> list[tuple[int, int]]:
+    tracker = LongRecords(limit)
+    pos = 0
+    while pos < size:
+        chunk = os.pread(fd, min(SCAN_CHUNK, size - pos), pos)
+        if not chunk:
+            break
+        tracker.feed(chunk, pos)
+        pos += len(chunk)
+    return tracker.finish(pos)
 
 
 def _find(fd, lo: int, hi: int) -> int | None:

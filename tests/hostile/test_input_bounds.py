@@ -178,8 +178,15 @@ def test_long_records_are_found_exactly():
         assert tracker.finish(len(data)) == expected, limit
 
 
-def test_long_lines_probe_matches(tmp_path):
-    """The plain file probe (a few bytes every limit // 2) finds exactly the lines a split finds."""
+@pytest.mark.parametrize("probe", [True, False], ids=["probed", "scanned"])
+def test_long_lines_probe_matches(tmp_path, monkeypatch, probe):
+    """The plain file probe (a few bytes every limit // 2), and the scan small bounds take
+    instead, find exactly the lines a split finds."""
+    from gpuetl.sources import long_records
+
+    monkeypatch.setattr(long_records, "SCAN_BELOW", 0 if probe else 1 << 30)
+    monkeypatch.setattr(long_records, "PROBE", 7)
+    monkeypatch.setattr(long_records, "SCAN_CHUNK", 1000)
     rng = random.Random(3)
     lines = [b"z" * rng.choice([0, 3, 100, 1000, 5000]) for _ in range(300)]
     data = b"\n".join(lines)
