@@ -172,31 +172,40 @@ def footer_bytes(meta, i: int, columns=None) -> tuple[int, int]:
 
 
 def _dictionary_chunks(meta, i: int, names) -> list[str]:
-    """The string columns read whose chunk in row group i is dictionary-encoded (top-level ones)."""
+    """The byte-array leaves (paths: `s`, `tags.list.element`, `user.name`) of the columns read
+    whose chunk in row group i is dictionary-encoded."""
     rg = meta.row_group(i)
     out = []
     for j in range(rg.num_columns):
         chunk = rg.column(j)
-        if chunk.path_in_schema in names and chunk.physical_type == "BYTE_ARRAY" and chunk.has_dictionary_page:
-            out.append(chunk.path_in_schema)
+        path = chunk.path_in_schema
+        if (chunk.physical_type == "BYTE_ARRAY" and chunk.has_dictionary_page
+                and any(path == n or path.startswith(n + ".") for n in names)):
+            out.append(path)
     return out
 
 
 def expanded_bytes(table: pa.Table) -> int:
-    """The bytes `table` takes with every dictionary column expanded to its values, counted
-    without expanding them: a dictionary column's offsets and, per value, its entry's length."""
-    total = 0
-    for col in table.columns:
-        if not pa.types.is_dictionary(col.type):
-            total += col.nbytes
-            continue
-        for chunk in col.chunks:
-            lengths = pc.fill_null(pc.binary_length(chunk.dictionary), 0).to_numpy(zero_copy_only=False)
-            idx = pc.fill_null(chunk.indices, 0).to_numpy(zero_copy_only=False)
-            picked = int(np.bincount(idx, minlength=len(lengths)).astype(np.int64) @ lengths.astype(np.int64)) \
-                if len(lengths) else 0
-            total += picked + len(chunk) * OFFSET_BYTES
-    return total
+    """The bytes `table` takes with every dictionary (at any depth: a list's items, a struct's
+    field) expanded to its values, counted without expanding them: a dictionary's offsets and,
+    per value, its entry's length."""
+    return sum(_expanded(chunk) for col in table.columns for chunk in col.chunks)
+
+
+def _expanded(arr: pa.Array) -> int:
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        lengths = pc.fill_null(pc.binary_length(arr.dictionary), 0).to_numpy(zero_copy_only=False)
+        if not len(lengths):
+            return len(arr) * OFFSET_BYTES
+        idx = pc.fill_null(arr.indices, 0).to_numpy(zero_copy_only=False)
+        return int(np.bincount(idx, minlength=len(lengths)).astype(np.int64) @ lengths.astype(np.int64)) \
+            + len(arr) * OFFSET_BYTES
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return (len(arr) + 1) * OFFSET_BYTES + _expanded(arr.values)
+    if pa.types.is_struct(t):
+        return sum(_expanded(arr.field(k)) for k in range(t.num_fields))
+    return arr.nbytes
 
 
 def read_row_groups(files: list[InputFile], ranges, schema: Schema,

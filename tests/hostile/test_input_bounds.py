@@ -373,6 +373,40 @@ def test_a_parquet_row_group_that_expands_past_the_bound_is_one_quarantined_reco
     assert result.counts["rows_out"] == 100_125 and result.counts["quarantined"] == 0
 
 
+def test_a_dictionary_bomb_inside_a_list_column_is_found_before_it_is_expanded(tmp_path, surroundings, monkeypatch):
+    """A list<string> column whose items are one 500-byte entry, 100,000 times over: the items
+    are read as their dictionary too (the check sees list<dictionary>), and the row group is
+    refused before they are expanded."""
+    import pyarrow.parquet as pq_
+
+    from gpuetl.sources import parquet
+
+    checked: list[str] = []
+    real = parquet.expanded_bytes
+
+    def spying(table):
+        checked.extend(str(t) for t in table.schema.types)
+        return real(table)
+
+    monkeypatch.setattr(parquet, "expanded_bytes", spying)
+
+    items = pa.ListArray.from_arrays(pa.array([0, 0, 100_000], pa.int32()), _dictionary_column(["x" * 500], [100_000]))
+    pq_.write_table(pa.table({"tags": items.cast(pa.list_(pa.string()))}), tmp_path / "a.parquet",
+                    compression="zstd")
+    small = pa.array([["a", "b"], []], pa.list_(pa.string()))
+    with pq_.ParquetWriter(tmp_path / "b.parquet", pa.schema([("tags", small.type)]), compression="zstd") as w:
+        w.write_table(pa.table({"tags": small}))
+    s = {"version": 1, "name": "t", "source": {"type": "parquet", "path": "*.parquet", "blocksize": "1MiB"},
+         "sink": {"path": "out", "mode": "overwrite"}}
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts == {"rows_in": 3, "rows_out": 2, "filtered": 0, "deduplicated": 0, "quarantined": 1}
+    [bad] = quarantine(result)
+    assert "a.parquet: row group 0 (2 rows) decodes to 50," in bad["_reason"] and "dictionary entries" in bad["_reason"]
+    assert pq.read_table(result.out_dir / "part-00000.parquet").column("tags").to_pylist() == [["a", "b"], []]
+    assert checked and all("dictionary<values=string" in t for t in checked), checked
+
+
 def test_max_uncompressed_bytes_bounds_a_parquet_row_group(tmp_path, surroundings):
     _write_groups(tmp_path / "a.parquet", [_dictionary_column([f"value {i:06d}" for i in range(1000)], [100] * 1000)])
     s = {"version": 1, "name": "t", "source": {"type": "parquet", "path": "a.parquet"},
