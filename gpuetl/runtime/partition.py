@@ -40,8 +40,12 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     partition's compressed ranges, in order, decoded by the tasks before (runtime/graph.py)."""
     source = segment.source
     if not isinstance(source, SourceStage):     # a RecordStage: it makes its frames (sources/registry.py)
-        df = source.read(partition, segment, backend)
-        return _with_pins(run_steps(df, segment, backend), df.attrs.get(READ_PINS, ()))
+        pieces = getattr(source, "read_pieces", None)
+        if pieces is None:
+            df = source.read(partition, segment, backend)
+            return _with_pins(run_steps(df, segment, backend), df.attrs.get(READ_PINS, ()))
+        pins: list = []
+        return _with_pins(_frames_in_pieces(pieces(partition, segment, backend, pins), segment, backend), pins)
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
@@ -110,6 +114,30 @@ def _in_pieces(pieces, segment: Segment, backend):
     return with_dropped_fields(_segment_frame(live, quarantined, tallies, segment, backend), dropped)
 
 
+def _frames_in_pieces(frames, segment: Segment, backend):
+    """_in_pieces for a RecordStage's frames (read_pieces): each run through the segment's row
+    steps, only its result held, before the next is made."""
+    if not segment.steps:
+        frames = list(frames)
+        if not frames:
+            return backend.empty(frame_schema(segment.schema))
+        return _finish(frames[0] if len(frames) == 1 else backend.concat(frames), segment, backend)
+    live, quarantined, tallies = [], [], {}
+    try:
+        for frame in frames:
+            rows, bad, counts = _row_steps(frame, segment, backend)
+            del frame                    # (its pixels go as the next piece is asked for)
+            live.append(rows)
+            quarantined += bad
+            for key, n in counts.items():
+                tallies[key] = tallies.get(key, 0) + n
+    finally:
+        close = getattr(frames, "close", None)   # a generator: what it holds is let go at once
+        if close is not None:
+            close()
+    return _segment_frame(live, quarantined, tallies, segment, backend)
+
+
 NOT_SAID = object()                      # a piece whose parser counts no dropped fields
 
 
@@ -175,7 +203,8 @@ def _read_parquet_partition(partition: Partition, segment: Segment, backend):
 
     source = segment.source
     xp = backend.xp
-    table, file_index, offsets = read_row_groups(source.files, partition.ranges, source.parser.schema)
+    refused: list = []                   # row groups over their decoding bound: one quarantined record each
+    table, file_index, offsets = read_row_groups(source.files, partition.ranges, source.parser.schema, refused)
     # pyarrow reads the columns it needs from the file: the bytes are not at hand to hash
     pins = {RangePin(r.file_index, 0, f.size, None) for r in partition.ranges
             if (f := source.files[r.file_index]).url is None}
@@ -184,7 +213,7 @@ def _read_parquet_partition(partition: Partition, segment: Segment, backend):
     bad = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
     reasons = backend.nulls(n, "string", index=df.index)
     return _with_pins(run_steps(_finish_source(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets),
-                                               [], segment, backend), segment, backend), sorted(pins))
+                                               refused, segment, backend), segment, backend), sorted(pins))
 
 
 def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segment: Segment, backend,

@@ -15,7 +15,7 @@ from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STA
     STATUS_FILTERED, STATUS_LIVE, STATUS_QUARANTINED
 from .graph import resolve_in_place
 from .partition import Segment, frame_schema, read_partition, run_steps
-from ..sources.ranges import ByteRange, CompressedRange, decode_range
+from ..sources.ranges import CompressedRange, decode_range
 from ..sources.stage import SourceStage
 from ..steps.base import GlobalStep
 
@@ -114,7 +114,7 @@ def _bounded(partition, first: Segment, partitions: int):
             ranges.append(rng)
             budget = 0
         elif rng.length > budget:
-            ranges.append(ByteRange(rng.file_index, rng.offset, budget))
+            ranges.append(dataclasses.replace(rng, length=budget))
             budget = 0
         else:
             ranges.append(rng)

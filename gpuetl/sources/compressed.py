@@ -33,6 +33,14 @@ class Limits:
 
     max_expand_ratio: float = 200
     max_uncompressed_bytes: int | None = None
+    max_record_bytes: int | None = None      # records over it are found by the scan (sources/long_records.py)
+    max_window_bytes: int | None = None      # zstd: frames that need a larger window are refused
+
+    @classmethod
+    def of(cls, source) -> "Limits":
+        """The bounds a pipeline's `source` sets."""
+        return cls(source.max_expand_ratio, source.max_uncompressed_bytes,
+                   source.max_record_bytes, source.max_window_bytes)
 
     def check(self, produced: int, compressed_size: int, display: str) -> str | None:
         """Why a file that has decoded `produced` bytes so far is refused, or None."""
@@ -47,8 +55,13 @@ class Limits:
         return None
 
 
-def _decoder(compression: str):
-    """A fresh one-stream decoder (eof, unused_data, decompress) and the errors it raises."""
+ZSTD_WINDOW_DEFAULT = 1 << 27   # zstd's own default bound on a frame's window (ZSTD_WINDOWLOG_LIMIT_DEFAULT)
+ZSTD_WINDOW_MAX = 1 << 31       # the largest window zstd makes (--long=31)
+
+
+def _decoder(compression: str, window: int | None = None):
+    """A fresh one-stream decoder (eof, unused_data, decompress) and the errors it raises.
+    `window`: the largest zstd window it accepts (None: zstd's default)."""
     if compression == "gzip":
         return zlib.decompressobj(16 + zlib.MAX_WBITS), (zlib.error,)
     if compression == "bz2":
@@ -56,7 +69,7 @@ def _decoder(compression: str):
     if compression == "zstd":
         import zstandard
 
-        return zstandard.ZstdDecompressor().decompressobj(), (zstandard.ZstdError,)
+        return zstandard.ZstdDecompressor(max_window_size=window or 0).decompressobj(), (zstandard.ZstdError,)
     raise SourceError(f"unknown compression {compression!r}")
 
 
@@ -66,8 +79,9 @@ class Stream:
     losing the last block or ending silently. `position`: bytes handed out so far. Pickled (to
     another process), it arrives closed, and the next piece starts over from the beginning."""
 
-    def __init__(self, path: str, compression: str):
-        self.path, self.compression = path, compression
+    def __init__(self, path: str, compression: str, window: int | None = None):
+        self.path, self.compression, self.window = path, compression, window
+        self._frame_at, self._frame_head = 0, b""     # where the stream being decoded began, its first bytes
         self.position = 0
         self.produced = 0            # bytes decoded (handed out or held in _carry)
         self.truncated: str | None = None
@@ -80,7 +94,7 @@ class Stream:
         self._carry = b""
 
     def __reduce__(self):
-        return (_closed_stream, (self.path, self.compression))
+        return (_closed_stream, (self.path, self.compression, self.window))
 
     def close(self) -> None:
         if self._fh is not None:
@@ -98,8 +112,8 @@ class Stream:
             try:
                 out = self._step()
             except self._errors as err:
-                self.truncated = (f"{self.compression} stream is truncated or corrupt "
-                                  f"({err or type(err).__name__})")
+                self.truncated = self._too_wide(err) or (f"{self.compression} stream is truncated or corrupt "
+                                                         f"({err or type(err).__name__})")
                 self.close()
                 return b""
             if out:
@@ -146,8 +160,9 @@ class Stream:
             if not data:
                 self.close()
                 return b""
-            self._decoder, self._errors = _decoder(self.compression)
+            self._decoder, self._errors = _decoder(self.compression, self.window)
             self._input = data
+            self._frame_at, self._frame_head = self.produced, data[:18]
         dec = self._decoder
         if self.compression == "gzip":
             out = dec.decompress(self._input, OUTPUT_CHUNK)
@@ -172,6 +187,22 @@ class Stream:
             self.close()
         return out
 
+    def _too_wide(self, err) -> str | None:
+        """The reason for a zstd frame whose window is over the bound (a valid file written with
+        `zstd --long`), or None for other errors."""
+        if self.compression != "zstd" or "too much memory" not in str(err):
+            return None
+        import zstandard
+
+        try:
+            need = f"a window of {format_size(zstandard.get_frame_parameters(self._frame_head).window_size)}"
+        except zstandard.ZstdError:
+            need = "a larger window"
+        limit = self.window or ZSTD_WINDOW_DEFAULT
+        return (f"the zstd frame at uncompressed byte {self._frame_at} needs {need}, over "
+                f"source.max_window_bytes ({format_size(limit)}); raise source.max_window_bytes (at most 2GiB) "
+                "to read it")
+
     def _more(self) -> bool:
         """Read more compressed input; False at the file's end."""
         data = self._fh.read(INPUT_CHUNK)
@@ -179,9 +210,10 @@ class Stream:
         return bool(data)
 
 
-def _closed_stream(path: str, compression: str) -> "Stream":
+def _closed_stream(path: str, compression: str, window: int | None = None) -> "Stream":
     stream = Stream.__new__(Stream)
     stream.path, stream.compression, stream.position, stream.ended, stream._fh = path, compression, -1, True, None
+    stream.window = window
     return stream
 
 
@@ -194,22 +226,29 @@ class Scan:
     starts: list[int]          # where each piece's first record starts (the first is 0)
     size: int                  # uncompressed bytes (up to the damage, for a cut-off file)
     refused: str | None = None  # why the file is a bomb (then size is where the scan stopped)
+    long: tuple = ()           # (start, stop) of each record over limits.max_record_bytes
 
 
 def scan(path: str, compression: str, blocksize: int, limits: Limits, compressed_size: int,
-         display: str) -> Scan:
+         display: str, csv: bool = False) -> Scan:
     """Piece k holds the records whose first byte lies in [k * blocksize, (k+1) * blocksize) of
     the uncompressed stream, as for a plain file's byte ranges: it starts after the first newline
-    at or after k * blocksize - 1. Nothing decoded is kept."""
+    at or after k * blocksize - 1. Nothing decoded is kept. Records over
+    `limits.max_record_bytes` are found on the way (lines, or CSV records when `csv`)."""
+    from .long_records import LongRecords
+
     starts = [0]
     target = blocksize - 1           # the next piece starts after the first newline from here
-    stream = Stream(path, compression)
+    long = LongRecords(limits.max_record_bytes, csv) if limits.max_record_bytes else None
+    stream = Stream(path, compression, limits.max_window_bytes)
     try:
         while True:
             base = stream.position
             out = stream.chunk()
             if not out:
                 break
+            if long is not None:
+                long.feed(out, base)
             end = base + len(out)
             while target < end:
                 q = out.find(b"\n", max(target - base, 0))
@@ -227,13 +266,13 @@ def scan(path: str, compression: str, blocksize: int, limits: Limits, compressed
     size = stream.position
     while len(starts) > 1 and starts[-1] >= size:
         starts.pop()
-    return Scan(starts, size)
+    return Scan(starts, size, long=tuple(long.finish(size)) if long is not None else ())
 
 
 # -- reading ----------------------------------------------------------------------------------
 
 def take(stream: Stream | None, path: str, compression: str, start: int, stop: int,
-         final: bool) -> tuple[bytes, str | None, Stream | None]:
+         final: bool, window: int | None = None) -> tuple[bytes, str | None, Stream | None]:
     """Bytes [start, stop) of the uncompressed stream, with `stream` if it stands at `start`
     (else a new one, decoded up to there). `final`: the stream must end at `stop`; then the
     truncation reason, if any, comes back and the stream is closed. Returns (bytes, truncated,
@@ -241,7 +280,7 @@ def take(stream: Stream | None, path: str, compression: str, start: int, stop: i
     if stream is None or stream.ended or stream.position != start:
         if stream is not None:
             stream.close()
-        stream = Stream(path, compression)
+        stream = Stream(path, compression, window)
         stream.skip(start)
     data = stream.read(stop - start)
     if len(data) != stop - start or (final and stream.read(1)):
@@ -249,6 +288,28 @@ def take(stream: Stream | None, path: str, compression: str, start: int, stop: i
         raise OSError(f"the file changed while read (its decompressed stream is no longer {'' if final else 'at least '}"
                       f"{stop} bytes as when the run was planned)")
     if final:
+        stream.close()
+        return data, stream.truncated, None
+    return data, None, stream
+
+
+def skim(stream: Stream | None, path: str, compression: str, start: int, stop: int, final: bool,
+         head: int, window: int | None = None) -> tuple[bytes, str | None, Stream | None]:
+    """`take` for a record too long to hold: its first `head` bytes, the rest decoded and
+    dropped a chunk at a time. Returns (head, truncated, the stream for the next piece)."""
+    if stream is None or stream.ended or stream.position != start:
+        if stream is not None:
+            stream.close()
+        stream = Stream(path, compression, window)
+        stream.skip(start)
+    data = stream.read(min(head, stop - start))
+    stream.skip(stop - start - len(data))
+    if stream.position != stop:
+        stream.close()
+        raise OSError(f"the file changed while read (its decompressed stream is no longer at least {stop} bytes "
+                      "as when the run was planned)")
+    if final:
+        stream.read(1)
         stream.close()
         return data, stream.truncated, None
     return data, None, stream

@@ -34,9 +34,10 @@ from ..spec.sizes import format_size
 from .compressed import Limits
 from .files import InputFile
 from .line_ends import record_ends, records_array
+from .long_records import LongRecords, stretches
 from .pins import pin_bytes
-from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compressed_ranges, pack, range_pin,
-                     read_range, record_span, truncated_piece)
+from .ranges import (WHOLE_FILE, ByteRange, CompressedRange, Partition, compressed_ranges, oversized_range, pack,
+                     plain_long_records, range_pin, read_range, record_span, truncated_piece)
 
 QUOTE, NEWLINE = 34, 10
 SCAN_CHUNK = 16 << 20            # bytes the plan's CSV scan looks at at once
@@ -52,22 +53,29 @@ def plan_csv_partitions(files: list[InputFile], blocksize: int, limits: Limits) 
     ranges: list[tuple[object, int]] = []
     for f in files:
         if f.compression:
-            ranges += compressed_ranges(f, WHOLE_FILE, limits)
+            ranges += compressed_ranges(f, WHOLE_FILE, limits, csv=True)
         elif f.size == 0:
             ranges.append((ByteRange(f.index, 0, -1), 1))
         else:
-            starts = csv_record_starts(f, range(blocksize, f.size, blocksize))
-            bounds = sorted({0, *starts, f.size})
-            ranges += [(ByteRange(f.index, a, b - a), b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
+            long = LongRecords(limits.max_record_bytes, csv=True) if limits.max_record_bytes else None
+            starts = csv_record_starts(f, range(blocksize, f.size, blocksize), long)
+            holes = long.finish(f.size) if long is not None else []
+            for piece in stretches(f.size, holes):      # a record over max_record_bytes is a range of its own
+                if len(piece) == 3:
+                    ranges.append((oversized_range(f, piece[0], piece[1], limits.max_record_bytes), 1))
+                    continue
+                bounds = sorted({piece[0], *(x for x in starts if piece[0] < x < piece[1]), piece[1]})
+                ranges += [(ByteRange(f.index, a, b - a), b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
     return pack(ranges, blocksize)
 
 
-def csv_record_starts(f: InputFile, boundaries) -> list[int]:
+def csv_record_starts(f: InputFile, boundaries, long: LongRecords | None = None) -> list[int]:
     """For each boundary (ascending), the first record start at or after it (the file's size if
     none): the position after the first newline, from boundary - 1 on, with an even number of
     quotes before it in the file. Doubled quotes ("") keep the parity, as RFC 4180 means. A
     record over MAX_CSV_RECORD (a quote opened early in a huge file that never closes) is an
-    error, not a partition that cannot be held."""
+    error, not a partition that cannot be held. `long`: fed every chunk (the whole file is then
+    read), to find the records over source.max_record_bytes."""
     pending = list(boundaries)
     found: list[int] = []          # pending[len(found):] are still to be placed
     parity = 0                            # quotes seen before `base`, mod 2
@@ -77,13 +85,16 @@ def csv_record_starts(f: InputFile, boundaries) -> list[int]:
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
     try:
-        while len(found) < len(pending) and base < f.size:
-            chunk = np.frombuffer(os.pread(fd, min(SCAN_CHUNK, f.size - base), base), dtype=np.uint8)
+        while (len(found) < len(pending) or long is not None) and base < f.size:
+            raw = os.pread(fd, min(SCAN_CHUNK, f.size - base), base)
+            chunk = np.frombuffer(raw, dtype=np.uint8)
             if not len(chunk):
                 break
+            if long is not None:
+                long.feed(raw, base)
             end = base + len(chunk)
             quotes = np.flatnonzero(chunk == QUOTE)
-            if pending[len(found)] <= end:         # a boundary's newline may lie in this chunk
+            if len(found) < len(pending) and pending[len(found)] <= end:         # a boundary's newline may lie in this chunk
                 newlines = np.flatnonzero(chunk == NEWLINE)
                 even = ((np.searchsorted(quotes, newlines) + parity) & 1) == 0
                 starts = newlines[even] + base + 1
@@ -291,27 +302,34 @@ class MultilineFraming:
     to the next such line, at most `max_lines` lines and `max_bytes` bytes; a line past a bound
     is quarantined (multiline_overflow), and so is a line before its file's first start line
     (no_start). Blank lines are never records: inside a record they are kept, elsewhere skipped.
-    `first_start`: per input file, where its first start line begins (the plan's scan)."""
+    `first_start`: per input file, where its first start line begins (the plan's scan).
+    `holes`: per plain input file, the (start, stop) of its lines over source.max_record_bytes
+    (ranges of their own): a range's context never reaches into one."""
 
     start: str
     max_lines: int
     max_bytes: int
     first_start: tuple[int, ...]
+    holes: tuple = ()
 
     def read(self, files: list[InputFile], ranges, backend, pins: list | None = None):
         """pins: where each range's hash as read is added (sources/pins.py), if given."""
         out = Records()
         for rng in ranges:
             f = files[rng.file_index]
+            cut = None          # where a line over source.max_record_bytes before this stretch ends
             if isinstance(rng, CompressedRange) or rng.length < 0:       # the whole file, from its start
-                data, base = _range_bytes(f, rng, out.set_aside, pins)
-                lo, hi, first = base, base + len(data) + 1, None
+                data, base = _range_bytes(f, rng, out.set_aside, pins)   # (or from after such a line)
+                lo, hi, first = base, base + len(data) + 1, None if base == 0 else base
+                cut = base or None
             else:
                 lo, hi = rng.offset, rng.offset + rng.length
                 data, base = self._window(f, lo, hi, pins)
                 first = self.first_start[f.index]
+                cut = max((stop for _, stop in (self.holes[f.index] if self.holes else ())
+                           if lo - self.max_bytes - 1 < stop <= lo), default=None)      # (what _window stopped at)
             if data:
-                self._frame(data, base, lo, hi, f.index, first, out)
+                self._frame(data, base, lo, hi, f.index, first, out, cut)
         return out.to_backend(backend)
 
     def _window(self, f: InputFile, lo: int, hi: int, pins: list | None = None) -> tuple[bytes, int]:
@@ -319,6 +337,11 @@ class MultilineFraming:
         every line whose record can start in the range, and the start lines it can belong to."""
         a = max(0, lo - self.max_bytes - 1)
         b = min(f.size, hi + self.max_bytes + 1)
+        for start, stop in (self.holes[f.index] if self.holes else ()):
+            if stop <= lo:
+                a = max(a, stop)
+            elif start >= hi:
+                b = min(b, start)
         try:
             start, end, _ = record_span(f.path, a, b - a)
         except OSError as err:
@@ -328,7 +351,7 @@ class MultilineFraming:
         return data, start
 
     def _frame(self, data: bytes, base: int, lo: int, hi: int, file_index: int, first: int | None,
-               out: Records) -> None:
+               out: Records, cut: int | None = None) -> None:
         """Records and set-aside lines of the whole lines `data` (at `base` in the file) that
         start in [lo, hi). `first`: the file's first start line, None: data is the file from its
         start."""
@@ -368,12 +391,15 @@ class MultilineFraming:
         which = np.flatnonzero(aside)
         if len(which):
             rows = unit_rows[which]
-            reasons = [self._why(int(starts[r]), first, bool(has_head[r]), int(head_at[r]), int(idx[r] - head[r] + 1))
-                       for r in rows]
+            reasons = [self._why(int(starts[r]), first, bool(has_head[r]), int(head_at[r]), int(idx[r] - head[r] + 1),
+                                 cut) for r in rows]
             out.set_aside_units(records, which, file_index, base, reasons)
         # blank units that are not inside a record are not records: dropped like blank lines
 
-    def _why(self, at: int, first: int, has_head: bool, head_at: int, nth: int) -> str:
+    def _why(self, at: int, first: int, has_head: bool, head_at: int, nth: int, cut: int | None = None) -> str:
+        if not has_head and cut is not None and at >= cut:
+            return (f"{OVERFLOW}: a continuation line after a line over source.max_record_bytes (quarantined "
+                    "by itself), which cuts it off from its record's start line")
         if at < first:
             return f"{NO_START}: a continuation line before the file's first line matching multiline.start"
         if has_head:

@@ -15,6 +15,7 @@ shuffle hash it, never pixels.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import hashlib
@@ -22,6 +23,7 @@ import json
 import os
 import re
 import tarfile
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,6 +38,8 @@ from .stage import PartitionScoped
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 DEFAULT_EXTENSIONS = (*IMAGE_EXTENSIONS, "tar")
 TAR_TAIL_CHECKED = 1 << 20      # bytes after a tar's last member checked to be its zero end blocks
+PIECE_PIXEL_BYTES = 128 << 20   # decoded pixels (width x height x 4) a task runs through its steps at once
+PIXEL_BUDGET_BYTES = 384 << 20  # decoded pixels in flight in a process, all tasks together (PixelBudget)
 # The backend's switch (base.Backend.images_on_gpu) that lets an images source run on its image
 # path (backends/gpu_images.py); off, planning one for a backend other than the CPU is refused:
 # that path has not been checked on a GPU yet (docs/gpu.md, "Images"). Named in the message.
@@ -88,13 +92,36 @@ class ImagesStage(PartitionScoped):
         thread reads, checks (header, pixel limit, sha256) and hands on each image in order,
         while the rest still arrive. Reader threads did the same job worse: their Python and
         checks contended for the GIL with the other tasks' image work (benchmarks/README.md)."""
-        records = partition.ranges
-        _prefetch(self.files, records)
         pins: list = []
-        rows = [self._read_one(rec, pins) for rec in records]
-        df = _frame(rows, self, segment, backend)
+        df = _frame(self._rows(partition, pins), self, segment, backend)
         df.attrs[READ_PINS] = ReadPins(pins)
         return df
+
+    def read_pieces(self, partition: Partition, segment, backend, pins: list | None = None):
+        """`read`'s rows as frames of at most PIECE_PIXEL_BYTES of decoded pixels each (from each
+        header: width x height x 4 bytes; an image larger than that is a piece of its own). The
+        runtime runs each through the row steps (decode, resize, encode) before making the next,
+        so a task holds one piece's pixels, not its partition's: 40 PNGs of 8000x8000 would
+        otherwise be 7.7 GB of pixels at once. The hash of each span of bytes read is added to
+        `pins` (sources/pins.py)."""
+        rows = self._rows(partition, [] if pins is None else pins)
+        cuts, held = [0], 0
+        for i, row in enumerate(rows):
+            size = decoded_bytes(row)
+            if i > cuts[-1] and held + size > PIECE_PIXEL_BYTES:
+                cuts.append(i)
+                held = 0
+            held += size
+        cuts.append(len(rows))
+        for a, b in zip(cuts, cuts[1:]):
+            if b > a:
+                with PIXELS.hold(sum(decoded_bytes(r) for r in rows[a:b])):
+                    yield _frame(rows[a:b], self, segment, backend)
+
+    def _rows(self, partition: Partition, pins: list) -> list[dict]:
+        records = partition.ranges
+        _prefetch(self.files, records)
+        return [self._read_one(rec, pins) for rec in records]
 
     def _read_one(self, rec: ImageRecord, pins: list) -> dict:
         """One record's row; the hash of each span of bytes read is added to `pins`."""
@@ -132,6 +159,40 @@ class ImagesStage(PartitionScoped):
                    content_hash=hashlib.sha256(data).hexdigest(),
                    orientation=orientation if self.exif_transpose else 1)
         return row
+
+
+class PixelBudget:
+    """Decoded pixels in flight in this process, across the tasks of all its threads: a piece's
+    pixels are held from when its frame is made until its row steps are done (the runtime asks
+    for the next piece). A piece waits while the others in flight and it would pass the budget;
+    a piece larger than the budget waits until it is alone. Without it, each worker thread
+    decodes its own piece at once: on a machine of many cores, as many huge images at a time."""
+
+    def __init__(self, limit: int):
+        self.limit, self.held = limit, 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, size: int):
+        size = min(size, self.limit)
+        with self._changed:
+            self._changed.wait_for(lambda: self.held == 0 or self.held + size <= self.limit)
+            self.held += size
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.held -= size
+                self._changed.notify_all()
+
+
+PIXELS = PixelBudget(PIXEL_BUDGET_BYTES)
+
+
+def decoded_bytes(row: dict) -> int:
+    """The most bytes a checked image's pixels take decoded (4 channels of 8 bits); 0 for a
+    record set aside."""
+    return 4 * (row.get("orig_width") or 0) * (row.get("orig_height") or 0) if row["reason"] is None else 0
 
 
 def _prefetch(files: list[InputFile], records) -> None:
@@ -419,14 +480,16 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                 folder, base = os.path.split(member.name)
                 stem = base.split(".", 1)[0]
                 unsafe = _unsafe(member) or (None if stem else "a name starting with '.' has no key")
-                if not unsafe and member.offset_data + member.size > f.size:
+                # a sparse member's size is its expanded size, not what the tar stores: never "cut short"
+                cut = not member.issparse() and member.offset_data + member.size > f.size
+                if not unsafe and cut:
                     unsafe = (f"the tar is cut short inside this member ({max(f.size - member.offset_data, 0):,} "
                               f"of {member.size:,} bytes present)")
                 if unsafe:
                     out.append((ImageRecord(f.index, member.offset, member.name, None, None,
                                             problem=f"{f.display}: member {member.name!r}: {unsafe}; not read",
                                             name=member.name), 1))
-                    if member.offset_data + member.size > f.size:
+                    if cut:
                         break                       # the damage is this member's: nothing follows it
                     continue
                 groups.setdefault(f"{folder}/{stem}" if folder else stem, []).append(member)
@@ -492,6 +555,8 @@ def _unsafe(member: tarfile.TarInfo) -> str | None:
         return "a path with '..'"
     if member.issym() or member.islnk():
         return f"a link (to {member.linkname!r})"
+    if member.issparse():           # its stored bytes are not the file: tarfile expands them on extract only
+        return "a sparse member (GNU sparse format), which images sources do not read"
     if not member.isfile():
         return "not a regular file"
     return None

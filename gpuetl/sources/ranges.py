@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import mmap
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from .. import storage
 from ..errors import SourceError
+from ..spec.sizes import format_size
 from . import compressed
 from .compressed import Limits
 from .files import InputFile
 from .pins import RangePin, pin_bytes
+from .long_records import DEFAULT_MAX_RECORD, HEAD_BYTES, head_of, long_lines, stretches, too_long
 
 
 class Whole(tuple):
@@ -32,18 +34,35 @@ class ByteRange:
     file_index: int
     offset: int
     length: int        # -1: an empty plain file at planning (read whole), or a CompressedRange
+    max_record: int | None = None   # an object read in ranges from a store: source.max_record_bytes
 
 
 @dataclass(frozen=True)
 class CompressedRange(ByteRange):
     """The records in [offset, stop) of a compressed file's uncompressed stream (offset and stop
     are record starts, found by the plan's scan). `final`: the stream ends at stop, or is cut off
-    there. `refused`: the file is a decompression bomb; it is one quarantined record, at stop."""
+    there. `refused`: the file is a decompression bomb; it is one quarantined record, at stop.
+    `oversized`: [offset, stop) is one record over source.max_record_bytes, quarantined as its
+    first bytes (`refused` its reason); the stream goes on after it. `window`: the largest zstd
+    window to decode with (source.max_window_bytes)."""
 
     length: int = -1
     stop: int = 0
     final: bool = True
     refused: str | None = None
+    oversized: bool = False
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class OversizedRange(ByteRange):
+    """One record of a plain file over source.max_record_bytes, [offset, stop): read as its
+    first bytes and quarantined with `reason` (sources/long_records.py). Its length is -1 so
+    every reader takes it as a range read whole, through read_range."""
+
+    length: int = -1
+    stop: int = 0
+    reason: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,23 +94,66 @@ def plan_partitions(files: list[InputFile], blocksize: int, limits: Limits = Lim
         if f.size == 0:
             ranges.append((ByteRange(f.index, 0, -1), 1))
             continue
-        for offset in range(0, f.size, blocksize):
-            length = min(blocksize, f.size - offset)
-            ranges.append((ByteRange(f.index, offset, length), length))
+        for piece in stretches(f.size, plain_long_records(f, limits)):
+            if len(piece) == 3:            # a record over max_record_bytes: its own range
+                ranges.append((oversized_range(f, piece[0], piece[1], limits.max_record_bytes), 1))
+                continue
+            a, b = piece
+            bound = limits.max_record_bytes if f.in_store else None     # (local files: probed above)
+            for offset in range(a, b, blocksize):
+                length = min(blocksize, b - offset)
+                ranges.append((ByteRange(f.index, offset, length, bound), length))
     return taper(pack(ranges, blocksize), blocksize)
 
 
-def compressed_ranges(f: InputFile, blocksize: int, limits: Limits) -> list[tuple[CompressedRange, int]]:
-    """A compressed file's pieces, each with its uncompressed size (what packing counts)."""
+def plain_long_records(f: InputFile, limits: Limits) -> list[tuple[int, int]]:
+    """(start, stop) of a plain file's lines over limits.max_record_bytes (probed: long_records.py).
+    An object read in ranges from a store is not probed."""
+    if not limits.max_record_bytes or f.in_store or f.size <= limits.max_record_bytes:
+        return []
     try:
-        found = compressed.scan(f.path, f.compression, blocksize, limits, f.size, f.display)
+        return long_lines(f.path, f.size, limits.max_record_bytes)
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
+
+
+def oversized_range(f: InputFile, start: int, stop: int, limit: int) -> "OversizedRange":
+    length = stop - start - (1 if stop < f.size or _ends_with_newline(f, stop) else 0)
+    return OversizedRange(f.index, start, stop=stop, reason=too_long(f.display, length, limit))
+
+
+def _ends_with_newline(f: InputFile, stop: int) -> bool:
+    with open(f.path, "rb") as fh:
+        fh.seek(stop - 1)
+        return fh.read(1) == b"\n"
+
+
+def compressed_ranges(f: InputFile, blocksize: int, limits: Limits,
+                      csv: bool = False) -> list[tuple[CompressedRange, int]]:
+    """A compressed file's pieces, each with its uncompressed size (what packing counts). A
+    record over limits.max_record_bytes is a piece of its own (`oversized`)."""
+    try:
+        found = compressed.scan(f.path, f.compression, blocksize, limits, f.size, f.display, csv)
+    except OSError as err:
+        raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
+    window = limits.max_window_bytes
     if found.refused:
-        return [(CompressedRange(f.index, 0, stop=found.size, refused=found.refused), 1)]
-    ends = [*found.starts[1:], found.size]
-    return [(CompressedRange(f.index, start, stop=end, final=end == found.size), max(end - start, 1))
-            for start, end in zip(found.starts, ends)]
+        return [(CompressedRange(f.index, 0, stop=found.size, refused=found.refused, window=window), 1)]
+    bounds = set(found.starts)
+    for a, b in found.long:
+        bounds = {x for x in bounds if not a < x < b} | {a, b}
+    bounds = sorted(x for x in bounds if x < found.size) or [0]      # (an empty or cut-off stream: one piece)
+    long = dict(found.long)
+    out = []
+    for start, end in zip(bounds, [*bounds[1:], found.size]):
+        final = end == found.size
+        if long.get(start) == end:
+            length = end - start - 1      # (a cut-off stream's last record may lack its newline: one byte off)
+            out.append((CompressedRange(f.index, start, stop=end, final=final, oversized=True, window=window,
+                                        refused=too_long(f.display, length, limits.max_record_bytes)), 1))
+        else:
+            out.append((CompressedRange(f.index, start, stop=end, final=final, window=window), max(end - start, 1)))
+    return out
 
 
 TAPER = 2
@@ -108,10 +170,10 @@ def taper(partitions: list[Partition], blocksize: int) -> list[Partition]:
     out = list(partitions[:-TAPER])
     for part in partitions[-TAPER:]:
         rng = part.ranges[0]
-        if len(part.ranges) == 1 and rng.length > max(blocksize // 2, 1):
+        if len(part.ranges) == 1 and type(rng) is ByteRange and rng.length > max(blocksize // 2, 1):
             half = rng.length // 2
-            out += [Partition(0, (ByteRange(rng.file_index, rng.offset, half),)),
-                    Partition(0, (ByteRange(rng.file_index, rng.offset + half, rng.length - half),))]
+            out += [Partition(0, (replace(rng, length=half),)),
+                    Partition(0, (replace(rng, offset=rng.offset + half, length=rng.length - half),))]
         else:
             out.append(part)
     return [Partition(i, p.ranges) for i, p in enumerate(out)]
@@ -142,6 +204,8 @@ class RangeData:
     start: int                 # offset in the (uncompressed) file of data[0]
     truncated: str | None = None   # set when a compressed stream ended early
     refused: str | None = None     # set for a decompression bomb: its one quarantine record's reason
+    head: bytes = b""              # that record's raw bytes (a record over max_record_bytes: its first ones)
+    long: tuple | None = None      # (offset, first bytes, reason) of a record over the bound after `data`
 
 
 @dataclass
@@ -172,8 +236,10 @@ def truncated_piece(f: InputFile, got: "RangeData", extra_bad: list) -> bytes:
     line keeps what it ends with (no newline is added here: read_block adds one, and says so)."""
     data = got.data
     if got.refused:
-        extra_bad.append((f.index, got.start, raw_record(b""), got.refused))
+        extra_bad.append((f.index, got.start, raw_record(got.head), got.refused))
         return b""
+    if got.long:
+        extra_bad.append((f.index, got.long[0], raw_record(got.long[1]), got.long[2]))
     if got.truncated:          # only decompressed (bytes) data is ever cut off
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
@@ -214,18 +280,23 @@ def read_block(files: list[InputFile], ranges) -> Block:
     return Block(data, seg_pos, seg_start, seg_file, extra_bad, added, pins)
 
 
-def read_range(f: InputFile, rng: ByteRange) -> RangeData:
+def read_range(f: InputFile, rng: ByteRange, reach: int | None = None) -> RangeData:
+    """The whole records of a range. `reach`: a sample's read (a plain range), which leaves out
+    its last record when that record ends more than `reach` bytes past the range."""
     if isinstance(rng, DecodedRange):
         return rng.got
     try:
+        if isinstance(rng, OversizedRange):
+            return RangeData(b"", rng.offset, refused=rng.reason, head=head_of(f.path, rng.offset, rng.stop))
         if isinstance(rng, CompressedRange):
             return decode_range(None, f, rng)[0]
         if f.in_store:
-            return _read_in_store(f, max(rng.offset, 0), f.size if rng.length < 0 else rng.length)
+            return _read_in_store(f, max(rng.offset, 0), f.size if rng.length < 0 else rng.length,
+                                  reach if reach is not None else rng.max_record)
         if rng.length < 0:
             with open(f.path, "rb") as fh:
                 return RangeData(fh.read(), 0)
-        return _read_plain(f.path, rng.offset, rng.length)
+        return _read_plain(f.path, rng.offset, rng.length, reach)
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
 
@@ -233,10 +304,15 @@ def read_range(f: InputFile, rng: ByteRange) -> RangeData:
 def decode_range(stream, f: InputFile, rng: CompressedRange):
     """(the range's RangeData, the open stream for the file's next range): one task of the
     chain that decodes a compressed file once, front to back (runtime/graph.py)."""
-    if rng.refused:
-        return RangeData(b"", rng.stop, refused=rng.refused), None
     try:
-        data, truncated, stream = compressed.take(stream, f.path, f.compression, rng.offset, rng.stop, rng.final)
+        if rng.oversized:
+            head, truncated, stream = compressed.skim(stream, f.path, f.compression, rng.offset, rng.stop, rng.final,
+                                                      HEAD_BYTES, rng.window)
+            return RangeData(b"", rng.offset, truncated, refused=rng.refused, head=head), stream
+        if rng.refused:
+            return RangeData(b"", rng.stop, refused=rng.refused), None
+        data, truncated, stream = compressed.take(stream, f.path, f.compression, rng.offset, rng.stop, rng.final,
+                                                  rng.window)
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
     return RangeData(data, rng.offset, truncated), stream
@@ -249,30 +325,47 @@ def with_decoded(ranges, decoded) -> tuple:
                  if isinstance(r, CompressedRange) else r for r in ranges)
 
 
-def read_head(f: InputFile, limit: int) -> bytes:
-    """The whole records in about the first `limit` bytes of a file, decompressed: a sample of
-    its first records that never decodes a whole file (or a bomb)."""
+def read_head(f: InputFile, limit: int, window: int | None = None,
+              reach: int = DEFAULT_MAX_RECORD) -> tuple[int, bytes]:
+    """(offset, bytes) of the whole records in about the first `limit` bytes of a file,
+    decompressed: a sample of its first records that never decodes a whole file (or a bomb), nor
+    reads a record that ends more than `reach` (source.max_record_bytes) past `limit`. A plain
+    file's first records over that are stepped over (in bounded peeks) to the records after
+    them. `window`: source.max_window_bytes."""
     if not f.compression:
-        return bytes(read_range(f, ByteRange(f.index, 0, min(f.size, limit))).data)
+        at = 0
+        while at < f.size:
+            got = read_range(f, ByteRange(f.index, at, min(f.size - at, limit)), reach=reach)
+            if len(got.data):
+                return got.start, bytes(got.data)
+            fd = os.open(f.path, os.O_RDONLY)
+            try:
+                nl = _find_newline(fd, at, f.size)
+            finally:
+                os.close(fd)
+            if nl is None:
+                break
+            at = nl + 1
+        return at, b""
     try:
-        stream = compressed.Stream(f.path, f.compression)
+        stream = compressed.Stream(f.path, f.compression, window)
         try:
             data = stream.read(limit)
         finally:
             stream.close()
     except OSError as err:
         raise SourceError(f"{f.display}: cannot read: {err.strerror or err}") from None
-    return data if len(data) < limit else data[:data.rfind(b"\n") + 1]
+    return 0, data if len(data) < limit else data[:data.rfind(b"\n") + 1]
 
 
 MAP_MIN_BYTES = 4 << 20
 
 
-def _read_plain(path: str, offset: int, length: int) -> RangeData:
+def _read_plain(path: str, offset: int, length: int, reach: int | None = None) -> RangeData:
     """The records that start in the range, exactly their bytes (the boundaries come from small
     peeks). A large range is memory-mapped, not read: reading 64 MiB into a fresh buffer costs a
     copy and a page fault per page, more than mapping the page cache costs (benchmarks/README.md)."""
-    start, end, needs_newline = record_span(path, offset, length)
+    start, end, needs_newline = record_span(path, offset, length, reach)
     if end - start >= MAP_MIN_BYTES and not needs_newline:
         return RangeData(_mapped(path, start, end), start)
     with open(path, "rb") as fh:
@@ -298,14 +391,16 @@ def _mapped(path: str, start: int, end: int) -> memoryview:
 _PEEK = 1 << 16
 
 
-def record_span(path: str, offset: int, length: int) -> tuple[int, int, int]:
+def record_span(path: str, offset: int, length: int, reach: int | None = None) -> tuple[int, int, int]:
     """(start, end, needs newline) of the records that start in [offset, offset+length): a record
-    belongs to the range its first byte is in. Found with small peeks around the range's ends."""
+    belongs to the range its first byte is in. Found with small peeks around the range's ends.
+    `reach` (a sample's read): the last record is left out when it ends more than `reach` bytes
+    past the range."""
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         if offset > 0:
-            p = _find_newline(fd, offset - 1, size)
+            p = _find_newline(fd, offset - 1, min(size, offset + length))
             if p is None or p + 1 >= offset + length:
                 return offset, offset, 0
             start = p + 1
@@ -313,18 +408,25 @@ def record_span(path: str, offset: int, length: int) -> tuple[int, int, int]:
             start = 0
         if start >= size:
             return start, start, 0
-        q = _find_newline(fd, max(start, offset + length - 1), size)
+        stop = size if reach is None else min(size, offset + length + reach)
+        q = _find_newline(fd, max(start, offset + length - 1), stop)
+        if q is None and stop < size:          # the last record runs on past `reach`: leave it out
+            q = _rfind_newline(fd, start, max(start, offset + length - 1))
+            end = start if q is None else q + 1
+            return start, end, 0
         end = size if q is None else q + 1
         return start, end, int(q is None and end > start)
     finally:
         os.close(fd)
 
 
-def _read_in_store(f: InputFile, offset: int, length: int) -> RangeData:
+def _read_in_store(f: InputFile, offset: int, length: int, reach: int | None = None) -> RangeData:
     """record_span's rule on an object in the store, in ranged GETs pinned to its ETag: bytes
     from offset - 1 (does a record start at offset?) to a little past the range's end, then
     more, doubling, until the newline that ends its last record. The context read past the end
-    grows with the range (a tiny blocksize does not read each object many times over)."""
+    grows with the range (a tiny blocksize does not read each object many times over). `reach`
+    (source.max_record_bytes): a last record that runs on more than that past the range is not
+    read on; it is reported (`long`: its offset and first bytes) and left out."""
     size = f.size
 
     def get(a: int, b: int) -> bytes:
@@ -342,13 +444,39 @@ def _read_in_store(f: InputFile, offset: int, length: int) -> RangeData:
         start = first + k + 1
     search = max(start, offset + length - 1) - first
     while (k := buf.find(b"\n", search)) < 0 and stop < size:
+        if reach is not None and stop - (offset + length) > reach:
+            return _long_in_store(f, buf, first, start, offset + length, reach)
         search = len(buf)
         context *= 2
         more = min(size, stop + context)
+        if reach is not None:
+            more = min(more, offset + length + reach + 1)
         buf += get(stop, more)
         stop = more
     end = first + k + 1 if k >= 0 else size       # the last record without a newline: read_block adds one
     return RangeData(buf[start - first:end - first], start)
+
+
+def _rfind_newline(fd, lo: int, hi: int):
+    """The last newline in [lo, hi), read backwards a peek at a time."""
+    while hi > lo:
+        a = max(lo, hi - _PEEK)
+        k = os.pread(fd, hi - a, a).rfind(b"\n")
+        if k >= 0:
+            return a + k
+        hi = a
+    return None
+
+
+def _long_in_store(f: InputFile, buf: bytes, first: int, start: int, end: int, reach: int) -> RangeData:
+    """The records of buf[start - first:] before its last one, which starts before `end` and
+    runs on more than `reach` bytes past it: that one is reported with its first bytes."""
+    k = buf.rfind(b"\n", start - first, end - 1 - first)
+    at = first + k + 1 if k >= 0 else start
+    head = buf[at - first:at - first + HEAD_BYTES]
+    why = (f"{f.display}: a record longer than source.max_record_bytes ({format_size(reach)}; it runs on more "
+           f"than that past its range); not read: _raw holds its first {HEAD_BYTES:,} bytes only")
+    return RangeData(buf[start - first:at - first], start, long=(at, head, why))
 
 
 def _find_newline(fd, pos: int, size: int):

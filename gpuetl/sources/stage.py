@@ -56,7 +56,7 @@ def plan_byte_ranges(loaded, files: list[InputFile], whole_compressed: bool = Fa
     """Cut line-oriented inputs into byte ranges of about `source.blocksize`, a record never split."""
     src = loaded.spec.source
     _check_partition_count(loaded, files)
-    return plan_partitions(files, src.blocksize, Limits(src.max_expand_ratio, src.max_uncompressed_bytes),
+    return plan_partitions(files, src.blocksize, Limits.of(src),
                            whole_compressed)
 
 

@@ -66,6 +66,11 @@ class Source(Model):
                                     "many times its size is refused as a decompression bomb (one quarantined record)")
     max_uncompressed_bytes: Size | None = Field(None, description="a compressed file that decodes to more than "
                                                 "this (e.g. 10GiB) is refused likewise; no bound if unset")
+    max_window_bytes: Size | None = Field(None, description="zstd inputs: a frame that needs a larger window "
+                                          "(written with zstd --long) is quarantined; default zstd's own limit, 128MiB; "
+                                          "at most 2GiB")
+    max_record_bytes: Size = Field(64 * 2**20, description="text, jsonl, csv: a longer record (a line; a CSV "
+                                   "record) is quarantined, never read whole: _raw holds its first 4KiB")
     provenance: bool = Field(False, description="add _file (string) and _offset (int64, byte offset) columns")
     delimiter: str = Field(",", description="csv only: the field separator")
     null_values: list[str] = Field([""], description="csv only: unquoted field texts that are null (a quoted "
@@ -102,6 +107,22 @@ class Source(Model):
     @classmethod
     def _max_uncompressed_bytes(cls, v):
         return _size(v)
+
+    @field_validator("max_record_bytes")
+    @classmethod
+    def _max_record_bytes(cls, v):
+        size = parse_size(v)
+        if not 1 <= size <= MAX_BLOCKSIZE:
+            raise ValueError(f"{v!r}: between 1 byte and 1GiB")
+        return size
+
+    @field_validator("max_window_bytes")
+    @classmethod
+    def _max_window_bytes(cls, v):
+        size = _size(v)
+        if size is not None and not 1 << 10 <= size <= 1 << 31:
+            raise ValueError(f"{v!r}: between 1KiB and 2GiB (zstd's largest window)")
+        return size
 
     @field_validator("path")
     @classmethod

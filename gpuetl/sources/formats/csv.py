@@ -14,12 +14,12 @@ from ..stage import _check_partition_count, declared_columns, source_stage
 
 class CsvFormat:
     name = "csv"
-    options = ("delimiter", "null_values")
+    options = ("delimiter", "null_values", "max_record_bytes")
 
     def plan(self, loaded, files, notes, backend=None):
         src = loaded.spec.source
         _check_partition_count(loaded, files)
-        partitions = plan_csv_partitions(files, src.blocksize, Limits(src.max_expand_ratio, src.max_uncompressed_bytes))
+        partitions = plan_csv_partitions(files, src.blocksize, Limits.of(src))
         return partitions, self.stage(loaded, files, notes), {}
 
     def stage(self, loaded, files, notes):

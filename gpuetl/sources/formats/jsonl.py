@@ -23,6 +23,7 @@ from ...types import ColumnSpec, Schema, is_nested
 from ..files import InputFile
 from ..json_fields import ColumnClash, JsonColumn, JsonRead, parse_path, path_pattern, position_text
 from ..parsers import JsonParser
+from ..long_records import DEFAULT_MAX_RECORD
 from ..ranges import ByteRange, read_head, read_range
 from ..stage import declared_columns, plan_byte_ranges, source_stage
 
@@ -39,7 +40,7 @@ FIELD_HINT = "list the fields to read under `columns`; the others are left out"
 
 class JsonlFormat:
     name = "jsonl"
-    options = ()
+    options = ("max_record_bytes",)
 
     def reads_ranges_in_store(self, spec) -> bool:
         """One object per line: objects in the store are read in byte ranges (sources/ranges.py)."""
@@ -61,7 +62,7 @@ def json_stage(loaded, files, notes=None):
 def json_stage_and_metadata(loaded, files, notes: list[str]):
     spec = loaded.spec
     declared = declared_columns(loaded)
-    sample = sample_json(files)
+    sample = sample_json(files, window=spec.source.max_window_bytes, reach=spec.source.max_record_bytes)
     metadata: dict = {}
     shapes: dict = {}
     if declared:
@@ -315,27 +316,27 @@ def _sampled_files(files: list[InputFile]) -> list[InputFile]:
     return [files[i] for i in sorted(chosen)]
 
 
-def _blocks(f: InputFile) -> list[tuple[int, bytes]]:
+def _blocks(f: InputFile, window: int | None = None, reach: int = DEFAULT_MAX_RECORD) -> list[tuple[int, bytes]]:
     """(offset, bytes) of the whole lines in a file's head and in a few spread-out blocks (at
     offsets drawn from the file's name and size, so the same file is sampled alike every time)."""
-    head = read_head(f, JSON_HEAD_BYTES)
-    out = [(0, head)]
+    out = [read_head(f, JSON_HEAD_BYTES, window, reach)]
     if f.compression or f.size <= JSON_HEAD_BYTES + JSON_BLOCK_BYTES:
         return out
     rng = random.Random(f"{f.display}:{f.size}")
     starts = sorted(rng.randrange(JSON_HEAD_BYTES, f.size - JSON_BLOCK_BYTES) for _ in range(JSON_BLOCKS))
     for start in starts:
-        data = read_range(f, ByteRange(f.index, start, JSON_BLOCK_BYTES))
+        data = read_range(f, ByteRange(f.index, start, JSON_BLOCK_BYTES), reach=reach)
         out.append((data.start, bytes(data.data)))
     return out
 
 
-def sample_json(files: list[InputFile]) -> JsonSample:
-    """The sample of these files (see the module's docstring)."""
+def sample_json(files: list[InputFile], window: int | None = None, reach: int = DEFAULT_MAX_RECORD) -> JsonSample:
+    """The sample of these files (see the module's docstring). `window`: source.max_window_bytes;
+    `reach`: source.max_record_bytes (a longer record is stepped over)."""
     sample = JsonSample()
     for f in _sampled_files(files):
         sample.files_read += 1
-        for k, (start, data) in enumerate(_blocks(f)):
+        for k, (start, data) in enumerate(_blocks(f, window, reach)):
             records = _record_lines(start, data)
             for line_at, raw in _spread(records, JSON_BLOCK_RECORDS if k else JSON_HEAD_RECORDS):
                 try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..compressed import Limits
 from ..parquet import parquet_columns, plan_row_groups
 from ..stage import declared_columns, source_stage
 
@@ -11,8 +12,10 @@ class ParquetFormat:
     options = ()
 
     def plan(self, loaded, files, notes, backend=None):
-        partitions = plan_row_groups(files, loaded.spec.source.blocksize)
-        return partitions, self.stage(loaded, files, notes), {}
+        stage = self.stage(loaded, files, notes)
+        partitions = plan_row_groups(files, loaded.spec.source.blocksize, Limits.of(loaded.spec.source),
+                                     list(stage.parser.schema))
+        return partitions, stage, {}
 
     def stage(self, loaded, files, notes):
         parser, skipped = parquet_columns(files, f"{loaded.path}: source.path")

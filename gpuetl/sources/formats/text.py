@@ -15,7 +15,9 @@ from ...parsing import preset as preset_rule
 from ...parsing import template_to_regex
 from ...spec.names import new_name_problem
 from ...types import ColumnSpec, column_spec
+from ..compressed import Limits
 from ..framing import MultilineFraming, first_start_lines
+from ..ranges import plain_long_records
 from ..parsers import LineParser, RegexParser
 from ..stage import declared_columns, plan_byte_ranges, source_stage
 from .jsonl import FIELD_HINT, json_stage, json_stage_and_metadata
@@ -27,7 +29,7 @@ TEMPLATE_HINT = ("in a template, '[' starts a regular-expression character class
 
 class TextFormat:
     name = "text"
-    options = ("multiline",)
+    options = ("multiline", "max_record_bytes")
 
     def reads_ranges_in_store(self, spec) -> bool:
         """Lines: each range finds its records from its own bytes and a little past its end, so an
@@ -96,7 +98,9 @@ def multiline_framing(loaded, files) -> MultilineFraming:
     if pc.match_substring_regex(pa.array([""]), pattern=option.start)[0].as_py():
         raise SpecError(f"{where}: {option.start!r} matches an empty line, so every line would start a record",
                         hint="anchor it to what a record's first line begins with, e.g. '^\\d{4}-'")
-    return MultilineFraming(option.start, option.max_lines, option.max_bytes, first_start_lines(files, option.start))
+    limits = Limits.of(loaded.spec.source)
+    return MultilineFraming(option.start, option.max_lines, option.max_bytes, first_start_lines(files, option.start),
+                            tuple(tuple(plain_long_records(f, limits)) if not f.compression else () for f in files))
 
 
 def user_regex(loaded, regex: str) -> tuple[str, tuple[str, ...]]:
