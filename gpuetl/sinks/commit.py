@@ -237,8 +237,10 @@ class _Tree:
         except OSError:
             pass
 
-    def remove_tree(self, rel: str) -> None:
-        """Remove a folder gpuetl made (a run's temporary folder), links inside unlinked, not followed."""
+    def remove_run(self, rel: str) -> None:
+        """Remove a run's temporary folder: everything in it, then its journal, its owner record
+        last. A kill part-way leaves a folder its owner record still proves gpuetl's (and, until
+        the journal goes, a commit the next run or `verify --repair` finishes)."""
         with self.parent(rel) as (fd, name):
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -246,7 +248,19 @@ class _Tree:
                 return
             if not stat.S_ISDIR(st.st_mode):
                 raise OutputError(f"sink.path: {self.path / rel} is not a folder gpuetl made; refusing to remove it")
-            shutil.rmtree(name, dir_fd=fd)      # descriptor-based: never follows a link (3.11+)
+            run = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                with os.scandir(run) as entries:
+                    names = sorted(e.name for e in entries)
+                last = [n for n in (JOURNAL, OWNER) if n in names]
+                for entry in [n for n in names if n not in last] + last:
+                    if stat.S_ISDIR(os.stat(entry, dir_fd=run, follow_symlinks=False).st_mode):
+                        shutil.rmtree(entry, dir_fd=run)     # descriptor-based: never follows a link (3.11+)
+                    else:
+                        os.unlink(entry, dir_fd=run)
+            finally:
+                os.close(run)
+            os.rmdir(name, dir_fd=fd)
 
 
 def _exists(fd: int, name: str) -> bool:
@@ -429,7 +443,7 @@ def journal_problem(out: Path, name: str) -> str | None:
     """Why the journal in out/_tmp/name cannot be trusted (None: `verify --repair` would finish it)."""
     try:
         with _Tree.open(out) as tree, tree.subtree(f"{TMP}/{name}") as run:
-            validate_journal(run, listed_on_disk(tree))
+            validate_journal(run, tree)
         return None
     except (ValueError, OutputError, OSError) as err:
         return str(err).split("\n")[0]
@@ -444,31 +458,44 @@ def pending_journals(out: Path) -> list[str]:
                   if not p.is_symlink() and p.is_dir() and (p / JOURNAL).is_file() and not (p / JOURNAL).is_symlink())
 
 
-def validate_journal(run: _Tree, on_disk: set[str]) -> dict:
-    """The journal of an interrupted commit, every path checked (ValueError says what is wrong):
-    the files it removes must be listed by the manifest in the folder (`on_disk`) or its own."""
+def check_journal(journal, run: str, present, on_disk: set[str]) -> dict:
+    """The one rule for trusting a commit journal, in a folder or in a store (ValueError says why):
+    well formed and of this run; every path plain, inside the dataset and never in `_tmp/`; every
+    file its manifest lists among its moves; and every file it would remove that is there
+    (`present(rel)`) listed by a manifest: the one in the dataset now (`on_disk`) or its own. A
+    file of the previous dataset that is gone already is nothing to remove: once the new manifest
+    is in place, the files the new dataset drops are gone, and the commit is still finished."""
+    if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run:
+        raise ValueError("not a commit journal of this run")
+    moves, previous, manifest = journal.get("moves"), journal.get("previous"), journal.get("manifest")
+    if not isinstance(moves, list) or not isinstance(previous, list) or not isinstance(manifest, dict):
+        raise ValueError("it lacks its moves, previous files or manifest")
+    for rel in moves + previous:
+        why = unsafe_reason(rel)
+        if why or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves):
+            raise ValueError(f"it names the path {rel!r}, which gpuetl would never write ({why or 'a reserved name'})")
+    listed = listed_files(manifest)
+    if not listed - {MANIFEST, SUCCESS} <= set(moves):
+        raise ValueError("its manifest lists files the commit does not move")
+    unproven = sorted(rel for rel in set(previous) - on_disk - listed if present(rel))
+    if unproven:
+        raise ValueError(f"it would remove {unproven[0]!r}, which no manifest lists")
+    return journal
+
+
+def validate_journal(run: _Tree, tree: _Tree) -> dict:
+    """The journal of an interrupted commit in run (a folder of tree's _tmp/), every path checked
+    (ValueError says what is wrong): check_journal, with an owner record and a real data folder."""
     if _valid_owner(run) is None:
         raise ValueError(f"{run.path / OWNER} is not an owner record gpuetl wrote")
     try:
         journal = json.loads(run.read_file(JOURNAL))
     except (OSError, ValueError, RecursionError, OutputError) as err:
         raise ValueError(f"{run.path / JOURNAL} cannot be read ({err})") from None
-    if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run.path.name:
-        raise ValueError(f"{run.path / JOURNAL} is not a commit journal of this run")
-    moves, previous, manifest = journal.get("moves"), journal.get("previous"), journal.get("manifest")
-    if not isinstance(moves, list) or not isinstance(previous, list) or not isinstance(manifest, dict):
-        raise ValueError(f"{run.path / JOURNAL} lacks its moves, previous files or manifest")
-    for rel in moves + previous:
-        why = unsafe_reason(rel)
-        if why or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves):
-            raise ValueError(f"{run.path / JOURNAL} names the path {rel!r}, which gpuetl would never write "
-                             f"({why or 'a reserved name'})")
-    listed = listed_files(manifest)
-    if not listed - {MANIFEST, SUCCESS} <= set(moves):
-        raise ValueError(f"{run.path / JOURNAL}: its manifest lists files the commit does not move")
-    unproven = sorted(set(previous) - on_disk - listed)
-    if unproven:
-        raise ValueError(f"{run.path / JOURNAL} would remove {unproven[0]!r}, which no manifest lists")
+    try:
+        check_journal(journal, run.path.name, lambda rel: tree.lstat(rel) is not None, listed_on_disk(tree))
+    except ValueError as err:
+        raise ValueError(f"{run.path / JOURNAL}: {err}") from None
     data = run.lstat("data")
     if data is not None and not stat.S_ISDIR(data.st_mode):
         raise ValueError(f"{run.path / 'data'} is a symbolic link or a file, not the folder gpuetl wrote shards to")
@@ -607,7 +634,7 @@ class OutputFolder:
         self.tmp.write_file(f"{run_tmp.name}/{OWNER}", json.dumps(record).encode())
 
     def abandon(self, run_tmp: Path) -> None:
-        self.tmp.remove_tree(run_tmp.name)
+        self.tmp.remove_run(run_tmp.name)
         self.tmp_used = True
 
     # the commit
@@ -628,7 +655,7 @@ class OutputFolder:
                     f"sink.path: writing the commit journal {run_tmp / JOURNAL} failed ({err.strerror or err}); "
                     f"nothing in {self.out} was changed", hint="free space or fix the cause, then run again") from None
             self.journal_written = True
-            validate_journal(run, listed_on_disk(self.tree))
+            validate_journal(run, self.tree)
         try:
             self._roll_forward(run_tmp.name, journal)
         except OSError as err:      # the journal is written: `verify --repair` finishes it
@@ -646,7 +673,7 @@ class OutputFolder:
                 if run.lstat(JOURNAL) is None:
                     continue
                 try:
-                    journal = validate_journal(run, listed_on_disk(self.tree))
+                    journal = validate_journal(run, self.tree)
                 except ValueError as err:
                     raise OutputError(f"sink.path: {err}; not finishing that commit, nothing was changed",
                                       hint=f"if gpuetl did not write it, move {run_tmp} away") from None
@@ -676,8 +703,26 @@ class OutputFolder:
         return has_data
 
     def _roll_forward(self, run_name: str, journal: dict) -> None:
+        """Run again on the same journal (a later run, `verify --repair`), it finishes the same
+        commit; once `_SUCCESS` holds the sha256 of the journal's manifest, and that manifest is
+        in place, only the run's folder is left to remove."""
         tree = self.tree
         has_data = self._preflight(run_name, journal)
+        raw = manifest_bytes(journal["manifest"])
+        if not self._committed(raw):
+            self._replace_dataset(run_name, journal, has_data, raw)
+        self.tmp.remove_run(run_name)
+        self.tmp_used = True
+
+    def _committed(self, raw: bytes) -> bool:
+        try:
+            return self.tree.read_file(SUCCESS, 1 << 16) == success_bytes(raw) and \
+                self.tree.read_file(MANIFEST) == raw
+        except (OSError, OutputError):
+            return False
+
+    def _replace_dataset(self, run_name: str, journal: dict, has_data: bool, raw: bytes) -> None:
+        tree = self.tree
         tree.unlink_file(SUCCESS)
         moves, previous = journal["moves"], journal["previous"]
         new = set(moves)
@@ -691,12 +736,9 @@ class OutputFolder:
             with self.tmp.subtree(f"{run_name}/data") as data:
                 for rel in moves:
                     tree.move_in(data, rel, set(previous))
-        raw = manifest_bytes(journal["manifest"])
         with self.tmp.subtree(run_name) as run:
             tree.write_file(MANIFEST, raw, staging=run)
             tree.write_file(SUCCESS, success_bytes(raw), staging=run)
-        self.tmp.remove_tree(run_name)
-        self.tmp_used = True
 
 
 def refuse(out: Path, inv: Inventory, mode: str) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from .. import storage
 from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
-                     OutputFolder, listed_files, manifest_bytes, refuse, success_bytes, unsafe_reason)
+                     OutputFolder, check_journal, listed_files, manifest_bytes, refuse, success_bytes, unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
@@ -291,11 +291,12 @@ class ObjectStoreFolder:
 
     def _abandon_remote(self, run: str) -> None:
         """Remove a run's keys under `_tmp/<run-id>/` (its uploads, and the pieces and records its
-        tasks put there), then its owner record; only when the record proves the run gpuetl's."""
+        tasks put there), then its journal, its owner record last; only when the record proves the
+        run gpuetl's. A kill part-way leaves keys the owner record still proves the run's."""
         if self._remote_owner(run) is None:
             return
-        owner = f"{TMP}/{run}/{OWNER}"
-        self._remove([rel for rel in self._listing(f"{TMP}/{run}/") if rel != owner] + [owner])
+        last = [f"{TMP}/{run}/{JOURNAL}", f"{TMP}/{run}/{OWNER}"]
+        self._remove([rel for rel in self._listing(f"{TMP}/{run}/") if rel not in last] + last)
 
     def _remote_runs(self) -> list[str]:
         return sorted({rel.split("/")[1] for rel in self._listing(TMP + "/") if rel.count("/") >= 2})
@@ -373,30 +374,19 @@ class ObjectStoreFolder:
         return finished
 
     def _valid_journal(self, run: str, raw: bytes) -> dict:
-        journal = _json(raw)
+        """commit.check_journal, the rule a local folder's journal is held to, against the store."""
         where = self._url(f"{TMP}/{run}/{JOURNAL}")
         try:
             if self._remote_owner(run) is None:
                 raise ValueError("its run has no owner record gpuetl wrote")
-            if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run:
-                raise ValueError("not a commit journal of this run")
-            moves, previous, manifest = journal.get("moves"), journal.get("previous"), journal.get("manifest")
-            if not isinstance(moves, list) or not isinstance(previous, list) or not isinstance(manifest, dict):
-                raise ValueError("it lacks its moves, previous files or manifest")
-            for rel in moves + previous:
-                if unsafe_reason(rel) or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves):
-                    raise ValueError(f"it names {rel!r}, which gpuetl would never write")
-            if not listed_files(manifest) - {MANIFEST, SUCCESS} <= set(moves):
-                raise ValueError("its manifest lists files the commit does not move")
             current = _json(self._read(MANIFEST) or b"null")
-            on_store = listed_files(current) if isinstance(current, dict) and \
-                current.get("format") == MANIFEST_FORMAT else set()
-            # The old manifest goes once the files it lists are gone (_roll_forward): without it, a
-            # file the journal would remove must be one the new manifest lists, or gone already
-            present = set(self._listing()) if not on_store else set(previous)
-            unproven = sorted((set(previous) & present) - on_store - listed_files(manifest))
-            if unproven:
-                raise ValueError(f"it would remove {unproven[0]!r}, which no manifest lists")
+            try:
+                on_store = listed_files(current) if isinstance(current, dict) and \
+                    current.get("format") == MANIFEST_FORMAT else set()
+            except ValueError:
+                on_store = set()
+            present = set(self._listing())
+            journal = check_journal(_json(raw), run, present.__contains__, on_store)
         except ValueError as err:
             raise OutputError(f"sink.path: {where}: {err}; not finishing that commit, nothing was changed",
                               hint=f"if gpuetl did not write it, remove {self._url(TMP + '/' + run)}/") from None
@@ -431,8 +421,7 @@ class ObjectStoreFolder:
                 _hook("copied", rel)
             self._write(MANIFEST, raw)
             self._write(SUCCESS, success_bytes(raw))
-        self._remove([f"{TMP}/{run}/data/{rel}" for rel in moves] + [f"{TMP}/{run}/{JOURNAL}"])
-        self._abandon_remote(run)            # what its tasks left there (pieces, shard records), the owner last
+        self._abandon_remote(run)     # its uploads, what its tasks left there, the journal, the owner last
 
 
 def _json(raw: bytes | None):
