@@ -266,3 +266,61 @@ def test_a_commit_killed_after_any_step_is_finished_by_repair_or_the_next_run(tm
     assert kinds == {"old", "new", "incomplete"}, outcomes
     # the window the issue found: the new manifest and _SUCCESS in place, the journal still there
     assert any(seen == "new" and journal for _, seen, journal in outcomes), outcomes
+
+
+@pytest.mark.slow
+def test_a_repair_killed_after_any_step_is_finished_by_the_next_repair(tmp_path, monkeypatch, capsys, surroundings):
+    """A commit killed just after its journal is written, when the new manifest and `_SUCCESS` are
+    in place, and at its last step before the journal goes; then `verify --repair` killed after
+    each of its own steps: what a reader sees and what verify says stay true, and the next repair
+    finishes the commit."""
+    from gpuetl.sinks.dataset import repair
+
+    base = tmp_path / "base"
+    base.mkdir()
+    old, new = build(base, "a split gone")
+    old_files, new_files = dataset_files(old.out_dir), dataset_files(new.out_dir)
+    steps = Steps(monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    total = start_commit(work / "clean", old.out_dir, new, steps, monkeypatch, None)
+    windows = {}                     # the first and last kill that leave a journal; and the bug's window
+    for k in range(total):
+        start_commit(work / f"probe{k}", old.out_dir, new, steps, monkeypatch, k)
+        out = work / f"probe{k}" / "out"
+        if pending(out):
+            windows.setdefault("journal written", k)
+            windows["journal still there"] = k
+            if read_as_documented(out) == new_files:
+                windows.setdefault("new manifest and _SUCCESS in place", k)
+        shutil.rmtree(work / f"probe{k}")
+    assert len(windows) == 3, windows
+    tried = []
+    with surroundings(tmp_path, dataset=work):
+        for k in sorted(set(windows.values())):
+            j = 0
+            while True:
+                case = work / f"k{k:03d}-j{j:03d}"
+                case.mkdir()
+                start_commit(case, old.out_dir, new, steps, monkeypatch, k)
+                out = case / "out"
+                if not pending(out):
+                    shutil.rmtree(case)
+                    break                       # no commit to finish after this kill
+                with as_dead_process(monkeypatch), steps.armed(j):
+                    try:
+                        repair(out)
+                        finished = True
+                    except Killed:
+                        finished = False
+                check_verify_tells_the_truth(out, capsys, old_files, new_files)
+                assert main(["verify", "--repair", str(out)]) == 0, capsys.readouterr()
+                assert dataset_files(out) == new_files
+                assert main(["verify", str(out)]) == 0 and not pending(out)
+                assert sorted(p.name for p in case.iterdir()) == ["out"]
+                shutil.rmtree(case)
+                tried.append((k, j))
+                if finished:
+                    break
+                j += 1
+    assert len({k for k, _ in tried}) == len(set(windows.values())) and len(tried) > 10, tried
