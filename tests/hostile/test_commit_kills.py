@@ -24,7 +24,8 @@ import pytest
 import gpuetl
 from gpuetl import samples
 from gpuetl.cli import main
-from gpuetl.sinks import commit, lock
+from gpuetl import storage
+from gpuetl.sinks import commit, lock, objectstore
 
 from .conftest import snapshot
 
@@ -106,6 +107,7 @@ def as_dead_process(monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(commit, "this_process", this_process)
+        m.setattr(objectstore, "this_process", this_process)
         yield
 
 
@@ -155,6 +157,8 @@ SCENARIOS = {
     "a split gone": ({"count": 2, "splits": {"train": 0.6, "val": 0.2, "test": 0.2}},
                      {"count": 2, "splits": {"train": 0.8, "val": 0.2}}, 50, 50),
     "no quarantine this time": ({"count": 2}, {"count": 2}, 50, 0),
+    "all three": ({"count": 3, "splits": {"train": 0.6, "val": 0.2, "test": 0.2}},
+                  {"count": 2, "splits": {"train": 0.8, "val": 0.2}}, 50, 0),
 }
 
 
@@ -324,3 +328,137 @@ def test_a_repair_killed_after_any_step_is_finished_by_the_next_repair(tmp_path,
                     break
                 j += 1
     assert len({k for k, _ in tried}) == len(set(windows.values())) and len(tried) > 10, tried
+
+
+# -- the same on an object store ----------------------------------------------------------------------
+
+class CountedStore:
+    """An fsspec file system whose every change (a PUT, a DELETE, a server-side copy) is a step of
+    `steps`; reads pass through."""
+
+    CHANGES = ("pipe_file", "rm_file", "copy", "put_file", "rm", "pipe", "put", "mv", "touch", "cp_file")
+    CALLS = ("put_object", "delete_object", "delete_objects", "copy_object")
+
+    def __init__(self, fs, steps: Steps):
+        self._fs, self._steps = fs, steps
+
+    def __getattr__(self, name):
+        attr = getattr(self._fs, name)
+        if name in self.CHANGES:
+            def change(*args, **kw):
+                if self._steps._step(name, args[0] if args else None):
+                    return attr(*args, **kw)
+            return change
+        if name == "call_s3":
+            def call(method, *args, **kw):
+                if method not in self.CALLS or self._steps._step(method, kw.get("Key")):
+                    return attr(method, *args, **kw)
+            return call
+        return attr
+
+
+def read_store_as_documented(s3, prefix: str):
+    try:
+        success = json.loads(s3.get(f"{prefix}/_SUCCESS"))
+        raw = s3.get(f"{prefix}/_manifest.json")
+    except (OSError, ValueError):
+        return "incomplete"
+    if success.get("manifest_sha256") != hashlib.sha256(raw).hexdigest():
+        return "incomplete"
+    return {rel: s3.get(f"{prefix}/{rel}") for rel in files_of(json.loads(raw))}
+
+
+def store_files(s3, prefix: str, reports: bool = True) -> dict[str, bytes]:
+    manifest = json.loads(s3.get(f"{prefix}/_manifest.json"))
+    c = manifest["counts"]
+    assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
+    listed = files_of(manifest) if reports else [e["path"] for e in manifest["shards"] + manifest["quarantine"]]
+    return {rel: s3.get(f"{prefix}/{rel}") for rel in listed}
+
+
+def etags(s3, prefix: str) -> dict[str, str]:
+    s3.fs.invalidate_cache()
+    return {k: v.get("ETag") for k, v in s3.fs.find(f"{s3.bucket}/{prefix}/", detail=True).items()}
+
+
+def store_pending(s3, prefix: str) -> list[str]:
+    return [k for k in s3.keys(f"{prefix}/_tmp/") if k.endswith("/" + commit.JOURNAL)]
+
+
+def start_store_commit(s3, prefix: str, new, steps: Steps, monkeypatch, kill_after: int | None) -> int:
+    """The old dataset (s3 `old/`) copied to `prefix/`, then a process that dies commits the new
+    dataset's files there, killed after `kill_after` steps (on the store or the local staging)."""
+    for key in s3.keys("old/"):
+        s3.fs.copy(f"{s3.bucket}/{key}", f"{s3.bucket}/{prefix}/{key[len('old/'):]}")
+    with as_dead_process(monkeypatch):
+        folder = objectstore.ObjectStoreFolder(s3.url(prefix)).open()
+        try:
+            folder.survey("overwrite")
+            run_tmp = folder.new_run(commit.new_run_id())
+            for rel in files_of(new.manifest):
+                (run_tmp / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(new.out_dir / rel, run_tmp / "data" / rel)
+            with steps.armed(kill_after):
+                try:
+                    folder.commit(run_tmp, new.manifest)
+                finally:
+                    folder.close()
+        except Killed:
+            pass
+    return steps.count
+
+
+@pytest.mark.slow
+def test_a_commit_to_a_store_killed_after_any_step_is_finished_by_repair_or_the_next_run(
+        s3, tmp_path, monkeypatch, capsys, surroundings):
+    base = tmp_path / "base"
+    base.mkdir()
+    old, new = build(base, "all three")
+    for rel in ["_manifest.json", "_SUCCESS", *files_of(old.manifest)]:
+        s3.put(f"old/{rel}", (old.out_dir / rel).read_bytes())
+    old_files, new_files = dataset_files(old.out_dir), dataset_files(new.out_dir)
+    spec_next = json.loads((base / "next.yaml").read_text())
+    steps = Steps(monkeypatch)
+    real_filesystem = storage.filesystem
+    monkeypatch.setattr(storage, "filesystem", lambda *a, **kw: CountedStore(real_filesystem(*a, **kw), steps))
+    total = start_store_commit(s3, "clean", new, steps, monkeypatch, None)
+    assert store_files(s3, "clean") == new_files
+    assert total > 10, steps.log
+    outcomes = []
+    with surroundings(tmp_path / "base"):
+        for k in range(total):
+            prefix = f"k{k:03d}"
+            s3.put(f"{prefix}-beside.txt", b"not the dataset's")
+            assert start_store_commit(s3, prefix, new, steps, monkeypatch, k) == k
+            seen = read_store_as_documented(s3, prefix)
+            if seen != "incomplete":
+                assert seen in (old_files, new_files), "a reader saw files of neither dataset"
+            journal = bool(store_pending(s3, prefix))
+            outcomes.append((k, "old" if seen == old_files else "new" if seen == new_files else seen, journal))
+            capsys.readouterr()
+            keys = etags(s3, prefix)
+            code = main(["verify", s3.url(prefix)])
+            said = capsys.readouterr()
+            assert etags(s3, prefix) == keys, "verify changed the store"
+            assert "cannot trust" not in said.out + said.err
+            if journal:
+                assert code == 1 and "verify --repair" in said.out + said.err
+            else:
+                assert seen != "incomplete" and code == 0, said.out + said.err
+            if k % 3 == 1:         # the next run: it finishes the commit first, then writes its own
+                spec_next["sink"]["path"] = s3.url(prefix)
+                (base / "next-s3.yaml").write_text(json.dumps(spec_next))
+                assert main(["run", str(base / "next-s3.yaml"), "--backend", "cpu", "--scheduler", "sync"]) == 0, \
+                    capsys.readouterr().err
+                (base / "next-s3.yaml").unlink()
+                assert store_files(s3, prefix, reports=False) == dataset_files(new.out_dir, reports=False)
+            else:
+                assert main(["verify", "--repair", s3.url(prefix)]) == 0, capsys.readouterr()
+                assert read_store_as_documented(s3, prefix) == (new_files if journal or seen == new_files else old_files)
+            store_files(s3, prefix, reports=False)          # the accounting identity
+            assert main(["verify", s3.url(prefix)]) == 0, capsys.readouterr()
+            assert not store_pending(s3, prefix)
+            assert s3.get(f"{prefix}-beside.txt") == b"not the dataset's"
+    kinds = {seen for _, seen, _ in outcomes}
+    assert kinds == {"old", "new", "incomplete"}, outcomes
+    assert any(seen == "new" and journal for _, seen, journal in outcomes), outcomes
