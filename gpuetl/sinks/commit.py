@@ -27,6 +27,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import OutputError, OutputWriteFailed
-from .lock import LOCK, LOCK_FORMAT, RunLock, describe, is_alive, this_process
+from .lock import LOCK, LOCK_FORMAT, LOCK_TEMP, RunLock, describe, is_alive, left_lock, this_process
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "_manifest.json"
@@ -49,6 +50,8 @@ RUN_FORMAT = "gpuetl-run/1"
 JOURNAL_FORMAT = "gpuetl-commit/1"
 MOVE_HINT = "move them or choose another sink.path"
 SHOWN = 10                 # paths named in a refusal
+RUN_NAME = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}(-report)?")          # new_run_id(), a failed run's report
+OWNER_PARTIAL = re.compile(re.escape(OWNER) + r"\.[0-9a-f]{8}\.partial")   # _Tree.write_file's partial
 
 
 def new_run_id() -> str:
@@ -439,6 +442,103 @@ def _valid_owner(run: _Tree) -> dict | None:
     return record
 
 
+# -- what killed runs leave in _tmp/ --------------------------------------------------------------
+
+@dataclass
+class Leftover:
+    """A file or folder in `_tmp/` that is no lock, no interrupted commit and no live run's."""
+
+    path: str               # relative to the dataset folder
+    what: str
+    removable: bool         # provably gpuetl's and its process gone: the next run and --repair remove it
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.what}"
+
+
+def find_leftovers(tmp: _Tree) -> list[Leftover]:
+    """What killed runs left in `_tmp/` (read-only). Removable: a file beside the lock that holds a
+    lock record of a process provably gone (RunLock.acquire's new lock, or a dead run's lock moved
+    aside); the folder of a run that ended, holding nothing but its owner record; a folder named
+    like a run's that holds nothing or only partial owner records (a run killed while it claimed
+    the folder: nothing in it to lose, and no live run writes an owner record while this process
+    holds the lock). Named, never removed: a run's files whose owner record is gone (nothing proves
+    them gpuetl's), a lock file that holds no record, anything else that is not gpuetl's. The
+    folders of runs that did not finish are named too; the next run removes them (or resumes one)."""
+    found = []
+    with os.scandir(tmp.fd) as entries:
+        names = sorted(e.name for e in entries)
+    for name in names:
+        rel = f"{TMP}/{name}"
+        st = tmp.lstat(name)
+        if name == LOCK or st is None:
+            continue
+        if LOCK_TEMP.fullmatch(name) and stat.S_ISREG(st.st_mode):
+            state, record = left_lock(name, tmp.read_file(name, 1 << 16))
+            if state == "gone":
+                found.append(Leftover(rel, f"a lock file left by a gpuetl run killed while it took or took over the "
+                                           f"lock ({describe(record)}, a process that is gone)", True))
+            elif state == "alive":
+                found.append(Leftover(rel, f"a lock file of a gpuetl run taking the lock ({describe(record)}); "
+                                           "left alone while that process may run", False))
+            else:
+                found.append(Leftover(rel, "named like a gpuetl lock file but holds no lock record (a run killed "
+                                           "before writing it?): nothing proves whose it is; if no gpuetl run is "
+                                           "starting here, remove it", False))
+        elif stat.S_ISDIR(st.st_mode):
+            found += _run_leftovers(tmp, name, rel)
+        else:
+            found.append(Leftover(rel, "not gpuetl's (a link or a file gpuetl never makes there); left alone", False))
+    return found
+
+
+def _run_leftovers(tmp: _Tree, name: str, rel: str) -> list[Leftover]:
+    with tmp.subtree(name) as run:
+        with os.scandir(run.fd) as entries:
+            inside = sorted(e.name for e in entries)
+        owner = _valid_owner(run)
+        if owner is not None:
+            if JOURNAL in inside:
+                return []                       # an interrupted commit, named as such
+            if is_alive(owner):
+                return [Leftover(rel, f"the folder of a run that may still be running ({describe(owner)})", False)]
+            if all(n == OWNER or OWNER_PARTIAL.fullmatch(n) for n in inside):
+                return [Leftover(rel, f"the empty folder of a run that ended ({describe(owner)})", True)]
+            return [Leftover(rel, f"the temporary files of a run that did not finish ({describe(owner)}): the next "
+                                  "run removes them (sink.mode: resume continues that run)", False)]
+        partials = [n for n in inside if OWNER_PARTIAL.fullmatch(n)]
+        if RUN_NAME.fullmatch(name) and len(partials) == len(inside) and all(
+                stat.S_ISREG(run.lstat(n).st_mode) and _partial_owner_of(run, n) for n in partials):
+            return [Leftover(rel, "the folder of a run killed while it claimed it (no owner record yet)", True)]
+    return [Leftover(rel, "no owner record gpuetl wrote: nothing proves gpuetl made this folder; left alone (if no "
+                          "gpuetl run writes here, remove it)", False)]
+
+
+def _partial_owner_of(run: _Tree, name: str) -> bool:
+    """Whether a partial owner record is empty or a whole one of this run (what a kill leaves)."""
+    raw = run.read_file(name, 1 << 16)
+    if not raw:
+        return True
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(record, dict) and record.get("format") == RUN_FORMAT and record.get("run") == run.path.name
+
+
+def leftovers(out: Path) -> list[Leftover]:
+    """find_leftovers in out/_tmp, read-only ([] when there is none, or it is a link)."""
+    try:
+        with _Tree.open(out) as tree:
+            st = tree.lstat(TMP)
+            if st is None or not stat.S_ISDIR(st.st_mode):
+                return []
+            with tree.subtree(TMP) as tmp:
+                return find_leftovers(tmp)
+    except (OSError, OutputError):
+        return []
+
+
 def journal_problem(out: Path, name: str) -> str | None:
     """Why the journal in out/_tmp/name cannot be trusted (None: `verify --repair` would finish it)."""
     try:
@@ -583,11 +683,29 @@ class OutputFolder:
     # the rule
 
     def survey(self, mode: str) -> Inventory:
-        """Finish interrupted commits, then refuse unless everything in the folder is gpuetl's."""
+        """Finish interrupted commits, remove what killed runs left, then refuse unless everything
+        in the folder is gpuetl's."""
         self.recover()
+        self.clean_leftovers()
         inv = self.inventory = take_inventory(self.tree)
         refuse(self.out, inv, mode)
         return inv
+
+    def clean_leftovers(self) -> list[str]:
+        """Remove the leftovers find_leftovers proves gpuetl's (under this process's lock)."""
+        removed = []
+        for left in find_leftovers(self.tmp):
+            if not left.removable:
+                continue
+            name = left.path.split("/", 1)[1]
+            self.log(f"removing what a gpuetl run left: {left}")
+            if _isdir(self.tmp, name):
+                self.tmp.remove_run(name)
+            else:
+                self.tmp.unlink_file(name)
+            self.tmp_used = True
+            removed.append(left.path)
+        return removed
 
     # temporary folders of runs
 

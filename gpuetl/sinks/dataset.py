@@ -50,14 +50,26 @@ def read_manifest(out: str | Path) -> tuple[Path, dict]:
 
 
 def repair(out: str | Path, log=lambda *_: None) -> list[str]:
-    """Finish interrupted commits from their journals (each path checked first), under the lock."""
+    """Finish interrupted commits from their journals (each path checked first), then remove what
+    killed runs left that gpuetl can prove its own (commit.find_leftovers), under the lock."""
     if is_remote(out):
         from .objectstore import repair_remote
 
         return repair_remote(str(out), log)
     out = dataset_folder(out)
     with commit_protocol.OutputFolder(out, log) as folder:
-        return folder.recover()
+        finished = folder.recover()
+        folder.clean_leftovers()
+        return finished
+
+
+def leftovers(out: str | Path) -> list:
+    """What killed runs left under the dataset's `_tmp/` (read-only): commit.Leftover entries."""
+    if is_remote(out):
+        from .objectstore import remote_leftovers
+
+        return remote_leftovers(str(out))
+    return commit_protocol.leftovers(dataset_folder(out))
 
 
 @dataclass

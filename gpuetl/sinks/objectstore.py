@@ -224,6 +224,7 @@ class ObjectStoreFolder:
     def survey(self, mode: str) -> Inventory:
         self.recover()
         self._clean_orphans()
+        self.local.clean_leftovers()
         inv = self.inventory = self._take_inventory()
         refuse(self.url, inv, mode)
         return inv
@@ -524,4 +525,25 @@ def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | Non
 
 def repair_remote(url: str, log=lambda *_: None) -> list[str]:
     with ObjectStoreFolder(url, log) as folder:
-        return folder.recover()
+        finished = folder.recover()
+        folder._clean_orphans()
+        folder.local.clean_leftovers()
+        return finished
+
+
+def remote_leftovers(url: str, storage_options: dict | None = None) -> list:
+    """The keys under `_tmp/` of runs with no journal (read-only): commit.Leftover entries."""
+    from .commit import Leftover
+
+    reader = ObjectStoreReader(url, storage_options)
+    found = []
+    for run in reader._remote_runs():
+        if reader._exists(f"{TMP}/{run}/{JOURNAL}") is not None:
+            continue
+        record = reader._remote_owner(run)
+        if record is None:
+            found.append(Leftover(f"{TMP}/{run}/", "no owner record gpuetl wrote: left alone", False))
+        else:
+            found.append(Leftover(f"{TMP}/{run}/", f"the uploads of a run that did not finish ({describe(record)}): "
+                                  "the next run removes them (sink.mode: resume continues that run)", False))
+    return found
