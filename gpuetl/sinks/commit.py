@@ -699,7 +699,8 @@ class OutputFolder:
                 continue
             name = left.path.split("/", 1)[1]
             self.log(f"removing what a gpuetl run left: {left}")
-            if _isdir(self.tmp, name):
+            st = self.tmp.lstat(name)
+            if st is not None and stat.S_ISDIR(st.st_mode):
                 self.tmp.remove_run(name)
             else:
                 self.tmp.unlink_file(name)
