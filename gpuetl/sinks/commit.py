@@ -12,8 +12,10 @@ start time, so a lock whose process is gone (or whose pid was reused) is taken o
 from another host is refused, naming it. Shards are written under `_tmp/<run-id>/data/`. When all
 are written, a journal of the commit (`_commit.json`: the previous dataset's files, the moves,
 the new manifest) is written first; then the old files are removed, the new ones renamed into
-place, `_manifest.json` written, and `_SUCCESS` last, holding the manifest's sha256. A commit
-killed half-way is finished from its journal by the next run or by `gpuetl verify --repair`.
+place, `_manifest.json` written, and `_SUCCESS` last, holding the manifest's sha256; then the
+run's folder is removed, its journal and owner record last. A commit killed half-way is finished
+from its journal by the next run or by `gpuetl verify --repair`, which also remove what killed
+runs left in `_tmp/` when it is provably gpuetl's (find_leftovers).
 Names starting with '_' are hidden from pyarrow's, Spark's and pyarrow.dataset's discovery, so
 _tmp/ and _quarantine/ are not read as data; glob readers (DuckDB's read_parquet('out/**/*.parquet'),
 polars) must use 'out/*.parquet' or 'out/[!_]*/*.parquet' instead (docs/consuming.md).
