@@ -185,7 +185,7 @@ class _Tree:
 
     def read_file(self, rel: str, limit: int = 1 << 30) -> bytes:
         with self.parent(rel) as (fd, name):
-            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)     # a FIFO: no wait
             try:
                 if not stat.S_ISREG(os.fstat(f).st_mode):
                     raise OutputError(f"{self.path / rel} is not a file")

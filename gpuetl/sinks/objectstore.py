@@ -386,8 +386,14 @@ class ObjectStoreFolder:
                     current.get("format") == MANIFEST_FORMAT else set()
             except ValueError:
                 on_store = set()
-            present = set(self._listing())
-            journal = check_journal(_json(raw), run, present.__contains__, on_store)
+            listing: list[set[str]] = []          # listed once, when a file is not proven by a manifest
+
+            def present(rel: str) -> bool:
+                if not listing:
+                    listing.append(set(self._listing()))
+                return rel in listing[0]
+
+            journal = check_journal(_json(raw), run, present, on_store)
         except ValueError as err:
             raise OutputError(f"sink.path: {where}: {err}; not finishing that commit, nothing was changed",
                               hint=f"if gpuetl did not write it, remove {self._url(TMP + '/' + run)}/") from None

@@ -246,3 +246,20 @@ def test_a_kill_while_removing_a_runs_files_leaves_its_owner_record(dataset, mon
     assert (orphan / "spill" / "s0" / "p000000.arrow").read_bytes() == b"piece"
     assert sorted(p.relative_to(orphan).as_posix() for p in orphan.rglob("*")) == [
         "spill", "spill/s0", "spill/s0/p000000.arrow"]
+
+
+def test_fifos_named_like_run_records_in_tmp_are_never_opened(dataset, capsys, surroundings):
+    """A FIFO where an owner record, a partial one or a lock file would be: verify, --repair and
+    a run name it or pass it by, and none waits for a writer; nothing is removed."""
+    tmp = dataset / commit.TMP
+    (tmp / "x").mkdir(parents=True)
+    os.mkfifo(tmp / "x" / commit.OWNER)
+    (tmp / commit.new_run_id()).mkdir()
+    os.mkfifo(next(p for p in tmp.iterdir() if p.name != "x") / f"{commit.OWNER}.0123abcd.partial")
+    os.mkfifo(tmp / "_lock.1.0123abcd")
+    before = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
+    with surroundings(dataset.parent, dataset=dataset):
+        assert len(verify_lists(dataset, capsys)) == 3
+        assert main(["verify", "--repair", str(dataset)]) == 0
+        assert main(["run", str(dataset.parent / "p.yaml"), "--backend", "cpu", "--scheduler", "sync"]) == 0
+    assert sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*")) == before
