@@ -225,6 +225,9 @@ def check_verify_tells_the_truth(out: Path, capsys, old_files, new_files) -> str
     else:
         assert seen != "incomplete", "an incomplete dataset without a journal to finish it"
         assert code == 0, said.out + said.err
+    runs = [p.name for p in (out / commit.TMP).glob("*") if p.is_dir() and not pending(out)]
+    for name in runs:                   # a run's folder left without a journal: named, never silently
+        assert f"LEFTOVER {commit.TMP}/{name}:" in said.out, said.out
     return "old" if seen == old_files else "new" if seen == new_files else "incomplete"
 
 
@@ -263,6 +266,9 @@ def test_a_commit_killed_after_any_step_is_finished_by_repair_or_the_next_run(tm
             assert read_as_documented(out) == dataset_files(out)
             assert main(["verify", str(out)]) == 0
             assert not pending(out)
+            assert not any(left.removable for left in commit.leftovers(out))
+            if k % 2:
+                assert not (out / commit.TMP).exists()
             assert sorted(p.name for p in case.iterdir()) == ["beside.txt", "out"]
             assert (case / "beside.txt").read_text() == "not the dataset's"
             shutil.rmtree(case)
@@ -445,6 +451,8 @@ def test_a_commit_to_a_store_killed_after_any_step_is_finished_by_repair_or_the_
                 assert code == 1 and "verify --repair" in said.out + said.err
             else:
                 assert seen != "incomplete" and code == 0, said.out + said.err
+                for run in {key.split("/")[2] for key in s3.keys(f"{prefix}/_tmp/") if key.count("/") >= 3}:
+                    assert f"LEFTOVER _tmp/{run}/:" in said.out, said.out      # uploads without a journal
             if k % 3 == 1:         # the next run: it finishes the commit first, then writes its own
                 spec_next["sink"]["path"] = s3.url(prefix)
                 (base / "next-s3.yaml").write_text(json.dumps(spec_next))
