@@ -551,6 +551,38 @@ def journal_problem(out: Path, name: str) -> str | None:
         return str(err).split("\n")[0]
 
 
+def finished_commit(journal_raw: bytes | None, manifest_raw: bytes | None, success_raw: bytes | None) -> bool:
+    """Whether a journal's commit is done but for removing its run's folder: the manifest in
+    place is the journal's, and `_SUCCESS` holds its sha256."""
+    try:
+        raw = manifest_bytes(json.loads(journal_raw)["manifest"])
+    except (TypeError, ValueError, KeyError, RecursionError):
+        return False
+    return manifest_raw == raw and success_raw == success_bytes(raw)
+
+
+def interrupted_commit(out: Path, name: str, where) -> str:
+    """What verify says of the journal in out/_tmp/name (read-only)."""
+    why = journal_problem(out, name)
+    if why is not None:
+        return (f"a commit journal gpuetl cannot trust ({why}); --repair will not use it: if gpuetl did not "
+                "write it, move it away")
+    try:
+        with _Tree.open(out) as tree:
+            done = finished_commit(tree.read_file(f"{TMP}/{name}/{JOURNAL}"), tree.read_file(MANIFEST),
+                                   tree.read_file(SUCCESS, 1 << 16))
+    except (OSError, OutputError):
+        done = False
+    return interrupted_text(done, where)
+
+
+def interrupted_text(done: bool, where) -> str:
+    if done:
+        return (f"a commit that finished but for removing its run's folder (the dataset is complete): "
+                f"`gpuetl verify --repair {where}` removes it")
+    return f"an interrupted commit: `gpuetl verify --repair {where}` finishes it"
+
+
 def pending_journals(out: Path) -> list[str]:
     """Names of the run folders under out/_tmp holding a commit journal (read-only)."""
     root = out / TMP

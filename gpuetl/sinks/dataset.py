@@ -200,10 +200,7 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
     out, manifest = read_manifest(out)
     problems: list[Problem] = []
     for name in commit_protocol.pending_journals(out):
-        why = commit_protocol.journal_problem(out, name)
-        problems.append(Problem(f"{TMP}/{name}", f"an interrupted commit: `gpuetl verify --repair {out}` finishes it"
-                                if why is None else f"a commit journal gpuetl cannot trust ({why}); "
-                                "--repair will not use it: if gpuetl did not write it, move it away"))
+        problems.append(Problem(f"{TMP}/{name}", commit_protocol.interrupted_commit(out, name, out)))
     success = _regular_file(out, SUCCESS)
     if success is None:
         problems.append(Problem(SUCCESS, "missing: the dataset was not committed completely"))

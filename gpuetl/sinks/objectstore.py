@@ -36,7 +36,8 @@ from pathlib import Path
 from .. import storage
 from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
-                     OutputFolder, check_journal, listed_files, manifest_bytes, refuse, success_bytes, unsafe_reason)
+                     OutputFolder, check_journal, finished_commit, interrupted_text, listed_files, manifest_bytes, refuse,
+                     success_bytes, unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
@@ -492,8 +493,9 @@ def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, 
     from .dataset import Problem, check_listed_files
 
     reader, manifest = read_remote_manifest(url, storage_options)
-    problems = [Problem(f"{TMP}/{run}", f"an interrupted commit: `gpuetl verify --repair {reader.url}` finishes it")
-                for run in reader.pending_journals()]
+    problems = [Problem(f"{TMP}/{run}", interrupted_text(finished_commit(
+        reader.read(f"{TMP}/{run}/{JOURNAL}"), reader.read(MANIFEST), reader.read(SUCCESS, 1 << 16)), reader.url))
+        for run in reader.pending_journals()]
     success = reader.read(SUCCESS)
     if success is None:
         problems.append(Problem(SUCCESS, "missing: the dataset was not committed completely"))

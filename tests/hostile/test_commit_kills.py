@@ -222,6 +222,7 @@ def check_verify_tells_the_truth(out: Path, capsys, old_files, new_files) -> str
     assert "cannot trust" not in said.out + said.err
     if pending(out):
         assert code == 1 and "verify --repair" in said.out + said.err
+        assert ("the dataset is complete" in said.out) == (seen == new_files), said.out
     else:
         assert seen != "incomplete", "an incomplete dataset without a journal to finish it"
         assert code == 0, said.out + said.err
@@ -449,6 +450,7 @@ def test_a_commit_to_a_store_killed_after_any_step_is_finished_by_repair_or_the_
             assert "cannot trust" not in said.out + said.err
             if journal:
                 assert code == 1 and "verify --repair" in said.out + said.err
+                assert ("the dataset is complete" in said.out) == (seen == new_files), said.out
             else:
                 assert seen != "incomplete" and code == 0, said.out + said.err
                 for run in {key.split("/")[2] for key in s3.keys(f"{prefix}/_tmp/") if key.count("/") >= 3}:
