@@ -820,7 +820,10 @@ class OutputFolder:
 
     def recover(self) -> list[str]:
         """Finish the commits that were interrupted, each journal checked first."""
-        finished = []
+        return finish_commits(self)
+
+    def journals(self):
+        """(run, journal) of each run folder holding a journal, the journal trusted (validate_journal)."""
         for run_tmp in self.runs():
             with self.tmp.subtree(run_tmp.name) as run:
                 if run.lstat(JOURNAL) is None:
@@ -830,15 +833,13 @@ class OutputFolder:
                 except ValueError as err:
                     raise OutputError(f"sink.path: {err}; not finishing that commit, nothing was changed",
                                       hint=f"if gpuetl did not write it, move {run_tmp} away") from None
-            if owner := self.owner(run_tmp):
-                if owner.get("pid") != os.getpid() and is_alive(owner) and owner.get("host") == socket.gethostname():
-                    raise OutputError(f"sink.path: the run {run_tmp.name} ({describe(owner)}) is committing right now")
-            self.log(f"finishing the interrupted commit of run {run_tmp.name}")
-            self._roll_forward(run_tmp.name, journal)
-            finished.append(run_tmp.name)
-        if finished:
-            self.committed = True
-        return finished
+            yield run_tmp.name, journal
+
+    def run_owner(self, run: str) -> dict | None:
+        return self.owner(self.out / TMP / run)
+
+    def finish(self, run: str, journal: dict) -> None:
+        self._roll_forward(run, journal)
 
     def _preflight(self, run_name: str, journal: dict) -> bool:
         """Check every path the roll-forward will touch before it touches any: each a file (or
@@ -892,6 +893,25 @@ class OutputFolder:
         with self.tmp.subtree(run_name) as run:
             tree.write_file(MANIFEST, raw, staging=run)
             tree.write_file(SUCCESS, success_bytes(raw), staging=run)
+
+
+def finish_commits(folder) -> list[str]:
+    """Finish every interrupted commit of a dataset, in a folder or a store (an OutputFolder or an
+    objectstore.ObjectStoreFolder, under its lock): each journal trusted first (check_journal),
+    none whose run is committing on this host right now, each finished from its journal (a commit
+    already finished only has its run's folder removed). Run again after a kill, it finishes the
+    same commits."""
+    finished = []
+    for run, journal in folder.journals():
+        owner = folder.run_owner(run)
+        if owner and owner.get("pid") != os.getpid() and is_alive(owner) and owner.get("host") == socket.gethostname():
+            raise OutputError(f"sink.path: the run {run} ({describe(owner)}) is committing right now")
+        folder.log(f"finishing the interrupted commit of run {run}")
+        folder.finish(run, journal)
+        finished.append(run)
+    if finished:
+        folder.committed = True
+    return finished
 
 
 def refuse(out: Path, inv: Inventory, mode: str) -> None:

@@ -36,8 +36,8 @@ from pathlib import Path
 from .. import storage
 from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
-                     OutputFolder, check_journal, finished_commit, interrupted_text, listed_files, manifest_bytes, refuse,
-                     success_bytes, unsafe_reason)
+                     OutputFolder, check_journal, finish_commits, finished_commit, interrupted_text, listed_files,
+                     manifest_bytes, refuse, success_bytes, unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
@@ -356,24 +356,23 @@ class ObjectStoreFolder:
 
     def recover(self) -> list[str]:
         """Finish the commits that were interrupted, each journal checked first."""
-        finished = []
+        return finish_commits(self)
+
+    def journals(self):
+        """(run, journal) of each run prefix holding a journal, the journal trusted (_valid_journal)."""
         for run in self._remote_runs():
             raw = self._read(f"{TMP}/{run}/{JOURNAL}")
-            if raw is None:
-                continue
-            journal = self._valid_journal(run, raw)
-            owner = self._remote_owner(run)
-            if owner and owner.get("pid") != os.getpid() and is_alive(owner) and owner.get("host") == socket.gethostname():
-                raise OutputError(f"sink.path: the run {run} ({describe(owner)}) is committing right now")
-            self.log(f"finishing the interrupted commit of run {run}")
-            self._roll_forward(run, journal)
-            staged = self.local.out / TMP / run
-            if staged in self.local.runs():
-                self.local.abandon(staged)
-            finished.append(run)
-        if finished:
-            self.committed = True
-        return finished
+            if raw is not None:
+                yield run, self._valid_journal(run, raw)
+
+    def run_owner(self, run: str) -> dict | None:
+        return self._remote_owner(run)
+
+    def finish(self, run: str, journal: dict) -> None:
+        self._roll_forward(run, journal)
+        staged = self.local.out / TMP / run
+        if staged in self.local.runs():
+            self.local.abandon(staged)
 
     def _valid_journal(self, run: str, raw: bytes) -> dict:
         """commit.check_journal, the rule a local folder's journal is held to, against the store."""
