@@ -509,12 +509,14 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from ..sinks.dataset import repair, verify_dataset
+    from ..sinks.dataset import leftovers, repair, verify_dataset
 
     if args.repair:
         for name in repair(args.out, log=lambda *a: _show(*a, file=sys.stderr)):
             _show(f"{args.out}: finished the interrupted commit of run {name}")
     manifest, problems = verify_dataset(args.out)
+    for left in leftovers(args.out):          # under _tmp/: no reader sees them; the dataset is not wrong
+        print(f"LEFTOVER {left}" + ("; the next run or `gpuetl verify --repair` removes it" if left.removable else ""))
     if args.inputs:
         from ..sinks.dataset import verify_inputs
 

@@ -12,8 +12,10 @@ start time, so a lock whose process is gone (or whose pid was reused) is taken o
 from another host is refused, naming it. Shards are written under `_tmp/<run-id>/data/`. When all
 are written, a journal of the commit (`_commit.json`: the previous dataset's files, the moves,
 the new manifest) is written first; then the old files are removed, the new ones renamed into
-place, `_manifest.json` written, and `_SUCCESS` last, holding the manifest's sha256. A commit
-killed half-way is finished from its journal by the next run or by `gpuetl verify --repair`.
+place, `_manifest.json` written, and `_SUCCESS` last, holding the manifest's sha256; then the
+run's folder is removed, its journal and owner record last. A commit killed half-way is finished
+from its journal by the next run or by `gpuetl verify --repair`, which also remove what killed
+runs left in `_tmp/` when it is provably gpuetl's (find_leftovers).
 Names starting with '_' are hidden from pyarrow's, Spark's and pyarrow.dataset's discovery, so
 _tmp/ and _quarantine/ are not read as data; glob readers (DuckDB's read_parquet('out/**/*.parquet'),
 polars) must use 'out/*.parquet' or 'out/[!_]*/*.parquet' instead (docs/consuming.md).
@@ -27,6 +29,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -38,7 +41,7 @@ from pathlib import Path
 
 from ..durable import sync_dir, sync_file
 from ..errors import OutputError, OutputWriteFailed
-from .lock import LOCK, LOCK_FORMAT, RunLock, describe, is_alive, this_process
+from .lock import LOCK, LOCK_FORMAT, LOCK_TEMP, RunLock, describe, is_alive, left_lock, this_process
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "_manifest.json"
@@ -50,6 +53,8 @@ RUN_FORMAT = "gpuetl-run/1"
 JOURNAL_FORMAT = "gpuetl-commit/1"
 MOVE_HINT = "move them or choose another sink.path"
 SHOWN = 10                 # paths named in a refusal
+RUN_NAME = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}(-report)?")          # new_run_id(), a failed run's report
+OWNER_PARTIAL = re.compile(re.escape(OWNER) + r"\.[0-9a-f]{8}\.partial")   # _Tree.write_file's partial
 
 
 def new_run_id() -> str:
@@ -182,7 +187,7 @@ class _Tree:
 
     def read_file(self, rel: str, limit: int = 1 << 30) -> bytes:
         with self.parent(rel) as (fd, name):
-            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)     # a FIFO: no wait
             try:
                 if not stat.S_ISREG(os.fstat(f).st_mode):
                     raise OutputError(f"{self.path / rel} is not a file")
@@ -267,8 +272,10 @@ class _Tree:
         except OSError:
             pass
 
-    def remove_tree(self, rel: str) -> None:
-        """Remove a folder gpuetl made (a run's temporary folder), links inside unlinked, not followed."""
+    def remove_run(self, rel: str) -> None:
+        """Remove a run's temporary folder: everything in it, then its journal, its owner record
+        last. A kill part-way leaves a folder its owner record still proves gpuetl's (and, until
+        the journal goes, a commit the next run or `verify --repair` finishes)."""
         with self.parent(rel) as (fd, name):
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -276,7 +283,19 @@ class _Tree:
                 return
             if not stat.S_ISDIR(st.st_mode):
                 raise OutputError(f"sink.path: {self.path / rel} is not a folder gpuetl made; refusing to remove it")
-            shutil.rmtree(name, dir_fd=fd)      # descriptor-based: never follows a link (3.11+)
+            run = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                with os.scandir(run) as entries:
+                    names = sorted(e.name for e in entries)
+                last = [n for n in (JOURNAL, OWNER) if n in names]
+                for entry in [n for n in names if n not in last] + last:
+                    if stat.S_ISDIR(os.stat(entry, dir_fd=run, follow_symlinks=False).st_mode):
+                        shutil.rmtree(entry, dir_fd=run)     # descriptor-based: never follows a link (3.11+)
+                    else:
+                        os.unlink(entry, dir_fd=run)
+            finally:
+                os.close(run)
+            os.rmdir(name, dir_fd=fd)
 
 
 def _exists(fd: int, name: str) -> bool:
@@ -455,14 +474,143 @@ def _valid_owner(run: _Tree) -> dict | None:
     return record
 
 
+# -- what killed runs leave in _tmp/ --------------------------------------------------------------
+
+@dataclass
+class Leftover:
+    """A file or folder in `_tmp/` that is no lock, no interrupted commit and no live run's."""
+
+    path: str               # relative to the dataset folder
+    what: str
+    removable: bool         # provably gpuetl's and its process gone: the next run and --repair remove it
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.what}"
+
+
+def find_leftovers(tmp: _Tree) -> list[Leftover]:
+    """What killed runs left in `_tmp/` (read-only). Removable: a file beside the lock that holds a
+    lock record of a process provably gone (RunLock.acquire's new lock, or a dead run's lock moved
+    aside); the folder of a run that ended, holding nothing but its owner record; a folder named
+    like a run's that holds nothing or only partial owner records (a run killed while it claimed
+    the folder: nothing in it to lose, and no live run writes an owner record while this process
+    holds the lock). Named, never removed: a run's files whose owner record is gone (nothing proves
+    them gpuetl's), a lock file that holds no record, anything else that is not gpuetl's. The
+    folders of runs that did not finish are named too; the next run removes them (or resumes one)."""
+    found = []
+    with os.scandir(tmp.fd) as entries:
+        names = sorted(e.name for e in entries)
+    for name in names:
+        rel = f"{TMP}/{name}"
+        st = tmp.lstat(name)
+        if name == LOCK or st is None:
+            continue
+        if LOCK_TEMP.fullmatch(name) and stat.S_ISREG(st.st_mode):
+            state, record = left_lock(name, tmp.read_file(name, 1 << 16))
+            if state == "gone":
+                found.append(Leftover(rel, f"a lock file left by a gpuetl run killed while it took or took over the "
+                                           f"lock ({describe(record)}, a process that is gone)", True))
+            elif state == "alive":
+                found.append(Leftover(rel, f"a lock file of a gpuetl run taking the lock ({describe(record)}); "
+                                           "left alone while that process may run", False))
+            else:
+                found.append(Leftover(rel, "named like a gpuetl lock file but holds no lock record (a run killed "
+                                           "before writing it?): nothing proves whose it is; if no gpuetl run is "
+                                           "starting here, remove it", False))
+        elif stat.S_ISDIR(st.st_mode):
+            found += _run_leftovers(tmp, name, rel)
+        else:
+            found.append(Leftover(rel, "not gpuetl's (a link or a file gpuetl never makes there); left alone", False))
+    return found
+
+
+def _run_leftovers(tmp: _Tree, name: str, rel: str) -> list[Leftover]:
+    with tmp.subtree(name) as run:
+        with os.scandir(run.fd) as entries:
+            inside = sorted(e.name for e in entries)
+        owner = _valid_owner(run)
+        if owner is not None:
+            if JOURNAL in inside:
+                return []                       # an interrupted commit, named as such
+            if is_alive(owner):
+                return [Leftover(rel, f"the folder of a run that may still be running ({describe(owner)})", False)]
+            if all(n == OWNER or OWNER_PARTIAL.fullmatch(n) for n in inside):
+                return [Leftover(rel, f"the empty folder of a run that ended ({describe(owner)})", True)]
+            return [Leftover(rel, f"the temporary files of a run that did not finish ({describe(owner)}): the next "
+                                  "run removes them (sink.mode: resume continues that run)", False)]
+        partials = [n for n in inside if OWNER_PARTIAL.fullmatch(n)]
+        if RUN_NAME.fullmatch(name) and len(partials) == len(inside) and all(
+                stat.S_ISREG(run.lstat(n).st_mode) and _partial_owner_of(run, n) for n in partials):
+            return [Leftover(rel, "the folder of a run killed while it claimed it (no owner record yet)", True)]
+    return [Leftover(rel, "no owner record gpuetl wrote: nothing proves gpuetl made this folder; left alone (if no "
+                          "gpuetl run writes here, remove it)", False)]
+
+
+def _partial_owner_of(run: _Tree, name: str) -> bool:
+    """Whether a partial owner record is empty or a whole one of this run (what a kill leaves)."""
+    raw = run.read_file(name, 1 << 16)
+    if not raw:
+        return True
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(record, dict) and record.get("format") == RUN_FORMAT and record.get("run") == run.path.name
+
+
+def leftovers(out: Path) -> list[Leftover]:
+    """find_leftovers in out/_tmp, read-only ([] when there is none, or it is a link)."""
+    try:
+        with _Tree.open(out) as tree:
+            st = tree.lstat(TMP)
+            if st is None or not stat.S_ISDIR(st.st_mode):
+                return []
+            with tree.subtree(TMP) as tmp:
+                return find_leftovers(tmp)
+    except (OSError, OutputError):
+        return []
+
+
 def journal_problem(out: Path, name: str) -> str | None:
     """Why the journal in out/_tmp/name cannot be trusted (None: `verify --repair` would finish it)."""
     try:
         with _Tree.open(out) as tree, tree.subtree(f"{TMP}/{name}") as run:
-            validate_journal(run, listed_on_disk(tree))
+            validate_journal(run, tree)
         return None
     except (ValueError, OutputError, OSError) as err:
         return str(err).split("\n")[0]
+
+
+def finished_commit(journal_raw: bytes | None, manifest_raw: bytes | None, success_raw: bytes | None) -> bool:
+    """Whether a journal's commit is done but for removing its run's folder: the manifest in
+    place is the journal's, and `_SUCCESS` holds its sha256."""
+    try:
+        raw = manifest_bytes(json.loads(journal_raw)["manifest"])
+    except (TypeError, ValueError, KeyError, RecursionError):
+        return False
+    return manifest_raw == raw and success_raw == success_bytes(raw)
+
+
+def interrupted_commit(out: Path, name: str, where) -> str:
+    """What verify says of the journal in out/_tmp/name (read-only)."""
+    why = journal_problem(out, name)
+    if why is not None:
+        return (f"a commit journal gpuetl cannot trust ({why}); --repair will not use it: if gpuetl did not "
+                "write it, move it away")
+    try:
+        with _Tree.open(out) as tree:
+            done = finished_commit(tree.read_file(f"{TMP}/{name}/{JOURNAL}"), tree.read_file(MANIFEST),
+                                   tree.read_file(SUCCESS, 1 << 16))
+    except (OSError, OutputError):
+        done = False
+    return interrupted_text(done, where)
+
+
+def interrupted_text(done: bool, where) -> str:
+    if done:
+        return (f"a commit that finished but for removing its run's folder (the dataset is complete): "
+                f"`gpuetl verify --repair {where}` removes it")
+    return f"an interrupted commit: `gpuetl verify --repair {where}` finishes it"
 
 
 def pending_journals(out: Path) -> list[str]:
@@ -474,31 +622,44 @@ def pending_journals(out: Path) -> list[str]:
                   if not p.is_symlink() and p.is_dir() and (p / JOURNAL).is_file() and not (p / JOURNAL).is_symlink())
 
 
-def validate_journal(run: _Tree, on_disk: set[str]) -> dict:
-    """The journal of an interrupted commit, every path checked (ValueError says what is wrong):
-    the files it removes must be listed by the manifest in the folder (`on_disk`) or its own."""
+def check_journal(journal, run: str, present, on_disk: set[str]) -> dict:
+    """The one rule for trusting a commit journal, in a folder or in a store (ValueError says why):
+    well formed and of this run; every path plain, inside the dataset and never in `_tmp/`; every
+    file its manifest lists among its moves; and every file it would remove that is there
+    (`present(rel)`) listed by a manifest: the one in the dataset now (`on_disk`) or its own. A
+    file of the previous dataset that is gone already is nothing to remove: once the new manifest
+    is in place, the files the new dataset drops are gone, and the commit is still finished."""
+    if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run:
+        raise ValueError("not a commit journal of this run")
+    moves, previous, manifest = journal.get("moves"), journal.get("previous"), journal.get("manifest")
+    if not isinstance(moves, list) or not isinstance(previous, list) or not isinstance(manifest, dict):
+        raise ValueError("it lacks its moves, previous files or manifest")
+    for rel in moves + previous:
+        why = unsafe_reason(rel)
+        if why or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves):
+            raise ValueError(f"it names the path {rel!r}, which gpuetl would never write ({why or 'a reserved name'})")
+    listed = listed_files(manifest)
+    if not listed - {MANIFEST, SUCCESS} <= set(moves):
+        raise ValueError("its manifest lists files the commit does not move")
+    unproven = sorted(rel for rel in set(previous) - on_disk - listed if present(rel))
+    if unproven:
+        raise ValueError(f"it would remove {unproven[0]!r}, which no manifest lists")
+    return journal
+
+
+def validate_journal(run: _Tree, tree: _Tree) -> dict:
+    """The journal of an interrupted commit in run (a folder of tree's _tmp/), every path checked
+    (ValueError says what is wrong): check_journal, with an owner record and a real data folder."""
     if _valid_owner(run) is None:
         raise ValueError(f"{run.path / OWNER} is not an owner record gpuetl wrote")
     try:
         journal = json.loads(run.read_file(JOURNAL))
     except (OSError, ValueError, RecursionError, OutputError) as err:
         raise ValueError(f"{run.path / JOURNAL} cannot be read ({err})") from None
-    if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run.path.name:
-        raise ValueError(f"{run.path / JOURNAL} is not a commit journal of this run")
-    moves, previous, manifest = journal.get("moves"), journal.get("previous"), journal.get("manifest")
-    if not isinstance(moves, list) or not isinstance(previous, list) or not isinstance(manifest, dict):
-        raise ValueError(f"{run.path / JOURNAL} lacks its moves, previous files or manifest")
-    for rel in moves + previous:
-        why = unsafe_reason(rel)
-        if why or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves):
-            raise ValueError(f"{run.path / JOURNAL} names the path {rel!r}, which gpuetl would never write "
-                             f"({why or 'a reserved name'})")
-    listed = listed_files(manifest)
-    if not listed - {MANIFEST, SUCCESS} <= set(moves):
-        raise ValueError(f"{run.path / JOURNAL}: its manifest lists files the commit does not move")
-    unproven = sorted(set(previous) - on_disk - listed)
-    if unproven:
-        raise ValueError(f"{run.path / JOURNAL} would remove {unproven[0]!r}, which no manifest lists")
+    try:
+        check_journal(journal, run.path.name, lambda rel: tree.lstat(rel) is not None, listed_on_disk(tree))
+    except ValueError as err:
+        raise ValueError(f"{run.path / JOURNAL}: {err}") from None
     data = run.lstat("data")
     if data is not None and not stat.S_ISDIR(data.st_mode):
         raise ValueError(f"{run.path / 'data'} is a symbolic link or a file, not the folder gpuetl wrote shards to")
@@ -588,11 +749,30 @@ class OutputFolder:
     # the rule
 
     def survey(self, mode: str) -> Inventory:
-        """Finish interrupted commits, then refuse unless everything in the folder is gpuetl's."""
+        """Finish interrupted commits, remove what killed runs left, then refuse unless everything
+        in the folder is gpuetl's."""
         self.recover()
+        self.clean_leftovers()
         inv = self.inventory = take_inventory(self.tree)
         refuse(self.out, inv, mode)
         return inv
+
+    def clean_leftovers(self) -> list[str]:
+        """Remove the leftovers find_leftovers proves gpuetl's (under this process's lock)."""
+        removed = []
+        for left in find_leftovers(self.tmp):
+            if not left.removable:
+                continue
+            name = left.path.split("/", 1)[1]
+            self.log(f"removing what a gpuetl run left: {left}")
+            st = self.tmp.lstat(name)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                self.tmp.remove_run(name)
+            else:
+                self.tmp.unlink_file(name)
+            self.tmp_used = True
+            removed.append(left.path)
+        return removed
 
     # temporary folders of runs
 
@@ -640,7 +820,7 @@ class OutputFolder:
         self.tmp.write_file(f"{run_tmp.name}/{OWNER}", json.dumps(record).encode())
 
     def abandon(self, run_tmp: Path) -> None:
-        self.tmp.remove_tree(run_tmp.name)
+        self.tmp.remove_run(run_tmp.name)
         self.tmp_used = True
 
     # the commit
@@ -661,7 +841,7 @@ class OutputFolder:
                     f"sink.path: writing the commit journal {run_tmp / JOURNAL} failed ({err.strerror or err}); "
                     f"nothing in {self.out} was changed", hint="free space or fix the cause, then run again") from None
             self.journal_written = True
-            validate_journal(run, listed_on_disk(self.tree))
+            validate_journal(run, self.tree)
         try:
             self._roll_forward(run_tmp.name, journal)
         except OSError as err:      # the journal is written: `verify --repair` finishes it
@@ -673,25 +853,26 @@ class OutputFolder:
 
     def recover(self) -> list[str]:
         """Finish the commits that were interrupted, each journal checked first."""
-        finished = []
+        return finish_commits(self)
+
+    def journals(self):
+        """(run, journal) of each run folder holding a journal, the journal trusted (validate_journal)."""
         for run_tmp in self.runs():
             with self.tmp.subtree(run_tmp.name) as run:
                 if run.lstat(JOURNAL) is None:
                     continue
                 try:
-                    journal = validate_journal(run, listed_on_disk(self.tree))
+                    journal = validate_journal(run, self.tree)
                 except ValueError as err:
                     raise OutputError(f"sink.path: {err}; not finishing that commit, nothing was changed",
                                       hint=f"if gpuetl did not write it, move {run_tmp} away") from None
-            if owner := self.owner(run_tmp):
-                if owner.get("pid") != os.getpid() and is_alive(owner) and owner.get("host") == socket.gethostname():
-                    raise OutputError(f"sink.path: the run {run_tmp.name} ({describe(owner)}) is committing right now")
-            self.log(f"finishing the interrupted commit of run {run_tmp.name}")
-            self._roll_forward(run_tmp.name, journal)
-            finished.append(run_tmp.name)
-        if finished:
-            self.committed = True
-        return finished
+            yield run_tmp.name, journal
+
+    def run_owner(self, run: str) -> dict | None:
+        return self.owner(self.out / TMP / run)
+
+    def finish(self, run: str, journal: dict) -> None:
+        self._roll_forward(run, journal)
 
     def _preflight(self, run_name: str, journal: dict) -> bool:
         """Check every path the roll-forward will touch before it touches any: each a file (or
@@ -709,8 +890,26 @@ class OutputFolder:
         return has_data
 
     def _roll_forward(self, run_name: str, journal: dict) -> None:
+        """Run again on the same journal (a later run, `verify --repair`), it finishes the same
+        commit; once `_SUCCESS` holds the sha256 of the journal's manifest, and that manifest is
+        in place, only the run's folder is left to remove."""
         tree = self.tree
         has_data = self._preflight(run_name, journal)
+        raw = manifest_bytes(journal["manifest"])
+        if not self._committed(raw):
+            self._replace_dataset(run_name, journal, has_data, raw)
+        self.tmp.remove_run(run_name)
+        self.tmp_used = True
+
+    def _committed(self, raw: bytes) -> bool:
+        try:
+            return self.tree.read_file(SUCCESS, 1 << 16) == success_bytes(raw) and \
+                self.tree.read_file(MANIFEST) == raw
+        except (OSError, OutputError):
+            return False
+
+    def _replace_dataset(self, run_name: str, journal: dict, has_data: bool, raw: bytes) -> None:
+        tree = self.tree
         tree.unlink_file(SUCCESS)
         tree.sync()                                   # gone for good before any file of the dataset changes
         moves, previous = journal["moves"], journal["previous"]
@@ -729,12 +928,28 @@ class OutputFolder:
                     data.sync(rel=folder)             # the moves' sources on the disk
         for folder in sorted({"/".join(p.split("/")[:i]) for p in previous + moves for i in range(p.count("/") + 1)}):
             tree.sync(rel=folder)                     # removals and moves on the disk before the manifest names them
-        raw = manifest_bytes(journal["manifest"])
         with self.tmp.subtree(run_name) as run:
             tree.write_file(MANIFEST, raw, staging=run)
             tree.write_file(SUCCESS, success_bytes(raw), staging=run)
-        self.tmp.remove_tree(run_name)
-        self.tmp_used = True
+
+
+def finish_commits(folder) -> list[str]:
+    """Finish every interrupted commit of a dataset, in a folder or a store (an OutputFolder or an
+    objectstore.ObjectStoreFolder, under its lock): each journal trusted first (check_journal),
+    none whose run is committing on this host right now, each finished from its journal (a commit
+    already finished only has its run's folder removed). Run again after a kill, it finishes the
+    same commits."""
+    finished = []
+    for run, journal in folder.journals():
+        owner = folder.run_owner(run)
+        if owner and owner.get("pid") != os.getpid() and is_alive(owner) and owner.get("host") == socket.gethostname():
+            raise OutputError(f"sink.path: the run {run} ({describe(owner)}) is committing right now")
+        folder.log(f"finishing the interrupted commit of run {run}")
+        folder.finish(run, journal)
+        finished.append(run)
+    if finished:
+        folder.committed = True
+    return finished
 
 
 def refuse(out: Path, inv: Inventory, mode: str) -> None:

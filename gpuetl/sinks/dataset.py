@@ -51,14 +51,26 @@ def read_manifest(out: str | Path) -> tuple[Path, dict]:
 
 
 def repair(out: str | Path, log=lambda *_: None) -> list[str]:
-    """Finish interrupted commits from their journals (each path checked first), under the lock."""
+    """Finish interrupted commits from their journals (each path checked first), then remove what
+    killed runs left that gpuetl can prove its own (commit.find_leftovers), under the lock."""
     if is_remote(out):
         from .objectstore import repair_remote
 
         return repair_remote(str(out), log)
     out = dataset_folder(out)
     with commit_protocol.OutputFolder(out, log) as folder:
-        return folder.recover()
+        finished = folder.recover()
+        folder.clean_leftovers()
+        return finished
+
+
+def leftovers(out: str | Path) -> list:
+    """What killed runs left under the dataset's `_tmp/` (read-only): commit.Leftover entries."""
+    if is_remote(out):
+        from .objectstore import remote_leftovers
+
+        return remote_leftovers(str(out))
+    return commit_protocol.leftovers(dataset_folder(out))
 
 
 @dataclass
@@ -189,10 +201,7 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
     out, manifest = read_manifest(out)
     problems: list[Problem] = []
     for name in commit_protocol.pending_journals(out):
-        why = commit_protocol.journal_problem(out, name)
-        problems.append(Problem(f"{TMP}/{name}", f"an interrupted commit: `gpuetl verify --repair {out}` finishes it"
-                                if why is None else f"a commit journal gpuetl cannot trust ({why}); "
-                                "--repair will not use it: if gpuetl did not write it, move it away"))
+        problems.append(Problem(f"{TMP}/{name}", commit_protocol.interrupted_commit(out, name, out)))
     success = _regular_file(out, SUCCESS)
     if success is None:
         problems.append(Problem(SUCCESS, "missing: the dataset was not committed completely"))

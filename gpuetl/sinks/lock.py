@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import time
@@ -22,6 +23,10 @@ from ..errors import OutputError
 
 LOCK = "_lock"
 LOCK_FORMAT = "gpuetl-lock/1"
+# The files RunLock.acquire makes beside the lock: the new lock before it is linked into place
+# (`_lock.<pid>.<hex>`), a dead run's lock moved aside to be removed (`_lock.stale.<pid>.<hex>`,
+# the pid of the run taking it over). A kill between making and removing one leaves it behind.
+LOCK_TEMP = re.compile(r"_lock\.(stale\.)?([0-9]{1,10})\.[0-9a-f]{8}")
 
 
 def _boot_id() -> str | None:
@@ -71,6 +76,39 @@ def is_alive(record: dict) -> bool:
         return True
     start = record.get("start")
     return start is None or _start_time(pid) in (None, start)   # another start time: the pid was reused
+
+
+def _running(pid: int) -> bool:
+    """Whether a process with this pid exists here now (or cannot be told)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True
+    return True
+
+
+def left_lock(name: str, raw: bytes) -> tuple[str, dict | None]:
+    """What a file in `_tmp/` named like one RunLock.acquire makes (LOCK_TEMP) is: ("gone", its
+    record) when the process that made it is provably gone (the lock record it holds names this
+    host and a process that is gone, by pid, start time and boot id; for a lock moved aside, the
+    run that moved it is gone too); ("alive", record) when it may still run; ("unreadable", None)
+    when it holds no lock record (killed before writing it: nothing proves whose it is)."""
+    match = LOCK_TEMP.fullmatch(name)
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        record = None
+    if match is None or not isinstance(record, dict) or record.get("format") != LOCK_FORMAT or \
+            type(record.get("pid")) is not int or not 0 < record["pid"] < 1 << 31:
+        return "unreadable", None
+    pid = int(match.group(2))
+    if not match.group(1) and pid != record["pid"]:
+        return "unreadable", None            # a new lock holds its own maker's pid
+    if record.get("host") != socket.gethostname() or is_alive(record) or (match.group(1) and _running(pid)):
+        return "alive", record
+    return "gone", record
 
 
 def describe(record: dict) -> str:

@@ -36,8 +36,8 @@ from pathlib import Path
 from .. import storage
 from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
-                     OutputFolder, listed_files, looks_like_our_manifest, manifest_bytes, refuse, success_bytes,
-                     unsafe_reason)
+                     OutputFolder, check_journal, finish_commits, finished_commit, interrupted_text, listed_files,
+                     looks_like_our_manifest, manifest_bytes, refuse, success_bytes, unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
@@ -246,6 +246,7 @@ class ObjectStoreFolder:
     def survey(self, mode: str) -> Inventory:
         self.recover()
         self._clean_orphans()
+        self.local.clean_leftovers()
         inv = self.inventory = self._take_inventory()
         refuse(self.url, inv, mode)
         return inv
@@ -313,11 +314,12 @@ class ObjectStoreFolder:
 
     def _abandon_remote(self, run: str) -> None:
         """Remove a run's keys under `_tmp/<run-id>/` (its uploads, and the pieces and records its
-        tasks put there), then its owner record; only when the record proves the run gpuetl's."""
+        tasks put there), then its journal, its owner record last; only when the record proves the
+        run gpuetl's. A kill part-way leaves keys the owner record still proves the run's."""
         if self._remote_owner(run) is None:
             return
-        owner = f"{TMP}/{run}/{OWNER}"
-        self._remove([rel for rel in self._listing(f"{TMP}/{run}/") if rel != owner] + [owner])
+        last = [f"{TMP}/{run}/{JOURNAL}", f"{TMP}/{run}/{OWNER}"]
+        self._remove([rel for rel in self._listing(f"{TMP}/{run}/") if rel not in last] + last)
 
     def _remote_runs(self) -> list[str]:
         return sorted({rel.split("/")[1] for rel in self._listing(TMP + "/") if rel.count("/") >= 2})
@@ -375,50 +377,44 @@ class ObjectStoreFolder:
 
     def recover(self) -> list[str]:
         """Finish the commits that were interrupted, each journal checked first."""
-        finished = []
+        return finish_commits(self)
+
+    def journals(self):
+        """(run, journal) of each run prefix holding a journal, the journal trusted (_valid_journal)."""
         for run in self._remote_runs():
             raw = self._read(f"{TMP}/{run}/{JOURNAL}")
-            if raw is None:
-                continue
-            journal = self._valid_journal(run, raw)
-            owner = self._remote_owner(run)
-            if owner and owner.get("pid") != os.getpid() and is_alive(owner) and owner.get("host") == socket.gethostname():
-                raise OutputError(f"sink.path: the run {run} ({describe(owner)}) is committing right now")
-            self.log(f"finishing the interrupted commit of run {run}")
-            self._roll_forward(run, journal)
-            staged = self.local.out / TMP / run
-            if staged in self.local.runs():
-                self.local.abandon(staged)
-            finished.append(run)
-        if finished:
-            self.committed = True
-        return finished
+            if raw is not None:
+                yield run, self._valid_journal(run, raw)
+
+    def run_owner(self, run: str) -> dict | None:
+        return self._remote_owner(run)
+
+    def finish(self, run: str, journal: dict) -> None:
+        self._roll_forward(run, journal)
+        staged = self.local.out / TMP / run
+        if staged in self.local.runs():
+            self.local.abandon(staged)
 
     def _valid_journal(self, run: str, raw: bytes) -> dict:
-        journal = _json(raw)
+        """commit.check_journal, the rule a local folder's journal is held to, against the store."""
         where = self._url(f"{TMP}/{run}/{JOURNAL}")
         try:
             if self._remote_owner(run) is None:
                 raise ValueError("its run has no owner record gpuetl wrote")
-            if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run:
-                raise ValueError("not a commit journal of this run")
-            moves, previous, manifest = journal.get("moves"), journal.get("previous"), journal.get("manifest")
-            if not isinstance(moves, list) or not isinstance(previous, list) or not isinstance(manifest, dict):
-                raise ValueError("it lacks its moves, previous files or manifest")
-            for rel in moves + previous:
-                if unsafe_reason(rel) or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves):
-                    raise ValueError(f"it names {rel!r}, which gpuetl would never write")
-            if not listed_files(manifest) - {MANIFEST, SUCCESS} <= set(moves):
-                raise ValueError("its manifest lists files the commit does not move")
             current = _json(self._read(MANIFEST) or b"null")
-            on_store = listed_files(current) if isinstance(current, dict) and \
-                current.get("format") == MANIFEST_FORMAT else set()
-            # The old manifest goes once the files it lists are gone (_roll_forward): without it, a
-            # file the journal would remove must be one the new manifest lists, or gone already
-            present = set(self._listing()) if not on_store else set(previous)
-            unproven = sorted((set(previous) & present) - on_store - listed_files(manifest))
-            if unproven:
-                raise ValueError(f"it would remove {unproven[0]!r}, which no manifest lists")
+            try:
+                on_store = listed_files(current) if isinstance(current, dict) and \
+                    current.get("format") == MANIFEST_FORMAT else set()
+            except ValueError:
+                on_store = set()
+            listing: list[set[str]] = []          # listed once, when a file is not proven by a manifest
+
+            def present(rel: str) -> bool:
+                if not listing:
+                    listing.append(set(self._listing()))
+                return rel in listing[0]
+
+            journal = check_journal(_json(raw), run, present, on_store)
         except ValueError as err:
             raise OutputError(f"sink.path: {where}: {err}; not finishing that commit, nothing was changed",
                               hint=f"if gpuetl did not write it, remove {self._url(TMP + '/' + run)}/") from None
@@ -453,8 +449,7 @@ class ObjectStoreFolder:
                 _hook("copied", rel)
             self._write(MANIFEST, raw)
             self._write(SUCCESS, success_bytes(raw))
-        self._remove([f"{TMP}/{run}/data/{rel}" for rel in moves] + [f"{TMP}/{run}/{JOURNAL}"])
-        self._abandon_remote(run)            # what its tasks left there (pieces, shard records), the owner last
+        self._abandon_remote(run)     # its uploads, what its tasks left there, the journal, the owner last
 
 
 def _json(raw: bytes | None):
@@ -518,8 +513,9 @@ def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, 
     from .dataset import Problem, check_listed_files
 
     reader, manifest = read_remote_manifest(url, storage_options)
-    problems = [Problem(f"{TMP}/{run}", f"an interrupted commit: `gpuetl verify --repair {reader.url}` finishes it")
-                for run in reader.pending_journals()]
+    problems = [Problem(f"{TMP}/{run}", interrupted_text(finished_commit(
+        reader.read(f"{TMP}/{run}/{JOURNAL}"), reader.read(MANIFEST), reader.read(SUCCESS, 1 << 16)), reader.url))
+        for run in reader.pending_journals()]
     success = reader.read(SUCCESS)
     if success is None:
         problems.append(Problem(SUCCESS, "missing: the dataset was not committed completely"))
@@ -557,4 +553,25 @@ def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | Non
 
 def repair_remote(url: str, log=lambda *_: None) -> list[str]:
     with ObjectStoreFolder(url, log) as folder:
-        return folder.recover()
+        finished = folder.recover()
+        folder._clean_orphans()
+        folder.local.clean_leftovers()
+        return finished
+
+
+def remote_leftovers(url: str, storage_options: dict | None = None) -> list:
+    """The keys under `_tmp/` of runs with no journal (read-only): commit.Leftover entries."""
+    from .commit import Leftover
+
+    reader = ObjectStoreReader(url, storage_options)
+    found = []
+    for run in reader._remote_runs():
+        if reader._exists(f"{TMP}/{run}/{JOURNAL}") is not None:
+            continue
+        record = reader._remote_owner(run)
+        if record is None:
+            found.append(Leftover(f"{TMP}/{run}/", "no owner record gpuetl wrote: left alone", False))
+        else:
+            found.append(Leftover(f"{TMP}/{run}/", f"the uploads of a run that did not finish ({describe(record)}): "
+                                  "the next run removes them (sink.mode: resume continues that run)", False))
+    return found
