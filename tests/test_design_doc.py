@@ -167,7 +167,7 @@ def problems(doc: Path) -> list[str]:
         m = FOLDER.match(span)
         if not m or m.group(1).startswith("_") or (span not in indented and "/" not in m.group(1)):
             continue
-        if not resolve_path(m.group(1) + "/"):
+        if not resolve_path(m.group(1) + "/") and not ignored(m.group(1)):
             found.append(f"no folder {m.group(1)}/")
     # 4. dotted names in code: module.name, or Class.attribute for a class of the tree
     for span in spans:
@@ -225,6 +225,13 @@ def problems(doc: Path) -> list[str]:
     return found
 
 
+def ignored(folder: str) -> bool:
+    """A folder git ignores (where gpuetl writes examples' and benchmarks' data), or one in it."""
+    lines = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    prefixes = [line.strip().strip("/") for line in lines if line.strip() and not line.startswith("#")]
+    return any(folder == p or folder.startswith(p + "/") for p in prefixes)
+
+
 def cited_name(files: list[Path]) -> str:
     return ", ".join(f.relative_to(ROOT).as_posix() for f in files)
 
@@ -268,6 +275,25 @@ def test_a_missing_module_or_function_is_found(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("name", ["design.md", "observing.md", "pipelines.md", "steps.md"])
-def test_the_design_doc_names_only_what_exists(name):
-    assert problems(ROOT / "docs" / name) == []
+@pytest.mark.parametrize(
+    "name",
+    ["docs/design.md", "docs/observing.md", "docs/pipelines.md", "docs/steps.md", "benchmarks/README.md", "README.md"],
+)
+def test_the_docs_name_only_what_exists(name):
+    assert problems(ROOT / name) == []
+
+
+def test_the_benchmarks_readme_says_how_to_run_every_script_in_400_lines():
+    text = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+    assert "gpu_check.py" in scripts and "side_by_side.py" in scripts
+    assert [name for name in scripts if f"`{name}`" not in text] == []
+    runnable = [name for name in scripts if name != "side_by_side.py"]
+    assert [name for name in runnable if f"benchmarks/{name}" not in text] == []  # a command line
+    assert len(text.splitlines()) <= 400
+
+
+@pytest.mark.parametrize("path", ["README.md", "benchmarks/README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))])
+def test_no_doc_points_outside_the_repository_or_tells_its_history(path):
+    text = (ROOT / path).read_text(encoding="utf-8")
+    assert re.findall(r"\.\./shared|/work/|\bthis session\b|\b(?:first|second|third|\w+th) session\b", text, re.I) == []
