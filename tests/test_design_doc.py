@@ -297,3 +297,17 @@ def test_the_benchmarks_readme_says_how_to_run_every_script_in_400_lines():
 def test_no_doc_points_outside_the_repository_or_tells_its_history(path):
     text = (ROOT / path).read_text(encoding="utf-8")
     assert re.findall(r"\.\./shared|/work/|\bthis session\b|\b(?:first|second|third|\w+th) session\b", text, re.I) == []
+
+
+def test_gpu_md_names_every_test_file_that_checks_the_gpu_code_and_where_it_runs():
+    """docs/gpu.md's "What has run where" lists each file of GPU tests under the tier it runs in:
+    a device (`gpu`), the RAPIDS libraries on a CPU (`gpu_api`), or every commit."""
+    text = (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")
+    section = text.split("## What has run where", 1)[1].split("\n## ", 1)[0]
+    tiers = re.split(r"\n- \*\*", section)[1:]
+    assert [t.split("**", 1)[0] for t in tiers] == [
+        "On a GPU: nothing.", "Against the real RAPIDS libraries, on a CPU", "On every commit, without RAPIDS:"]
+    for path in sorted((ROOT / "tests" / "backends").glob("test_gpu*.py")):
+        source = path.read_text(encoding="utf-8")
+        tier = 0 if "pytestmark = pytest.mark.gpu\n" in source else 1 if "pytest.mark.gpu_api" in source else 2
+        assert re.search(rf"`(?:[\w/]+/)?{re.escape(path.name)}`", tiers[tier]), (path.name, tier)
