@@ -147,10 +147,11 @@ NOT_PYTHON = {"gpuetl.plugins", "gpuetl.placement_group_starts"}
 
 @cache
 def known_calls() -> frozenset[str]:
-    """Functions of the expression language (docs cite `round()`, `substr()`)."""
-    from gpuetl.steps.expr import FUNCTIONS
+    """Functions of the expression language (docs cite `round()`, `substr()`): the names the docs
+    generator lists for steps.md."""
+    from gpuetl.docs import steps_markdown
 
-    return frozenset(FUNCTIONS)
+    return frozenset(re.findall(r"`(\w+)\(", steps_markdown()))
 
 
 def problems(doc: Path) -> list[str]:
