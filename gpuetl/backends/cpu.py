@@ -46,7 +46,7 @@ def _scratch_pool() -> pa.MemoryPool:
     records less their line endings: the parser reads them, the batch drops them). A kernel
     that shrinks its output at the end reallocates, and the system allocator, which in-order
     runs use (cli/tuning.py), reallocates aligned memory by allocating afresh and copying;
-    mimalloc does not, and reuses the previous batch's pages (measured in benchmarks/README.md)."""
+    mimalloc does not, and reuses the previous batch's pages (measured in docs/design.md)."""
     try:
         return pa.mimalloc_memory_pool()
     except NotImplementedError:      # a pyarrow built without mimalloc

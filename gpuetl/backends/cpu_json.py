@@ -48,7 +48,7 @@ from ..types import ARROW_TYPES, type_name_of
 from .cpu import _BAD, _arrow, _exact, _scratch_pool
 from .cpu_clf import one_array
 
-BLOCK_BYTES = 1 << 20         # the reader's block (a 16 MiB batch as one block parses slower: benchmarks/README.md)
+BLOCK_BYTES = 1 << 20         # the reader's block (a 16 MiB batch as one block parses slower: docs/design.md)
 DEEP_LEVELS = 1_000           # records nested deeper are not handed to the inferring block reader (_deep)
 NAMED_ROUNDS = 16             # refusals that name a field, followed before splitting takes over
 SMALL_RUN = 64                # runs of records this short that the block reader refuses go to the careful reader

@@ -159,7 +159,7 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     row group's distinct values, so a row group is what is judged (client IPs repeat across a
     row group though rarely within its first few thousand rows). Timestamps, sizes and URLs are
     mostly distinct: their dictionary is as large as the data and slower to build, so they are
-    plain-encoded (measurements in benchmarks/README.md). Nested columns (structs, lists) are
+    plain-encoded (measurements in docs/design.md). Nested columns (structs, lists) are
     left to the writer's defaults: there is no distinct count of a struct. Nor are text or
     binary values longer than WIDE_VALUE_BYTES on average (images, documents): counting their
     distinct values hashes every byte of them, and such values rarely repeat."""

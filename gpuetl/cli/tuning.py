@@ -4,8 +4,8 @@ Library code (`import gpuetl`, `Pipeline.run()`) changes nothing process-wide: a
 imports gpuetl keeps its own thread pools, allocators, environment, GC and logging. The command
 owns its process, so `gpuetl.cli.main` calls `apply()` once, first thing (before polars or
 pyarrow is imported: some of these settings are read only at import), and `arrow_pool()` once
-it knows how the run writes. The numbers behind each setting are in benchmarks/README.md
-("Command-line tunings").
+it knows how the run writes. The numbers behind each setting are in docs/design.md
+("Measured choices").
 
 The settings:
 

@@ -91,7 +91,7 @@ class ImagesStage(PartitionScoped):
         """The kernel is asked to read every record's bytes at once (`_prefetch`); then this
         thread reads, checks (header, pixel limit, sha256) and hands on each image in order,
         while the rest still arrive. Reader threads did the same job worse: their Python and
-        checks contended for the GIL with the other tasks' image work (benchmarks/README.md)."""
+        checks contended for the GIL with the other tasks' image work (docs/design.md)."""
         pins: list = []
         df = _frame(self._rows(partition, pins), self, segment, backend)
         df.attrs[READ_PINS] = ReadPins(pins)

@@ -163,7 +163,7 @@ def taper(partitions: list[Partition], blocksize: int) -> list[Partition]:
     """The last TAPER partitions, each one plain range of more than half a block, split in two.
     The streaming writer takes partitions in order, and the last ones finish together: it was
     left with two or three whole partitions to encode on one core while the other idled; halves
-    drain sooner (benchmarks/README.md). The rows, and the bytes written, do not depend on
+    drain sooner (docs/design.md). The rows, and the bytes written, do not depend on
     partitioning."""
     if len(partitions) < 2 * TAPER:
         return partitions
@@ -364,7 +364,7 @@ MAP_MIN_BYTES = 4 << 20
 def _read_plain(path: str, offset: int, length: int, reach: int | None = None) -> RangeData:
     """The records that start in the range, exactly their bytes (the boundaries come from small
     peeks). A large range is memory-mapped, not read: reading 64 MiB into a fresh buffer costs a
-    copy and a page fault per page, more than mapping the page cache costs (benchmarks/README.md)."""
+    copy and a page fault per page, more than mapping the page cache costs (docs/design.md)."""
     start, end, needs_newline = record_span(path, offset, length, reach)
     if end - start >= MAP_MIN_BYTES and not needs_newline:
         return RangeData(_mapped(path, start, end), start)
