@@ -777,12 +777,12 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         return out, fast
 
     def _cast_bool(self, col):
-        from .cpu import _FALSE, _TRUE
+        from .cpu_values import FALSE_WORDS, TRUE_WORDS
 
         fast = _matches(col, BOOL_PATTERN)
         s = col.reset_index(drop=True).str.strip(STRIP).str.lower()
-        truthy = s.isin(list(_TRUE)).fillna(False)
-        falsy = s.isin(list(_FALSE)).fillna(False)
+        truthy = s.isin(list(TRUE_WORDS)).fillna(False)
+        falsy = s.isin(list(FALSE_WORDS)).fillna(False)
         out = self.nulls(len(s), "bool")
         out = out.where(~truthy, True).where(~falsy, False)
         return out.where(cudf.Series(fast)), fast
