@@ -208,7 +208,7 @@ def phash_values(small, xp):
     the 8 x 8 lowest frequencies against their median, the bits first to last as the high to low
     bits of an int64 (numpy's packbits read big-endian)."""
     a = small.astype(xp.float64)
-    basis = xp.asarray(cpu_images._DCT)
+    basis = xp.asarray(cpu_images.DCT)
     low = (basis @ a @ basis.T)[:, :8, :8].reshape(len(a), 64)
     bits = low > xp.median(low, axis=1, keepdims=True)
     weights = xp.uint64(1) << xp.arange(63, -1, -1, dtype=xp.uint64)
