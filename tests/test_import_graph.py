@@ -158,8 +158,12 @@ def private_names_used_across_modules(root: Path) -> list[str]:
         module = _module_name(path, root)
         tree = ast.parse(path.read_text(), filename=str(path))
         bound: dict[str, str] = {}          # local name -> the package module it stands for
+        attributes = []
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
+            if isinstance(node, ast.Attribute):
+                if _private(node.attr):
+                    attributes.append(node)
+            elif isinstance(node, ast.ImportFrom):
                 source = _absolute(module, path.name == "__init__.py", node.level, node.module)
                 if source != top and not source.startswith(top + "."):
                     continue
@@ -175,9 +179,7 @@ def private_names_used_across_modules(root: Path) -> list[str]:
                             bound[alias.asname] = alias.name
                         else:
                             bound[top] = top
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
-                continue
+        for node in attributes:
             names = _dotted(node.value)
             if not names or names[0] not in bound:
                 continue
