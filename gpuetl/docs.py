@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .steps import STEPS
-from .steps.expr import FUNCTIONS
+from .expr import FUNCTIONS
 
 STEPS_MD = Path(__file__).resolve().parent.parent / "docs" / "steps.md"
 

@@ -1,6 +1,6 @@
 from gpuetl.docs import STEPS_MD, steps_markdown
 from gpuetl.steps import STEPS
-from gpuetl.steps.expr import FUNCTIONS
+from gpuetl.expr import FUNCTIONS
 
 
 def test_steps_md_is_generated_from_the_registry():

@@ -161,7 +161,7 @@ class Backend(ABC):
     def regex_error(self, pattern: str) -> str | None:
         """Why this backend cannot run `pattern` at all, not even on its CPU fallback (the plan
         then refuses the pipeline, naming the key), or None. RE2 syntax is checked for every
-        backend when the file is loaded (steps.expr.regex_problem)."""
+        backend when the file is loaded (expr.parser.regex_problem)."""
         return None
 
     def note_host_work(self, what: str, count: int = 1) -> None:
@@ -393,7 +393,7 @@ class Backend(ABC):
         full = [c if hasattr(c, "index") else self.series([c] * n, _literal_type(c), index=index) for c in columns]
         return self.series(self.hash64(full, seed), "uint64", index=index)
 
-    # -- what expressions need where pandas and cuDF differ (steps/expr.py) ----------------
+    # -- what expressions need where pandas and cuDF differ (gpuetl/expr/) -------------------
     def nullable_dtype(self, type_name: str) -> Any:
         """The dtype of a bool or integer column that may hold nulls (pandas needs its nullable
         dtypes for that; cuDF's own dtypes hold nulls)."""

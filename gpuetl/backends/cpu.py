@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import decimal
-import math
-import re
 
 import numpy as np
 import pandas as pd
@@ -17,21 +15,13 @@ from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
 from .cpu_text import extract_groups_polars, polars_regex
+from .cpu_values import BAD, FALSE_WORDS, INF_TEXT, TRUE_WORDS, as_arrow, exact_value, scratch_pool
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
 _UINT_RE = r"^\s*\+?\d+\s*$"
 _FLOAT_RE = r"(?i)^\s*[+-]?(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|inf|infinity|nan)\s*$"
-_INF_TEXT = r"(?i)^\s*[+-]?inf(inity)?\s*$"      # text that says infinity (other text past the range is bad)
-_FLOAT32_PAST = 2.0 ** 128 - 2.0 ** 103            # from here a float64 rounds to float32's infinity
-_TRUE = ("true", "t", "yes", "y", "1")
-_FALSE = ("false", "f", "no", "n", "0")
 # an offset after a time, an hour alone included ("T12Z"; a date's "-10" is not one)
 _HAS_ZONE_RE = r"(?:\d:\d\d|[Tt ]\d\d).*(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"
-
-
-def _arrow(col: pd.Series) -> pa.Array:
-    arr = pa.array(col)
-    return one_array(arr) if isinstance(arr, pa.ChunkedArray) else arr
 
 
 def _chunked(col: pd.Series) -> pa.ChunkedArray:
@@ -39,18 +29,6 @@ def _chunked(col: pd.Series) -> pa.ChunkedArray:
     without the copy that combining would make."""
     arr = pa.array(col)
     return arr if isinstance(arr, pa.ChunkedArray) else pa.chunked_array([arr])
-
-
-def _scratch_pool() -> pa.MemoryPool:
-    """Arrow's mimalloc pool, for a batch's short-lived buffers that the same thread frees (the
-    records less their line endings: the parser reads them, the batch drops them). A kernel
-    that shrinks its output at the end reallocates, and the system allocator, which in-order
-    runs use (cli/tuning.py), reallocates aligned memory by allocating afresh and copying;
-    mimalloc does not, and reuses the previous batch's pages (measured in docs/design.md)."""
-    try:
-        return pa.mimalloc_memory_pool()
-    except NotImplementedError:      # a pyarrow built without mimalloc
-        return pa.default_memory_pool()
 
 
 def _bool_mask(arr: pa.Array) -> np.ndarray:
@@ -81,7 +59,7 @@ class CpuBackend(Backend):
         return self.series(pa.nulls(n, ARROW_TYPES[type_name]), type_name, index=index)
 
     def astype(self, col, type_name: str):
-        return self.series(_arrow(col).cast(ARROW_TYPES[type_name]), type_name, index=col.index)
+        return self.series(as_arrow(col).cast(ARROW_TYPES[type_name]), type_name, index=col.index)
 
     def concat(self, frames: list):
         frames = [f for f in frames if f is not None]
@@ -148,7 +126,7 @@ class CpuBackend(Backend):
         if not keep.all():           # blank lines are not records
             starts, ends = starts[keep], ends[keep]
         # the records' bytes less their line endings, side by side (one copy, in the scratch pool)
-        raw = records_array(data, starts, ends, memory_pool=_scratch_pool())
+        raw = records_array(data, starts, ends, memory_pool=scratch_pool())
         string_type = pa.string() if raw.type == pa.binary() else pa.large_string()
         exact = None
         try:
@@ -199,7 +177,7 @@ class CpuBackend(Backend):
                 pd.Series(matched, index=text.index))
 
     def extract(self, text, regex: str, names: tuple[str, ...], kernel: str | None = None):
-        arr = _arrow(text)
+        arr = as_arrow(text)
         if kernel in ("clf", "combined") and polars_available():
             cols, matched = extract_clf(arr, regex, names)
             return ({name: self.series(cols[name], "string", index=text.index) for name in names},
@@ -226,7 +204,7 @@ class CpuBackend(Backend):
         may be two rows to the reader, so those are read one by one. The reader's rows are
         counted against the records; should they ever differ, every record is read on its own
         rather than values shifting onto other records."""
-        arr = _arrow(text)
+        arr = as_arrow(text)
         n = len(arr)
         unbalanced = _bool_mask(pc.equal(pc.bit_wise_and(pc.count_substring(arr, '"'), 1), 1))
         alone = np.zeros(n, dtype=bool)
@@ -276,7 +254,7 @@ class CpuBackend(Backend):
 
     # -- casts ---------------------------------------------------------------------------
     def cast(self, col, type_name: str, *, fmt=None, timezone=None):
-        arr = _arrow(col)
+        arr = as_arrow(col)
         if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
             return self._convert(col, arr, type_name)
         result = self._parse_strings(arr, type_name, fmt, timezone)
@@ -306,12 +284,12 @@ class CpuBackend(Backend):
             number = pc.cast(pc.if_else(ok, values, pa.scalar(None, pa.string())), ARROW_TYPES[type_name])
             # "1e400" (or "1e39" as float32) is past the type's range, not infinity: a bad value
             overflow = pc.fill_null(pc.and_(pc.is_inf(number), pc.invert(pc.match_substring_regex(
-                values, _INF_TEXT))), False)
+                values, INF_TEXT))), False)
             return pc.if_else(overflow, pa.scalar(None, number.type), number)
         if type_name == "bool":
             lowered = pc.utf8_lower(values)
-            truthy = pc.is_in(lowered, pa.array(_TRUE))
-            falsy = pc.is_in(lowered, pa.array(_FALSE))
+            truthy = pc.is_in(lowered, pa.array(TRUE_WORDS))
+            falsy = pc.is_in(lowered, pa.array(FALSE_WORDS))
             return pc.if_else(truthy, True, pc.if_else(falsy, False, pa.scalar(None, pa.bool_())))
         if type_name == "timestamp":
             return self._parse_timestamps(values, fmt, timezone)
@@ -324,9 +302,9 @@ class CpuBackend(Backend):
             bad = np.zeros(len(arr), dtype=bool)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             # Convert what can be converted exactly; the rest is bad.
-            values = [_exact(v, type_name) for v in arr.to_pylist()]
-            bad = np.array([v is _BAD for v in values], dtype=bool)
-            result = pa.array([None if v is _BAD else v for v in values], type=target)
+            values = [exact_value(v, type_name) for v in arr.to_pylist()]
+            bad = np.array([v is BAD for v in values], dtype=bool)
+            result = pa.array([None if v is BAD else v for v in values], type=target)
         return self.series(result, type_name, index=col.index), pd.Series(bad, index=col.index)
 
     @staticmethod
@@ -417,13 +395,13 @@ class CpuBackend(Backend):
         return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index)
 
     def unpack_rows(self, col, width):
-        arr = _arrow(col)
+        arr = as_arrow(col)
         data = np.frombuffer(arr.buffers()[1], dtype=np.uint32)
         return data[arr.offset * width: (arr.offset + len(arr)) * width].reshape(len(arr), width)
 
     # -- hashing primitives ----------------------------------------------------------------
     def fixed_width(self, col):
-        arr = _arrow(col)
+        arr = as_arrow(col)
         valid = _bool_mask(arr.is_valid())
         if pa.types.is_timestamp(arr.type):
             arr = arr.cast(pa.int64())
@@ -435,7 +413,7 @@ class CpuBackend(Backend):
         return values.astype(np.int64).view(np.uint64) if values.dtype.kind == "i" else values.astype(np.uint64), valid
 
     def string_buffers(self, col):
-        arr = _arrow(col).cast(pa.large_string())
+        arr = as_arrow(col).cast(pa.large_string())
         valid = _bool_mask(arr.is_valid())
         _, offsets_buf, data_buf = arr.buffers()
         offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset: arr.offset + len(arr) + 1]
@@ -446,23 +424,20 @@ class CpuBackend(Backend):
     def normalize_text(self, col, *, nfkc, lower, collapse_whitespace, strip):
         from . import cpu_text
 
-        out = cpu_text.normalize(_arrow(col), nfkc=nfkc, lower=lower, collapse_whitespace=collapse_whitespace,
+        out = cpu_text.normalize(as_arrow(col), nfkc=nfkc, lower=lower, collapse_whitespace=collapse_whitespace,
                                  strip=strip)
         return self.series(out, "string", index=col.index)
 
     def replace_regex(self, col, pattern, replacement):
         from . import cpu_text
 
-        return self.series(cpu_text.replace_regex(_arrow(col), pattern, replacement), "string", index=col.index)
+        return self.series(cpu_text.replace_regex(as_arrow(col), pattern, replacement), "string", index=col.index)
 
     def minhash(self, col, *, seed, a, b, width, shingle="char"):
         from . import cpu_text
 
-        return cpu_text.minhash(_arrow(col).cast(pa.string()), seed=seed, a=np.asarray(a, dtype=np.uint32),
+        return cpu_text.minhash(as_arrow(col).cast(pa.string()), seed=seed, a=np.asarray(a, dtype=np.uint32),
                                 b=np.asarray(b, dtype=np.uint32), width=width, shingle=shingle)
-
-
-_BAD = object()
 
 
 def _plain_integers(arr: pa.Array, type_name: str) -> pa.Array | None:
@@ -626,30 +601,3 @@ def _read_one_csv_record(line: str, names, delimiter: str, null_values=("",)) ->
 def _gather_index(ok: np.ndarray) -> pa.Array:
     """For each record, the index of its row among the parsed (good) rows; 0 for bad ones."""
     return pa.array(np.maximum(np.cumsum(ok) - 1, 0))
-
-
-def _exact(value, type_name: str):
-    """Convert one JSON/CSV value exactly or return _BAD (used on the slow path only)."""
-    if value is None:
-        return None
-    try:
-        if type_name in INT_TYPES or type_name in UINT_TYPES:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                return _BAD
-            number = int(value)
-            info = np.iinfo(type_name)
-            return number if info.min <= number <= info.max else _BAD
-        if type_name in ("float32", "float64"):
-            if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
-                return _BAD         # a JSON number has no NaN or infinity: 1e400, or the literal NaN
-            number = float(value)
-            if math.isinf(number) and not re.match(_INF_TEXT, str(value)):
-                return _BAD         # text "1e400" is past the range; "inf" says infinity
-            return _BAD if type_name == "float32" and abs(number) >= _FLOAT32_PAST else number
-        if type_name == "bool":
-            return value if isinstance(value, bool) else _BAD
-        if type_name == "string":
-            return str(value)
-    except (TypeError, ValueError, OverflowError):
-        return _BAD
-    return _BAD

@@ -49,7 +49,7 @@ def outer_regex(regex: str) -> str:
     """The preset regex with the request as one quoted field (its parts come from REQUEST_RE)."""
     from ..parsing import presets
 
-    return regex.replace(presets._REQUEST, '"(?P<request>' + presets._QUOTED_BODY + ')"')
+    return regex.replace(presets.REQUEST_FIELD, '"(?P<request>' + presets.QUOTED_BODY + ')"')
 
 
 def standard_regex(regex: str) -> str | None:
@@ -59,9 +59,9 @@ def standard_regex(regex: str) -> str | None:
     a usual request, which holds no unescaped quote, ends at the same quote as any other."""
     from ..parsing import presets
 
-    if presets._REQUEST not in regex:
+    if presets.REQUEST_FIELD not in regex:
         return None
-    return regex.replace(presets._REQUEST, '"(?P<request>' + REQUEST_RE[1:-1] + ')"')
+    return regex.replace(presets.REQUEST_FIELD, '"(?P<request>' + REQUEST_RE[1:-1] + ')"')
 
 
 def _ascii_classes(regex: str) -> str:
@@ -80,8 +80,8 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], null_empty: b
     them, in less time than the two regexes); only the lines it leaves go through the
     two regexes (outer_regex, then REQUEST_RE on the request)."""
     pl = polars()
-    chunks = [_polars_lines(c) for c in (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])] \
-        or [_polars_lines(pa.array([], pa.string()))]
+    chunks = [polars_lines(c) for c in (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])] \
+        or [polars_lines(pa.array([], pa.string()))]
     single = standard_regex(regex)
     if single is None or not any(n in REQUEST_PARTS for n in names):
         return _two_regexes(_joined(chunks), regex, names, null_empty, null_dash)
@@ -91,7 +91,7 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], null_empty: b
         pl.col("line").str.extract_groups(_ascii_classes(single)).alias("g")).unnest("g") for lines in chunks]
     frame = frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True)
     matched = frame.get_column("ip").is_not_null().to_numpy()
-    out = _finish(frame, names, null_empty, null_dash)
+    out = finish_captures(frame, names, null_empty, null_dash)
     if matched.all():
         return out, matched
     rest = ~matched
@@ -103,7 +103,7 @@ def extract_clf(arr: pa.Array, regex: str, names: tuple[str, ...], null_empty: b
     return out, matched
 
 
-def _polars_lines(arr: pa.Array):
+def polars_lines(arr: pa.Array):
     pl = polars()
     return pl.from_arrow(arr) if len(arr) else pl.Series([], dtype=pl.String)
 
@@ -122,10 +122,10 @@ def _two_regexes(lines, regex: str, names: tuple[str, ...], null_empty: bool, nu
     if any(n in REQUEST_PARTS for n in names):
         parts = pl.col("request").str.extract_groups(_ascii_classes(REQUEST_RE)).alias("r")
         frame = frame.with_columns(parts).unnest("r")
-    return _finish(frame, names, null_empty, null_dash), matched.to_numpy()
+    return finish_captures(frame, names, null_empty, null_dash), matched.to_numpy()
 
 
-def _finish(frame, names: tuple[str, ...], null_empty: bool, null_dash: bool) -> dict:
+def finish_captures(frame, names: tuple[str, ...], null_empty: bool, null_dash: bool) -> dict:
     """The captures as Arrow strings, with RE2's "" for request parts that did not take part
     and the presets' nulls."""
     pl = polars()

@@ -271,7 +271,7 @@ def encode(pixels: bytes, w: int, h: int, c: int, fmt: str, quality: int) -> byt
 
 
 _N = np.arange(32)
-_DCT = np.cos(np.pi * (2 * _N[None, :] + 1) * _N[:, None] / 64)     # DCT-II basis, rows = frequency
+DCT = np.cos(np.pi * (2 * _N[None, :] + 1) * _N[:, None] / 64)     # DCT-II basis, rows = frequency
 
 
 def phash(pixels: bytes, w: int, h: int, c: int) -> int:
@@ -279,6 +279,6 @@ def phash(pixels: bytes, w: int, h: int, c: int) -> int:
     against their median. Near-identical pictures differ in few bits."""
     img = _to_mode(as_image(pixels, w, h, c), "L").resize((32, 32), Image.Resampling.LANCZOS)
     a = np.asarray(img, dtype=np.float64)
-    low = (_DCT @ a @ _DCT.T)[:8, :8].ravel()
+    low = (DCT @ a @ DCT.T)[:8, :8].ravel()
     bits = low > np.median(low)
     return int(np.packbits(bits).view(">u8")[0].astype(np.int64))

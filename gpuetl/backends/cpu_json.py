@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 
 from ..sources.json_fields import JsonRead, lookup, position_text
 from ..types import ARROW_TYPES, type_name_of
-from .cpu import _BAD, _arrow, _exact, _scratch_pool
+from .cpu_values import BAD, as_arrow, exact_value, scratch_pool
 from .cpu_clf import one_array
 
 BLOCK_BYTES = 1 << 20         # the reader's block (a 16 MiB batch as one block parses slower: docs/design.md)
@@ -65,7 +65,7 @@ _VALUE_START = {"string": '"', "number": r"[-0-9]", "boolean": "[tf]", "object":
 def parse_json(backend, text, read: JsonRead, dropped: dict[str, int] | None = None):
     """(columns, ok, reasons or None) for a batch of records: see the module's docstring.
     dropped: under `extra_fields: drop`, {field: records} gets this batch's dropped fields added."""
-    arr = _arrow(text)
+    arr = as_arrow(text)
     n = len(arr)
     arr, careful = _brace_delimited(arr)
     careful = ~careful
@@ -365,7 +365,7 @@ def _joined(arr: pa.Array) -> pa.Buffer:
     """One buffer, records separated by newlines: the reader's input, handed over without a copy
     to Python bytes, from the scratch pool (this thread frees it after the read)."""
     lists = pa.ListArray.from_arrays(pa.array([0, len(arr)], type=pa.int32()), arr.cast(pa.string()))
-    return pc.binary_join(lists, "\n", memory_pool=_scratch_pool())[0].as_buffer()
+    return pc.binary_join(lists, "\n", memory_pool=scratch_pool())[0].as_buffer()
 
 
 def _block_size(arr: pa.Array) -> int:
@@ -503,7 +503,7 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
     for name, (at, texts) in pending.items():
         t = by_name[name].type
         values, bad = backend.cast(backend.series(pa.array(texts, pa.string()), "string"), t)
-        values, bad = _arrow(values).to_pylist(), np.asarray(bad, dtype=bool)
+        values, bad = as_arrow(values).to_pylist(), np.asarray(bad, dtype=bool)
         for j, i in enumerate(at):
             if not ok[i]:
                 continue
@@ -667,7 +667,7 @@ def _json_value(value, type_name: str, strict: bool):
     if isinstance(value, str) and not strict and type_name != "bool":
         return value, None, True
     problem = _json_value_problem(value, type_name)
-    return (None, problem, False) if problem else (_exact(value, type_name), None, False)
+    return (None, problem, False) if problem else (exact_value(value, type_name), None, False)
 
 
 def _conform(value, arrow_type: pa.DataType, where: str):
@@ -701,7 +701,7 @@ def _conform(value, arrow_type: pa.DataType, where: str):
     problem = _json_value_problem(value, name)
     if problem:
         return None, f"{where}: {problem}" if where else problem, False
-    return _exact(value, name), None, False
+    return exact_value(value, name), None, False
 
 
 def _json_value_problem(value, type_name: str) -> str | None:
@@ -715,7 +715,7 @@ def _json_value_problem(value, type_name: str) -> str | None:
     fits = (isinstance(value, bool) if type_name == "bool"
             else isinstance(value, (int, float)) and not isinstance(value, bool) if type_name.startswith("float")
             else isinstance(value, int) and not isinstance(value, bool))
-    if not fits or _exact(value, type_name) is _BAD:
+    if not fits or exact_value(value, type_name) is BAD:
         shown = value.text if isinstance(value, _NotFinite) else json.dumps(value)[:80]
         if fits and type_name == "float32":
             return f"{shown} is out of float32's range"

@@ -28,8 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..parsing.rust_regex import to_rust_regex
-from .cpu_clf import _finish as clf_finish
-from .cpu_clf import _polars_lines, polars, polars_available
+from .cpu_clf import finish_captures, polars, polars_available, polars_lines
 
 _C1 = np.uint32(0xCC9E2D51)
 _C2 = np.uint32(0x1B873593)
@@ -238,11 +237,11 @@ def extract_groups_polars(arr, pattern: str, names: tuple[str, ...], dash_is_nul
     column handed back in one piece."""
     pl = polars()
     chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
-    frames = [pl.DataFrame({"line": _polars_lines(c)}).select(pl.col("line").str.extract_groups(pattern).alias("g"))
+    frames = [pl.DataFrame({"line": polars_lines(c)}).select(pl.col("line").str.extract_groups(pattern).alias("g"))
               .unnest("g") for c in chunks] or [_empty_groups(pattern)]
     frame = frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True)
     matched = frame.get_column(MATCHED).is_not_null().to_numpy()
-    return clf_finish(frame, names, null_empty=True, null_dash=dash_is_null), matched
+    return finish_captures(frame, names, null_empty=True, null_dash=dash_is_null), matched
 
 
 def _empty_groups(pattern: str):

@@ -4,11 +4,13 @@ Only gpuetl/backends/gpu* import cudf, cupy, kvikio, rmm, dask_cudf, dask_cuda o
 (tests/test_import_rule.py). This module imports them plainly: it is loaded only for a GPU run
 (`backends.get_backend`), never by `import gpuetl` or by planning (`gpu_support.GpuPlanning`).
 Detection, cluster sizing, the regex dialect and the tallies are in gpu_support.py (no RAPIDS).
+The device helpers this module shares with its facets (gpu_records, gpu_spill, gpu_text,
+gpu_images) are in gpu_device.py, which they import; none of them imports this module.
 
 Rows: the GPU gives the CPU backend's rows and values. Where a libcudf kernel's meaning differs
 from the CPU kernel's (regex dialect, strptime, number parsing), the GPU runs a strict fast path
 whose inputs both kernels read the same way and hands the rest to the CPU kernel, counted in
-`fallbacks()`. Every device -> host copy goes through `to_host_copy`, which counts its bytes by
+`fallbacks()`. Every device -> host copy goes through `gpu_device.to_host_copy`, which counts its bytes by
 reason (the host-transfer ledger, `host_transfer()`). docs/gpu.md explains each case.
 """
 
@@ -36,6 +38,8 @@ from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micr
                           host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
                           remote_record_span, reset_tallies,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
+from .gpu_device import (any_true, device_values, regex_matches, regex_program, scatter, span_bytes, strings_from_buffers,
+                         to_host_copy, with_index)
 from .gpu_records import GpuRecordsMixin
 from .gpu_spill import GpuSpillMixin, writer_metadata
 from .gpu_text import GpuTextMixin
@@ -216,31 +220,6 @@ def device_patterns() -> list[str]:
         records += [rules.csv_record_pattern(d), rules.csv_quoted_empty_pattern(d), rules.csv_delimiter_pattern(d)]
     return [FLOAT_PATTERN, BOOL_PATTERN, integer_pattern(False), integer_pattern(True),
             to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN, *records]
-
-
-# -- the host-transfer ledger ---------------------------------------------------------------------
-
-def to_host_copy(values, reason: str):
-    """The one way this backend copies device data to the host: a CuPy array becomes numpy, a
-    cuDF Series an Arrow array, a DataFrame an Arrow table; the bytes are counted by reason."""
-    if isinstance(values, cp.ndarray):
-        out = cp.asnumpy(values)
-        count_host_bytes(reason, out.nbytes)
-        return out
-    if isinstance(values, (cudf.Series, cudf.DataFrame)):
-        out = values.to_arrow()
-        if isinstance(out, pa.ChunkedArray):
-            out = out.combine_chunks()
-        count_host_bytes(reason, out.nbytes)
-        return out
-    raise TypeError(f"to_host_copy: not device data ({type(values).__name__})")
-
-
-def _flag(values, reason: str = "control: any()") -> bool:
-    """bool(values.any()) for a CuPy bool array or cuDF Series: a one-byte copy, counted."""
-    hit = values.any()
-    count_host_bytes(reason, 1)
-    return bool(hit.get() if isinstance(hit, cp.ndarray) else hit)
 
 
 class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
@@ -429,13 +408,13 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         stage) come to the host, not the status column."""
         status = df[STATUS]
         live = status == STATUS_LIVE
-        if not _flag(~live, "control: rows left"):
+        if not any_true(~live, "control: rows left"):
             return df, df.iloc[:0], {}
         bad = status == STATUS_QUARANTINED
-        quarantined = df[bad] if _flag(bad, "control: quarantined") else df.iloc[:0]
+        quarantined = df[bad] if any_true(bad, "control: quarantined") else df.iloc[:0]
         dropped = ~live & ~bad
         tallies: dict[tuple[int, int], int] = {}
-        if _flag(dropped, "control: dropped"):
+        if any_true(dropped, "control: dropped"):
             sums = df[dropped].groupby([STAGE, STATUS], sort=True)[COUNT].sum().reset_index()
             host = to_host_copy(sums, "tallies of dropped rows")
             tallies = {(int(st), int(s)): int(n) for st, s, n in zip(*(host.column(c).to_pylist()
@@ -610,11 +589,11 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         n = len(buf)
         newlines = cp.flatnonzero(buf == 10)
         starts = cp.concatenate([cp.zeros(1, dtype=cp.int64), (newlines + 1).astype(cp.int64)])
-        if not n or not _flag(buf[n - 1:] != 10, "control: last byte"):
+        if not n or not any_true(buf[n - 1:] != 10, "control: last byte"):
             starts = starts[:len(newlines)]          # no line starts after the last newline
         ends = record_ends(cp, buf, starts, cp.asarray(added, dtype=cp.int64) if len(added) else None)
         bad = cp.zeros(len(starts), dtype=bool)
-        if n and _flag(buf >= 0x80, "control: non-ASCII"):
+        if n and any_true(buf >= 0x80, "control: non-ASCII"):
             wrong = cp.flatnonzero(utf8_bad_bytes(cp, buf))
             if len(wrong):
                 bad[cp.searchsorted(starts, wrong, side="right") - 1] = True
@@ -626,10 +605,10 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         keep = ends > starts                         # empty records are not records
         take = cp.zeros(2 * m, dtype=bool)
         take[0::2] = keep
-        text = _strings_from_buffers(buf, bounds, 2 * m)[take].reset_index(drop=True)
+        text = strings_from_buffers(buf, bounds, 2 * m)[take].reset_index(drop=True)
         starts, ends, bad = starts[keep], ends[keep], bad[keep]
         raw = None
-        if _flag(bad, "control: invalid UTF-8"):
+        if any_true(bad, "control: invalid UTF-8"):
             text, raw = self._replace_invalid(text, buf, starts, ends, cp.flatnonzero(bad))
         return Lines(text=text, offsets=starts + base_offset, bad_utf8=bad, raw=raw)
 
@@ -645,7 +624,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         exact: list = [None] * len(text)
         for row, line in zip(to_host_copy(rows, "invalid UTF-8 lines").tolist(), lines):
             exact[row] = line
-        return (_scatter(text, rows, cudf.Series(decoded, dtype="str")),
+        return (scatter(text, rows, cudf.Series(decoded, dtype="str")),
                 self.series(pa.array(exact, type=pa.binary()), "binary"))
 
     # -- parsing -------------------------------------------------------------------------------
@@ -661,8 +640,8 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             cols, matched = _device_extract(text, pattern, dotall)
         except Exception as err:         # e.g. a pattern too large for the device engine
             return self._host_extract(text, regex, names, kernel, f"regex: libcudf refused it ({type(err).__name__})")
-        out = {name: _with_index(_matched_groups(col, matched), text.index) for name, col in zip(names, cols)}
-        return out, _with_index(cudf.Series(matched), text.index)
+        out = {name: with_index(_matched_groups(col, matched), text.index) for name, col in zip(names, cols)}
+        return out, with_index(cudf.Series(matched), text.index)
 
     def _extract_clf(self, text, regex, names):
         """The access-log presets: the request field's two alternatives are split by a second,
@@ -684,14 +663,14 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         host = self.cpu.series(_to_arrow(text, "regex the device cannot run"), "string")
         cols, matched = self.cpu.extract(host, regex, names, kernel=kernel)
         return ({n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()},
-                _with_index(cudf.Series(cp.asarray(matched.to_numpy(dtype=bool))), text.index))
+                with_index(cudf.Series(cp.asarray(matched.to_numpy(dtype=bool))), text.index))
 
     def _back(self, cols, ok, reasons, schema, index):
         out = {}
         for name, t in schema.items():
             t = "string" if t == "timestamp" else t
             out[name] = self.series(pa.array(cols[name]), t, index=index)
-        ok_dev = _with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), index)
+        ok_dev = with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), index)
         if reasons is not None and not isinstance(reasons, str):
             reasons = self.series(pa.array(reasons), "string", index=index)
         return out, ok_dev, reasons
@@ -702,7 +681,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             count_fallback(f"cast {col.dtype} -> {type_name}: host", 1)
             return self._host_cast(col, type_name, fmt, timezone, None)
         if type_name == "string":
-            return col, _with_index(cudf.Series(cp.zeros(len(col), dtype=bool)), col.index)
+            return col, with_index(cudf.Series(cp.zeros(len(col), dtype=bool)), col.index)
         if type_name in INT_TYPES or type_name in UINT_TYPES:
             values, fast = self._cast_integer(col, type_name)
         elif type_name == "float64":
@@ -720,10 +699,10 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             return self._host_cast(col, type_name, fmt, timezone, None)
         present = col.notna().values
         slow = present & ~fast
-        if _flag(slow):
+        if any_true(slow):
             values = self._patch(col, values, slow, type_name, fmt, timezone)
         bad = present & values.isna().values
-        return _with_index(values, col.index), _with_index(cudf.Series(bad), col.index)
+        return with_index(values, col.index), with_index(cudf.Series(bad), col.index)
 
     def _patch(self, col, values, slow, type_name, fmt, timezone):
         """Rows outside the strict fast path: the CPU kernel's values, scattered back."""
@@ -743,11 +722,11 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         host, bad = self.cpu.cast(self.cpu.series(_to_arrow(col, "casts on the host"), _type_of(col)), type_name,
                                   fmt=fmt, timezone=timezone)
         return (self.series(pa.array(host), type_name, index=col.index),
-                _with_index(cudf.Series(cp.asarray(bad.to_numpy(dtype=bool))), col.index))
+                with_index(cudf.Series(cp.asarray(bad.to_numpy(dtype=bool))), col.index))
 
     def _cast_integer(self, col, type_name):
         unsigned = type_name in UINT_TYPES
-        fast = _matches(col, integer_pattern(unsigned))
+        fast = regex_matches(col, integer_pattern(unsigned))
         s = col.reset_index(drop=True).str.strip(STRIP)
         s = s.where(~s.str.startswith("+").fillna(False), s.str.slice(1))
         s = s.where(cudf.Series(fast))
@@ -760,7 +739,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     def _cast_float(self, col):
         """Up to 15 significant digits and no exponent: mantissa / 10**k in float64 is one
         correctly rounded division, as Arrow's parser gives. Everything else: CPU kernel."""
-        fast = _matches(col, FLOAT_PATTERN)
+        fast = regex_matches(col, FLOAT_PATTERN)
         s = col.reset_index(drop=True).str.strip(STRIP).where(cudf.Series(fast))
         negative = s.str.startswith("-").fillna(False).values
         body = s.str.lstrip("+-")
@@ -777,12 +756,12 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         return out, fast
 
     def _cast_bool(self, col):
-        from .cpu import _FALSE, _TRUE
+        from .cpu_values import FALSE_WORDS, TRUE_WORDS
 
-        fast = _matches(col, BOOL_PATTERN)
+        fast = regex_matches(col, BOOL_PATTERN)
         s = col.reset_index(drop=True).str.strip(STRIP).str.lower()
-        truthy = s.isin(list(_TRUE)).fillna(False)
-        falsy = s.isin(list(_FALSE)).fillna(False)
+        truthy = s.isin(list(TRUE_WORDS)).fillna(False)
+        falsy = s.isin(list(FALSE_WORDS)).fillna(False)
         out = self.nulls(len(s), "bool")
         out = out.where(~truthy, True).where(~falsy, False)
         return out.where(cudf.Series(fast)), fast
@@ -824,7 +803,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     # -- hashing primitives --------------------------------------------------------------------
     def fixed_width(self, col):
         valid = col.notna().values
-        raw = _device_values(col)
+        raw = device_values(col)
         if raw.dtype.kind == "f":
             values = raw.astype(cp.float64).view(cp.uint64)
         elif raw.dtype.kind == "b":
@@ -843,8 +822,8 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             return cp.zeros(n + 1, dtype=cp.int64), cp.zeros(0, dtype=cp.uint8), valid
         child = plc_col.child(0)
         width = 8 if child.type().id() == plc.TypeId.INT64 else 4
-        offsets = _span_bytes(child.data()).view(cp.int64 if width == 8 else cp.int32)[off:off + n + 1]
-        data = _span_bytes(plc_col.data()) if plc_col.data() is not None else cp.zeros(0, dtype=cp.uint8)
+        offsets = span_bytes(child.data()).view(cp.int64 if width == 8 else cp.int32)[off:off + n + 1]
+        data = span_bytes(plc_col.data()) if plc_col.data() is not None else cp.zeros(0, dtype=cp.uint8)
         return offsets.astype(cp.int64), data.view(cp.uint8), valid
 
 
@@ -876,25 +855,8 @@ def _type_of(col) -> str:
     return type_name_of(_to_arrow(col.iloc[:0], "control: type").type)
 
 
-def _with_index(s, index):
-    s = s.reset_index(drop=True)
-    s.index = index
-    return s
-
-
 def _to_arrow(s, reason: str) -> pa.Array:
     return to_host_copy(s, reason)
-
-
-def _scatter(col, rows, values):
-    """col with col[rows[i]] = values[i] (rows: CuPy int, ascending), as a new Series."""
-    col = col.reset_index(drop=True)
-    keep = cp.ones(len(col), dtype=bool)
-    keep[rows] = False
-    position = cudf.Series(cp.arange(len(col)))
-    merged = cudf.concat([col[cudf.Series(keep)], values.reset_index(drop=True)], ignore_index=True)
-    order = cudf.concat([position[cudf.Series(keep)], cudf.Series(rows)], ignore_index=True)
-    return merged.iloc[order.argsort().values].reset_index(drop=True)
 
 
 def _numbers_lost(col, type_name: str) -> bool:
@@ -912,9 +874,9 @@ def _numbers_lost(col, type_name: str) -> bool:
     if kind == "f" and type_name in INT_TYPES + UINT_TYPES:
         info = np.iinfo(type_name)
         whole = (present == present.floor()) & (present >= float(info.min)) & (present < float(info.max) + 1.0)
-        return _flag(~whole)
+        return any_true(~whole)
     back = col.astype(col.dtype if type_name == "bool" else type_name).astype(col.dtype)
-    return _flag(((back != col) & col.notna()).fillna(False))
+    return any_true(((back != col) & col.notna()).fillna(False))
 
 
 def _from_arrow(arr, type_name: str):
@@ -935,57 +897,13 @@ def _from_arrow(arr, type_name: str):
     return cudf.Series.from_arrow(arr)
 
 
-def _device_values(col):
-    """A CuPy view of a fixed-width column's values (timestamps as int64; nulls undefined)."""
-    plc_col, _ = col.to_pylibcudf()
-    n, off = plc_col.size(), plc_col.offset()
-    if n == 0 or plc_col.data() is None:
-        return cp.zeros(n, dtype=cp.int64)
-    tid = plc_col.type().id()
-    kinds = {plc.TypeId.BOOL8: cp.bool_, plc.TypeId.INT8: cp.int8, plc.TypeId.INT16: cp.int16,
-             plc.TypeId.INT32: cp.int32, plc.TypeId.INT64: cp.int64, plc.TypeId.UINT8: cp.uint8,
-             plc.TypeId.UINT16: cp.uint16, plc.TypeId.UINT32: cp.uint32, plc.TypeId.UINT64: cp.uint64,
-             plc.TypeId.FLOAT32: cp.float32, plc.TypeId.FLOAT64: cp.float64,
-             plc.TypeId.TIMESTAMP_MICROSECONDS: cp.int64}
-    return _span_bytes(plc_col.data()).view(kinds[tid])[off:off + n]
-
-
-def _span_bytes(span):
-    """A CuPy uint8 view of a pylibcudf buffer: any Span (ptr and size; a gpumemoryview or
-    another buffer type), kept alive by the view."""
-    memory = cp.cuda.UnownedMemory(span.ptr, span.size, span)
-    return cp.ndarray(span.size, dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(memory, 0))
-
-
-def _strings_from_buffers(buf, bounds, n):
-    """A cudf string Series over device bytes: element i is buf[bounds[i]:bounds[i+1]]. Built as a
-    pylibcudf STRING column (offsets child + chars), so no byte is copied."""
-    large = len(buf) >= 2**31 - 1
-    offsets_col = plc.Column.from_cuda_array_interface(bounds.astype(cp.int64 if large else cp.int32))
-    chars = plc.gpumemoryview(buf) if len(buf) else None
-    column = plc.Column(plc.DataType(plc.TypeId.STRING), n, chars, None, 0, 0, [offsets_col])
-    return cudf.Series.from_pylibcudf(column)
-
-
-def _program(pattern: str, dotall: bool = False):
-    flags = plc.strings.regex_flags.RegexFlags
-    return plc.strings.regex_program.RegexProgram.create(pattern, flags.DOTALL if dotall else flags.DEFAULT)
-
-
-def _matches(col, pattern: str):
-    """cupy bool: the (libcudf-dialect) pattern matches; null -> False."""
-    plc_col, _ = col.to_pylibcudf()
-    hit = cudf.Series.from_pylibcudf(plc.strings.contains.contains_re(plc_col, _program(pattern)))
-    return hit.fillna(False).values
-
-
 def _device_extract(text, pattern: str, dotall: bool = False):
     """libcudf extract: (group Series list, matched cupy bool). libcudf gives null for every group
     of a non-matching row; a matching row's group that did not take part is null or '' depending
     on the version, so "matched" comes from the groups where one is set, and from contains_re for
     the rows where none is (usually just the rows that do not match)."""
     plc_col, _ = text.to_pylibcudf()
-    prog = _program(pattern, dotall)
+    prog = regex_program(pattern, dotall)
     table = plc.strings.extract.extract(plc_col, prog)
     cols = [cudf.Series.from_pylibcudf(c) for c in table.columns()]
     present = text.notna().values

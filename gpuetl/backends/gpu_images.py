@@ -208,7 +208,7 @@ def phash_values(small, xp):
     the 8 x 8 lowest frequencies against their median, the bits first to last as the high to low
     bits of an int64 (numpy's packbits read big-endian)."""
     a = small.astype(xp.float64)
-    basis = xp.asarray(cpu_images._DCT)
+    basis = xp.asarray(cpu_images.DCT)
     low = (basis @ a @ basis.T)[:, :8, :8].reshape(len(a), 64)
     bits = low > xp.median(low, axis=1, keepdims=True)
     weights = xp.uint64(1) << xp.arange(63, -1, -1, dtype=xp.uint64)
@@ -340,7 +340,7 @@ def _resize_on_device(arrays: list, how: str, tw: int, th: int, filter: str) -> 
 
 def _pillow_resize(array, how: str, tw: int, th: int, filter: str):
     """One device image resized by cpu_images.resize, back on the device."""
-    from .gpu import to_host_copy
+    from .gpu_device import to_host_copy
 
     h, w, c = array.shape
     return _upload(cpu_images.resize(to_host_copy(array, SENT_PILLOW).tobytes(), w, h, c, how, tw, th, filter))
@@ -363,7 +363,7 @@ def _encode_device(arrays: list, fmt: str, quality: int) -> list:
     JPEG through nvImageCodec (nvJPEG's encoder; 4:2:0 below quality 95, 4:4:4 from 95, grey
     for one channel, as the CPU encodes; baseline, standard Huffman tables), its output counted in
     the ledger; PNG and WebP by Pillow, counted."""
-    from .gpu import to_host_copy
+    from .gpu_device import to_host_copy
     from .gpu_support import count_host_bytes
 
     out: list = list(arrays)
@@ -420,7 +420,7 @@ def _to_host(results: list) -> list:
     the host-transfer ledger), each image a memoryview into it; BadImages as they are."""
     import cupy as cp
 
-    from .gpu import to_host_copy
+    from .gpu_device import to_host_copy
 
     arrays = [a for a in results if not isinstance(a, Exception)]
     if not arrays:
@@ -498,7 +498,7 @@ class _Frame:
     buffer (None for a null), with the rows' offsets and the pixel columns on the host."""
 
     def __init__(self, backend, df, names=PIXEL_COLUMNS):
-        from .gpu import to_host_copy
+        from .gpu_device import to_host_copy
 
         offsets, data, valid = backend.string_buffers(df["image"])
         self.backend, self.df, self.data = backend, df, data
@@ -592,13 +592,13 @@ def _device_column(backend, pieces: list, index):
     import cupy as cp
     import numpy as np
 
-    from .gpu import _strings_from_buffers
+    from .gpu_device import strings_from_buffers
 
     bounds = np.zeros(len(pieces) + 1, np.int64)
     np.cumsum([0 if p is None else p.size for p in pieces], out=bounds[1:])
     parts = [p for p in pieces if p is not None and p.size]
     buf = cp.concatenate(parts) if parts else cp.zeros(0, dtype=cp.uint8)
-    col = backend.series(_strings_from_buffers(buf, cp.asarray(bounds), len(pieces)), "binary", index=index)
+    col = backend.series(strings_from_buffers(buf, cp.asarray(bounds), len(pieces)), "binary", index=index)
     if any(p is None for p in pieces):
         col = col.where(backend.series([p is not None for p in pieces], "bool", index=index))
     return col
@@ -692,7 +692,7 @@ def _take_held(backend, df) -> tuple[list, list]:
     if not store or not len(df):
         return [None] * len(df), [None] * len(df)
     from ..columns import FILE_INDEX, OFFSET
-    from .gpu import to_host_copy
+    from .gpu_device import to_host_copy
 
     keys = list(zip(to_host_copy(df[FILE_INDEX], SENT_CONTROL).to_pylist(),
                     to_host_copy(df[OFFSET], SENT_CONTROL).to_pylist()))

@@ -43,13 +43,13 @@ class GpuRecordsMixin:
         if n == 0:
             return ({c.name: self.nulls(0, c.type, index=text.index) for c in read.columns},
                     cudf.Series(cp.zeros(0, dtype=bool), index=text.index), None)
-        from .gpu import _matches
+        from .gpu_device import regex_matches
 
         lines = text.reset_index(drop=True)
         lines = lines.where(~lines.str.startswith("\ufeff"), lines.str.slice(1))   # a BOM is not part of it
         body = lines.str.strip(" \t\r")
         doubt = ~(body.str.startswith("{") & body.str.endswith("}")).fillna(False).values
-        doubt |= _matches(lines, JSON_DOUBTFUL_RECORD)
+        doubt |= regex_matches(lines, JSON_DOUBTFUL_RECORD)
         doubt |= (lines.str.count(JSON_OPENINGS) > JSON_MAX_OPENINGS).fillna(False).values
         tree = json_read_tree(read)
         doubt |= _repeated_keys(lines, json_tree_keys(tree))
@@ -73,31 +73,31 @@ class GpuRecordsMixin:
     def _json_values(self, token, type_name: str, strict: bool):
         """(values, doubt): the column's values from the token texts, and the records whose
         token is not in a form the device reads exactly as the CPU kernel does."""
-        from .gpu import _flag, _matches
+        from .gpu_device import any_true, regex_matches
 
         present = token.notna().values
         quoted = (token.str.startswith('"') & token.str.endswith('"') & (token.str.len() >= 2)).fillna(False).values
         bare = present & ~quoted
         inner = token.str.slice(1, -1)
         if type_name == "string":        # a JSON string as it is; an integer or true/false as json.dumps writes it
-            literal = _matches(token, JSON_TEXT_LITERAL)
+            literal = regex_matches(token, JSON_TEXT_LITERAL)
             return inner.where(cudf.Series(quoted), token), bare & ~literal
         if type_name == "bool":          # true/false only (a JSON string is not a bool)
             yes, no = (token == "true").fillna(False).values, (token == "false").fillna(False).values
             values = self.nulls(len(token), "bool").where(cudf.Series(~yes), True).where(cudf.Series(~no), False)
             return values, present & ~(yes | no)
         if type_name == "float64":
-            number = bare & _matches(token, JSON_DECIMAL_TOKEN) & ~(token == "-0").fillna(False).values
+            number = bare & regex_matches(token, JSON_DECIMAL_TOKEN) & ~(token == "-0").fillna(False).values
             values, fast = self._cast_float(token.where(cudf.Series(number)))
             doubt = bare & ~(number & fast)
         else:                            # integers: JSON integers only (1.0 is not an int64)
-            number = bare & _matches(token, JSON_INT_TOKEN)
+            number = bare & regex_matches(token, JSON_INT_TOKEN)
             values, bad = self.cast(token.where(cudf.Series(number)), type_name)
             values = values.reset_index(drop=True)
             doubt = (bare & ~number) | (number & bad.values)
         if strict:                       # strict: a JSON string in a number column is bad (the CPU's reason)
             return values, doubt | quoted
-        if _flag(quoted, "control: JSON strings in a number column"):
+        if any_true(quoted, "control: JSON strings in a number column"):
             # a JSON string is cast with the rules `columns` applies to text, as the CPU kernel does
             text_values, text_bad = self.cast(inner.where(cudf.Series(quoted)), type_name)
             values = values.where(cudf.Series(~quoted), text_values.reset_index(drop=True))
@@ -106,31 +106,31 @@ class GpuRecordsMixin:
 
     def _json_with_host_records(self, text, read, cols, doubt):
         """The device's columns, with the doubtful records read by the CPU kernel and put in place."""
-        from .gpu import _flag, _scatter, _to_arrow, _with_index
+        from .gpu_device import any_true, scatter, to_host_copy, with_index
 
         n = len(text)
         ok = cp.ones(n, dtype=bool)
         reasons = None
-        if _flag(doubt, "control: JSON records for the host"):
+        if any_true(doubt, "control: JSON records for the host"):
             rows = cp.flatnonzero(doubt)
             count_fallback("parse_json: records the device cannot decide (host)", len(rows))
             sub = text.reset_index(drop=True).iloc[rows]
             host_cols, host_ok, host_reasons = self.cpu.parse_json(
-                self.cpu.series(_to_arrow(sub, "JSON records read on the host"), "string"), read)
+                self.cpu.series(to_host_copy(sub, "JSON records read on the host"), "string"), read)
             for col in read.columns:
-                cols[col.name] = _scatter(cols[col.name], rows, self.series(pa.array(host_cols[col.name]), col.type))
+                cols[col.name] = scatter(cols[col.name], rows, self.series(pa.array(host_cols[col.name]), col.type))
             ok[rows] = cp.asarray(np.asarray(host_ok.to_numpy(dtype=bool)))
             texts = [None] * len(rows) if host_reasons is None else pa.array(host_reasons, pa.string()).to_pylist()
-            reasons = _with_index(_scatter(self.nulls(n, "string"), rows, cudf.Series(texts, dtype="str")), text.index)
-        return ({name: _with_index(col, text.index) for name, col in cols.items()},
-                _with_index(cudf.Series(ok), text.index), reasons)
+            reasons = with_index(scatter(self.nulls(n, "string"), rows, cudf.Series(texts, dtype="str")), text.index)
+        return ({name: with_index(col, text.index) for name, col in cols.items()},
+                with_index(cudf.Series(ok), text.index), reasons)
 
     def _host_json(self, text, read, why: str):
         """The whole batch on the host with the CPU kernel (counted)."""
-        from .gpu import _to_arrow
+        from .gpu_device import to_host_copy
 
         count_fallback(why, len(text))
-        cols, ok, reasons = self.cpu.parse_json(self.cpu.series(_to_arrow(text, "JSON parsed on the host"), "string"),
+        cols, ok, reasons = self.cpu.parse_json(self.cpu.series(to_host_copy(text, "JSON parsed on the host"), "string"),
                                                 read)
         return self._back(cols, ok, reasons, read.schema, text.index)
 
@@ -139,21 +139,21 @@ class GpuRecordsMixin:
         why = csv_device_refusal(delimiter, null_values)
         if why is not None:
             return self._host_csv(text, names, delimiter, null_values, why)
-        from .gpu import _flag, _matches, _to_arrow, _with_index
+        from .gpu_device import any_true, regex_matches, to_host_copy, with_index
 
         n = len(text)
         few_fields = FEW_FIELDS.format(len(names))
         records = text.reset_index(drop=True)
-        if _flag(records.str.startswith("\ufeff").fillna(False).values, "control: CSV byte-order mark"):
+        if any_true(records.str.startswith("\ufeff").fillna(False).values, "control: CSV byte-order mark"):
             # both readers drop a BOM only at the start of what they read: where it counts depends
             # on the batch, so such a batch is read exactly as the CPU kernel reads it, whole
             return self._host_csv(text, names, delimiter, null_values,
                                   "parse_csv: a record starting with a byte-order mark (host)")
-        plain = _matches(records, csv_record_pattern(delimiter))
+        plain = regex_matches(records, csv_record_pattern(delimiter))
         plain &= ~records.str.contains("\r", regex=False).fillna(False).values
         plain &= (records.str.len() > 0).fillna(False).values
         if "" in null_values:
-            plain &= ~_matches(records, csv_quoted_empty_pattern(delimiter))
+            plain &= ~regex_matches(records, csv_quoted_empty_pattern(delimiter))
         outside = records.str.replace(CSV_QUOTED_FIELD, "", regex=True)
         plain &= (outside.str.count(csv_delimiter_pattern(delimiter)).fillna(-1).values + 1) == len(names)
         rows = cp.flatnonzero(plain)
@@ -171,13 +171,13 @@ class GpuRecordsMixin:
             device = [cudf.Series([], dtype="str") for _ in names]
         ok = cp.ones(n, dtype=bool)
         reason = few_fields
-        if not _flag(~plain, "control: CSV records for the host"):
-            return ({name: _with_index(c, text.index) for name, c in zip(names, device)},
-                    _with_index(cudf.Series(ok), text.index), reason)
+        if not any_true(~plain, "control: CSV records for the host"):
+            return ({name: with_index(c, text.index) for name, c in zip(names, device)},
+                    with_index(cudf.Series(ok), text.index), reason)
         others = cp.flatnonzero(~plain)
         count_fallback("parse_csv: records the device cannot decide (host)", len(others))
         host_cols, host_ok, host_reason = self.cpu.parse_csv(
-            self.cpu.series(_to_arrow(records.iloc[others], "CSV records read on the host"), "string"),
+            self.cpu.series(to_host_copy(records.iloc[others], "CSV records read on the host"), "string"),
             names, delimiter, null_values)
         cols = {name: _interleave(c, rows, self.series(pa.array(host_cols[name]), "string"), others)
                 for name, c in zip(names, device)}
@@ -187,20 +187,20 @@ class GpuRecordsMixin:
         else:                          # one reason per record: nulls for the device's (all good)
             texts = pa.array(host_reason, pa.string()).to_pylist()
             reason = _interleave(self.nulls(len(rows), "string"), rows, cudf.Series(texts, dtype="str"), others)
-            reason = _with_index(reason, text.index)
-        return ({name: _with_index(c, text.index) for name, c in cols.items()},
-                _with_index(cudf.Series(ok), text.index), reason)
+            reason = with_index(reason, text.index)
+        return ({name: with_index(c, text.index) for name, c in cols.items()},
+                with_index(cudf.Series(ok), text.index), reason)
 
     def _host_csv(self, text, names, delimiter, null_values, why: str):
-        from .gpu import _to_arrow, _with_index
+        from .gpu_device import to_host_copy, with_index
 
         count_fallback(why, len(text))
-        cols, ok, reason = self.cpu.parse_csv(self.cpu.series(_to_arrow(text, "CSV parsed on the host"), "string"),
+        cols, ok, reason = self.cpu.parse_csv(self.cpu.series(to_host_copy(text, "CSV parsed on the host"), "string"),
                                               names, delimiter, null_values)
         out = {n: self.series(pa.array(c), "string", index=text.index) for n, c in cols.items()}
         if not isinstance(reason, str):   # one reason per record: a pandas Series from the CPU kernel
             reason = self.series(pa.array(reason), "string", index=text.index)
-        return out, _with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), text.index), reason
+        return out, with_index(cudf.Series(cp.asarray(ok.to_numpy(dtype=bool))), text.index), reason
 
 
 # -- helpers (device) ----------------------------------------------------------------------------

@@ -149,9 +149,9 @@ class GpuSpillMixin:
         if ranged:
             # the CPU's gather (host_spill.arrow_groups): by split, then by the placement hash's
             # top bits, input order kept within a group (CuPy's argsort is stable)
-            from .gpu import _device_values
+            from .gpu_device import device_values
 
-            piece = piece.take(group_order(_device_values(piece[PLACE]), cp.asarray(split), cp)).reset_index(drop=True)
+            piece = piece.take(group_order(device_values(piece[PLACE]), cp.asarray(split), cp)).reset_index(drop=True)
             ordered = np.sort(split, kind="stable")
             if len(present) == 1:
                 return {int(present[0]): piece}
@@ -168,7 +168,7 @@ class GpuSpillMixin:
         byte lengths) summed per bucket. The sums are of whole numbers, exact in float64, so
         they equal the CPU's whatever order the device adds them in; they cross to the host
         packed (histogram_to_host)."""
-        from .gpu import _device_values, to_host_copy
+        from .gpu_device import device_values, to_host_copy
 
         size = cp.zeros(len(piece), dtype=cp.int64)
         fixed = 0
@@ -179,7 +179,7 @@ class GpuSpillMixin:
                 fixed += NESTED_ROW_BYTES
             else:
                 fixed += max(ARROW_TYPES[t].bit_width // 8, 1)
-        buckets = (_device_values(piece[PLACE]) >> cp.uint64(64 - BUCKET_BITS)).astype(cp.int64)
+        buckets = (device_values(piece[PLACE]) >> cp.uint64(64 - BUCKET_BITS)).astype(cp.int64)
         hist = cp.bincount(buckets, weights=(size + fixed).astype(cp.float64), minlength=BUCKETS)
         return histogram_to_host(hist, cp, lambda values: to_host_copy(values, "control: bytes per placement bucket"))
 
@@ -187,13 +187,13 @@ class GpuSpillMixin:
         """Uncompressed Parquet (a piece lives for one run) written by libcudf into a partial
         file, then renamed: a retried task never leaves half a piece. A ranged piece (rows
         grouped by placement group) records where each group starts, for read_spill."""
-        from .gpu import _device_values, to_host_copy
+        from .gpu_device import device_values, to_host_copy
 
         os.makedirs(os.path.dirname(path), exist_ok=True)
         partial = path + ".partial"
         starts = None
         if PLACE in piece.columns and len(piece):
-            starts = group_starts(_device_values(piece[PLACE]), cp,
+            starts = group_starts(device_values(piece[PLACE]), cp,
                                   lambda found: to_host_copy(found, "control: where a piece's placement groups start"))
         # what cuDF's to_parquet stores (read_parquet rebuilds the dtypes from it), and the starts
         key_values = {"pandas": cudf.utils.ioutils.generate_pandas_metadata(piece, False)}
@@ -234,19 +234,19 @@ class GpuSpillMixin:
     def spill_range(self, piece, lo_bucket: int, hi_bucket: int):
         """placement.hash_range on the device (stretch): 16 bytes come to the host to slice
         the frame, and one to say whether every row of the stretch is the shard's."""
-        from .gpu import _device_values, _flag, to_host_copy
+        from .gpu_device import any_true, device_values, to_host_copy
 
         if not len(piece):
             return piece, None
-        start, stop, mine = stretch(_device_values(piece[PLACE]), lo_bucket, hi_bucket, cp,
+        start, stop, mine = stretch(device_values(piece[PLACE]), lo_bucket, hi_bucket, cp,
                                     lambda found: to_host_copy(found, "control: a shard's stretch of a piece"))
         rows = piece.iloc[start:stop].reset_index(drop=True)
-        return rows, (mine if _flag(~mine, "control: rows outside the shard") else None)
+        return rows, (mine if any_true(~mine, "control: rows outside the shard") else None)
 
     def spill_column(self, piece, name: str):
-        from .gpu import _device_values
+        from .gpu_device import device_values
 
-        return _device_values(piece[name])
+        return device_values(piece[name])
 
     def spill_filter(self, piece, mask):
         return piece[cudf.Series(mask, index=piece.index)].reset_index(drop=True)
@@ -262,10 +262,10 @@ class GpuSpillMixin:
         return piece.take(cudf.Series.from_pylibcudf(order)).reset_index(drop=True)
 
     def spill_span(self, piece, name: str):
-        from .gpu import _device_values, to_host_copy
+        from .gpu_device import device_values, to_host_copy
 
         if not len(piece):
             return None
-        values = _device_values(piece[name])
+        values = device_values(piece[name])
         low, high = to_host_copy(cp.stack([values.min(), values.max()]), "control: order-hash span")
         return int(low), int(high)

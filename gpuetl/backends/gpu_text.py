@@ -32,10 +32,10 @@ class GpuTextMixin:
         import cudf
         import pyarrow.compute as pc
 
-        from .gpu import _flag, to_host_copy
+        from .gpu_device import any_true, to_host_copy
 
         non_ascii = col.str.contains(NON_ASCII, regex=True).fillna(False)
-        if not _flag(non_ascii):
+        if not any_true(non_ascii):
             return col
         part = col[non_ascii]
         fixed = cudf.Series.from_arrow(pc.utf8_normalize(to_host_copy(part, "normalize_text: non-ASCII rows (NFKC)"),
@@ -47,7 +47,7 @@ class GpuTextMixin:
 
     def contains_regex(self, col, pattern):
         """matches(): the pattern in libcudf's dialect, or RE2 on the host (counted)."""
-        from .gpu import to_host_copy
+        from .gpu_device import to_host_copy
         from .gpu_support import Unsupported, count_fallback, to_cudf_regex
 
         try:
@@ -65,7 +65,7 @@ class GpuTextMixin:
     def replace_regex(self, col, pattern, replacement):
         """The pattern in libcudf's dialect (gpu_support.to_cudf_regex); one libcudf cannot run
         with RE2's meaning is replaced by the CPU kernel on the host, counted."""
-        from .gpu import to_host_copy
+        from .gpu_device import to_host_copy
         from .gpu_support import Unsupported, count_fallback, to_cudf_regex
 
         try:
@@ -114,7 +114,7 @@ class GpuTextMixin:
         import cupy as cp
         import cupyx
 
-        from .gpu import to_host_copy
+        from .gpu_device import to_host_copy
 
         n = len(col)
         norm = col.str.replace(WHITESPACE_RUN, " ", regex=True).str.strip(WHITESPACE)

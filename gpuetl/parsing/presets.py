@@ -80,24 +80,24 @@ class ParseRule:
 
 # Inside a double-quoted field: anything but a quote or backslash, or a
 # backslash escape (Apache writes `"` as `\"` and `\` as `\\`).
-_QUOTED_BODY = r'(?:[^"\\]|\\.)*'
+QUOTED_BODY = r'(?:[^"\\]|\\.)*'
 
 # The request line "%r": either the normal `METHOD PATH PROTOCOL` form, split
 # into parts, or anything else (e.g. "-" or binary garbage from a scanner), in
 # which case method/path/protocol do not participate (empty / None).
-_REQUEST = (
+REQUEST_FIELD = (
     r'"(?P<request>'
     r'(?P<method>[A-Z]+) (?P<path>(?:[^ \t"\\]|\\.)+) (?P<protocol>[A-Za-z0-9./]+)'
-    r"|" + _QUOTED_BODY + r')"'
+    r"|" + QUOTED_BODY + r')"'
 )
 
 _CLF_HEAD = (
     r"^(?P<ip>\S+) (?P<ident>\S+) (?P<user>\S+) \[(?P<time>[^\]]+)\] "
-    + _REQUEST
+    + REQUEST_FIELD
     + r" (?P<status>\d+|-) (?P<size>\d+|-)"
 )
 
-_REFERER_UA = r' "(?P<referer>' + _QUOTED_BODY + r')" "(?P<user_agent>' + _QUOTED_BODY + r')"'
+_REFERER_UA = r' "(?P<referer>' + QUOTED_BODY + r')" "(?P<user_agent>' + QUOTED_BODY + r')"'
 
 _CLF_COLUMNS = ("ip", "ident", "user", "time", "request", "method", "path", "protocol", "status", "size")
 _COMBINED_COLUMNS = _CLF_COLUMNS + ("referer", "user_agent")
@@ -123,7 +123,7 @@ _RFC3164 = (
 #   <PRI>VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID SP SD [SP MSG]
 # SD is "-" or one or more [ID PARAM="VALUE" ...] elements; `]`, `"` and `\`
 # are backslash-escaped inside values.
-_SD_ELEMENT = r'\[(?:[^\]"\\]|\\.|"' + _QUOTED_BODY + r'")*\]'
+_SD_ELEMENT = r'\[(?:[^\]"\\]|\\.|"' + QUOTED_BODY + r'")*\]'
 _RFC5424 = (
     r"^<(?P<priority>\d{1,3})>(?P<version>\d{1,2}) "
     r"(?P<time>\S+) (?P<host>\S+) (?P<app>\S+) (?P<procid>\S+) (?P<msgid>\S+) "

@@ -12,10 +12,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, INTERNAL_TYPES, OFFSET, RAW, READ_PINS, REASON, STAGE,
+from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, OFFSET, RAW, READ_PINS, REASON, STAGE,
                              STATUS, STATUS_LIVE, STATUS_QUARANTINED)
-from ..errors import DataError
-from ..sources.files import InputFile
+from ..sources.frames import frame_schema, refuse_first_bad
 from ..sources.pins import RangePin, ReadPins
 from ..sources.ranges import Partition, with_decoded
 from ..sources.stage import SourceStage
@@ -23,10 +22,6 @@ from ..plan.compile import Segment
 from ..steps.base import RowStep
 from ..steps.cast import cast_columns
 from ..types import Schema
-
-
-def frame_schema(schema: Schema) -> Schema:
-    return {**schema, **INTERNAL_TYPES}
 
 
 # -- the source stage ---------------------------------------------------------------------------
@@ -253,7 +248,7 @@ def _finish_source(df, bad, reasons, text, file_index, offsets, extra_bad, segme
     if extra_bad:
         df = backend.concat([df, _quarantine_rows(extra_bad, source.schema, source.index, backend)])
     if segment.on_error == "fail" and bool(bad.any() or extra_bad):
-        _fail(df, segment.files, backend)
+        refuse_first_bad(df, segment.files, backend)
     return df
 
 
@@ -284,20 +279,6 @@ def _quarantine_rows(rows, schema: Schema, stage: int, backend):
     out[RAW] = backend.series([r[2] for r in rows], "binary")
     out[REASON] = backend.series([r[3] for r in rows], "string")
     return backend.xd.DataFrame(out)
-
-
-def _fail(df, files: list[InputFile], backend):
-    bad = df[df[STATUS] == STATUS_QUARANTINED].sort_values([FILE_INDEX, OFFSET]).head(1)
-    first = backend.to_pandas(bad)
-    row = first.iloc[0]
-    raw = row[RAW]
-    raw = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
-    raw = raw if len(raw) <= 200 else raw[:200] + "…"
-    raise DataError(
-        f"{files[int(row[FILE_INDEX])].display}, byte offset {int(row[OFFSET])}: {row[REASON]}\n  record: {raw}",
-        hint="on_error: fail stops at the first bad record; use on_error: quarantine to set bad records "
-             "aside in <out>/_quarantine/ and go on",
-    )
 
 
 # -- steps ---------------------------------------------------------------------------------------
@@ -341,7 +322,7 @@ def _row_steps(df, segment: Segment, backend):
             rows[STAGE] = backend.series(backend.xp.full(len(rows), stage.index, dtype=backend.xp.int16),
                                          "int16", index=rows.index)
             if segment.on_error == "fail":
-                _fail(rows, segment.files, backend)
+                refuse_first_bad(rows, segment.files, backend)
             quarantined.append(rows)
             checked = backend.filter(checked, ~bad)
         frame = checked

@@ -16,6 +16,7 @@ from ..durable import sync_file
 from ..types import ARROW_TYPES
 from ..words import count, printable
 from .reasons import reason_kind
+from .versions import recorded_versions
 
 REPORT_JSON = "_report.json"
 REPORT_HTML = "_report.html"
@@ -35,9 +36,7 @@ def build_report(plan, backend, progress, *, result=None, error: BaseException |
     counts = result.counts if result is not None else _counts_so_far(snap["stages"])
     stages = result.stages if result is not None else snap["stages"]
     timing = {p["stage"]: p for p in snap["progress"]}
-    from .run import _versions
-
-    versions = _versions(backend)
+    versions = recorded_versions(backend)
     return {
         "format": REPORT_FORMAT,
         "gpuetl": versions["gpuetl"],

@@ -8,14 +8,12 @@ import hashlib
 import json
 import math
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask
 
-from .. import __version__
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
 from ..errors import DataError, OutputError, OutputWriteFailed, SourceError
 from ..plan.compile import Plan
@@ -36,6 +34,7 @@ from ..sources.ranges import Whole
 from .progress import RunProgress, display_for
 from .reasons import group_reasons
 from .report import REPORT_HTML, build_report, write_report
+from .versions import __version__, recorded_versions
 
 MANIFEST_FORMAT = commit_protocol.MANIFEST_FORMAT
 READ_AHEAD = 1          # partitions read ahead of the last one spilled, per thread (global steps in order)
@@ -690,17 +689,6 @@ def _shard_tasks(layout: Layout, results: list[MapResult], schema, options, sink
     return tasks
 
 
-def _versions(backend) -> dict:
-    import numpy
-    import pandas
-    import pyarrow
-
-    versions = {"gpuetl": __version__, "python": platform.python_version(), "dask": dask.__version__,
-                "pandas": pandas.__version__, "pyarrow": pyarrow.__version__, "numpy": numpy.__version__}
-    versions.update(backend.versions())
-    return versions
-
-
 def input_pins(files, results: list[MapResult]) -> dict[int, FilePin]:
     """Each local input's pin (sources/pins.py): its identity when listed, and the hash of every
     range the partitions read."""
@@ -737,7 +725,7 @@ def _manifest(plan, backend, counts, stages, shards, quarantine, bad, layout, ru
         "seed": spec.shard.seed,
         "backend": backend.name,
         "io": backend.io_path(),
-        "versions": _versions(backend),
+        "versions": recorded_versions(backend),
         "inputs": [{**f.pin(located=True), **(pins[f.index].to_json() if f.index in pins else {})}
                    for f in plan.files],
         "counts": counts,

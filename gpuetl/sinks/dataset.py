@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +17,7 @@ from ..storage import is_remote
 from . import commit as commit_protocol
 from .base import sink_of_manifest
 from .commit import MANIFEST, SUCCESS, TMP
+from .manifest_check import Problem, check_listed_files, entries_problem
 
 
 def dataset_folder(out: str | Path) -> Path:
@@ -73,15 +73,6 @@ def leftovers(out: str | Path) -> list:
     return commit_protocol.leftovers(dataset_folder(out))
 
 
-@dataclass
-class Problem:
-    path: str
-    what: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.what}"
-
-
 def _regular_file(out: Path, rel: str) -> os.stat_result | None | str:
     """lstat of out/rel, or why it cannot be read safely (a link on the way, not a file)."""
     why = commit_protocol.unsafe_reason(rel)
@@ -106,89 +97,6 @@ def _sha256(path: Path) -> str:
         while block := fh.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _consistency(manifest: dict) -> list[Problem]:
-    """The manifest against itself: the accounting identity, per stage and overall; the shards'
-    rows against rows_out; the quarantine files' rows against quarantined."""
-    problems = []
-    c = manifest.get("counts") or {}
-    keys = ("rows_in", "rows_out", "filtered", "deduplicated", "quarantined")
-    if not all(isinstance(c.get(k), int) for k in keys):
-        return [Problem(MANIFEST, f"counts must hold the integers {', '.join(keys)}")]
-    if c["rows_in"] != c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]:
-        problems.append(Problem(MANIFEST, f"counts do not add up: rows_in {c['rows_in']} != rows_out + filtered + "
-                                          "deduplicated + quarantined"))
-    shard_rows = sum(s["rows"] for s in manifest["shards"])
-    if shard_rows != c["rows_out"]:
-        problems.append(Problem(MANIFEST, f"the shards hold {shard_rows} rows, counts.rows_out says {c['rows_out']}"))
-    quarantine_rows = sum(q["rows"] for q in manifest["quarantine"])
-    if manifest.get("on_error") == "quarantine" and quarantine_rows != c["quarantined"]:
-        problems.append(Problem(MANIFEST, f"the quarantine files hold {quarantine_rows} rows, counts.quarantined "
-                                          f"says {c['quarantined']}"))
-    stages = manifest.get("stages") or []
-    remaining = c["rows_in"]
-    for s in stages:
-        try:
-            dropped = s["filtered"] + s["deduplicated"] + s["quarantined"]
-            if s["rows_in"] != remaining or s["rows_out"] != s["rows_in"] - dropped:
-                problems.append(Problem(MANIFEST, f"stage {s['stage']} ({s['name']}) does not add up"))
-                break
-            remaining = s["rows_out"]
-        except (KeyError, TypeError):
-            problems.append(Problem(MANIFEST, "a stage entry lacks its counts"))
-            break
-    else:
-        if stages and remaining != c["rows_out"]:
-            problems.append(Problem(MANIFEST, f"the last stage leaves {remaining} rows, counts.rows_out says "
-                                              f"{c['rows_out']}"))
-    for kind in ("filtered", "deduplicated", "quarantined"):
-        total = sum(s.get(kind, 0) for s in stages if isinstance(s, dict))
-        if stages and total != c[kind]:
-            problems.append(Problem(MANIFEST, f"the stages' {kind} add up to {total}, counts.{kind} says {c[kind]}"))
-    return problems
-
-
-def _entries_problem(manifest: dict) -> str | None:
-    for key in ("shards", "quarantine"):
-        entries = manifest.get(key)
-        if not isinstance(entries, list):
-            return f"{key} must be a list"
-        for e in entries:
-            if not (isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("rows"), int)
-                    and isinstance(e.get("bytes"), int) and isinstance(e.get("sha256"), str)):
-                return f"an entry of {key} lacks path, rows, bytes or sha256"
-    reports = manifest.get("reports", [])          # the run report's files (runtime/report.py)
-    if not isinstance(reports, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("bytes"), int)
-            and isinstance(e.get("sha256"), str) for e in reports):
-        return "reports must be a list of entries with path, bytes and sha256"
-    return None
-
-
-def check_listed_files(manifest: dict, size_of, sha256_of) -> tuple[set[str] | None, list[Problem]]:
-    """What verify checks wherever the dataset lies: the manifest well formed and consistent, and
-    each file it lists present, of its size and sha256. size_of(rel): the size, None when missing,
-    or why it is not a file of the dataset; sha256_of(rel): its digest. Returns the paths the
-    manifest accounts for (None when it is malformed) and the problems."""
-    malformed = _entries_problem(manifest)
-    if malformed:
-        return None, [Problem(MANIFEST, malformed)]
-    problems = _consistency(manifest)
-    listed = {MANIFEST, SUCCESS}
-    for entry in manifest["shards"] + manifest["quarantine"] + manifest.get("reports", []):
-        rel = entry["path"]
-        listed.add(rel)
-        size = size_of(rel)
-        if size is None:
-            problems.append(Problem(rel, "missing"))
-        elif isinstance(size, str):
-            problems.append(Problem(rel, size))
-        elif size != entry["bytes"]:
-            problems.append(Problem(rel, f"size {size} bytes, the manifest says {entry['bytes']}"))
-        elif (digest := sha256_of(rel)) != entry["sha256"]:
-            problems.append(Problem(rel, f"sha256 {digest[:12]}…, the manifest says {entry['sha256'][:12]}…"))
-    return listed, problems
 
 
 def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
@@ -242,7 +150,7 @@ def inspect_dataset(out: str | Path, sample_rows: int = 3) -> dict:
         info["splits"] = _splits(info["manifest"])
         return info
     out, manifest = read_manifest(out)
-    malformed = _entries_problem(manifest)
+    malformed = entries_problem(manifest)
     if malformed:
         raise DataError(f"{out / MANIFEST}: {malformed}")
     splits = _splits(manifest)

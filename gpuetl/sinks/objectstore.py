@@ -510,7 +510,7 @@ class ObjectStoreReader(ObjectStoreFolder):
 def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, list]:
     """verify for a dataset in a store: every shard re-hashed from the store, the manifest against
     itself and _SUCCESS, keys the manifest does not list. Changes nothing."""
-    from .dataset import Problem, check_listed_files
+    from .manifest_check import Problem, check_listed_files
 
     reader, manifest = read_remote_manifest(url, storage_options)
     problems = [Problem(f"{TMP}/{run}", interrupted_text(finished_commit(

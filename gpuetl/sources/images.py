@@ -232,7 +232,7 @@ def _pread(path: str, offset: int, size: int) -> bytes:
 
 
 def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
-    from ..runtime.partition import _fail, frame_schema
+    from .frames import frame_schema, refuse_first_bad
 
     good = [r["reason"] is None for r in rows]
     cols = {}
@@ -266,7 +266,7 @@ def _frame(rows: list[dict], stage: ImagesStage, segment, backend):
     cols[REASON] = backend.series([r["reason"] for r in rows], "string")
     df = backend.conform(backend.xd.DataFrame(cols), frame_schema(stage.schema))
     if segment.on_error == "fail" and not all(good):
-        _fail(df, stage.files, backend)
+        refuse_first_bad(df, stage.files, backend)
     return df
 
 

@@ -55,12 +55,12 @@ def declared_columns(loaded) -> dict[str, ColumnSpec]:
 def plan_byte_ranges(loaded, files: list[InputFile], whole_compressed: bool = False) -> list[Partition]:
     """Cut line-oriented inputs into byte ranges of about `source.blocksize`, a record never split."""
     src = loaded.spec.source
-    _check_partition_count(loaded, files)
+    check_partition_count(loaded, files)
     return plan_partitions(files, src.blocksize, Limits.of(src),
                            whole_compressed)
 
 
-def _check_partition_count(loaded, files: list[InputFile]) -> None:
+def check_partition_count(loaded, files: list[InputFile]) -> None:
     """A tiny blocksize on large inputs would plan millions of tasks: refuse before planning them."""
     blocksize = loaded.spec.source.blocksize
     estimate = sum(1 if f.compression else -(-f.size // blocksize) for f in files)

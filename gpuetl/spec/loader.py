@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import SpecError
 from ..steps.base import STEPS, Step, closest, step_class
-from ..steps.expr import ExprError
+from ..expr import ExprError
 from .models import PipelineSpec
 from .names import field_name_problem, new_name_problem
 from .yamlio import MAX_FILE_BYTES, dotted, load_with_locations, parse_scalar

@@ -8,7 +8,7 @@ from pydantic import RootModel
 
 from ..types import Schema
 from .base import Binding, RowStep, StepError, register
-from .expr import ExprError, Refusals, parse_expression
+from ..expr import ExprError, Refusals, parse_expression
 
 
 @dataclass(frozen=True)

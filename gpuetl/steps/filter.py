@@ -7,7 +7,7 @@ from pydantic import RootModel
 from ..backends.base import STATUS, STATUS_LIVE
 from ..types import Schema
 from .base import Binding, RowStep, StepError, register
-from .expr import ExprError, Refusals, parse_expression, value_error
+from ..expr import ExprError, Refusals, parse_expression, value_error
 
 
 class FilterParams(RootModel[str]):

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from ..spec.names import ADDED
 from ..types import Schema
 from .base import Binding, Params, RowStep, StepError, register
-from .expr import regex_problem
+from ..expr import regex_problem
 from .select import missing
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"

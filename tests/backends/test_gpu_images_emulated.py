@@ -152,7 +152,7 @@ def _to_host_copy(host_bytes):
 
 
 def _strings_from_buffers(buf, bounds, n):
-    """gpu._strings_from_buffers on the host: a binary column over buf, element i buf[bounds[i]:bounds[i+1]]."""
+    """gpu_device.strings_from_buffers on the host: a binary column over buf, element i buf[bounds[i]:bounds[i+1]]."""
     assert len(bounds) == n + 1 and bounds[0] == 0 and bounds[-1] == len(buf)
     arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(np.asarray(bounds, np.int64)),
                                                                  pa.py_buffer(np.ascontiguousarray(buf))])
@@ -182,7 +182,7 @@ class EmulatedGpu(CpuBackend):
 
 @pytest.fixture
 def emulated(monkeypatch):
-    """The stand-ins in place of cupy, cvcuda, gpu.to_host_copy and the codecs; the tallies zeroed."""
+    """The stand-ins in place of cupy, cvcuda, gpu_device.to_host_copy and the codecs; the tallies zeroed."""
     host_bytes = []
     cupy = SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     cupy.asnumpy = _asnumpy
@@ -193,8 +193,8 @@ def emulated(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setitem(sys.modules, "cvcuda", cvcuda)
-    monkeypatch.setitem(sys.modules, "gpuetl.backends.gpu",
-                        SimpleNamespace(to_host_copy=_to_host_copy(host_bytes), _strings_from_buffers=_strings_from_buffers))
+    monkeypatch.setitem(sys.modules, "gpuetl.backends.gpu_device",
+                        SimpleNamespace(to_host_copy=_to_host_copy(host_bytes), strings_from_buffers=_strings_from_buffers))
     decoder = StandInDecoder()
     nv = SimpleNamespace(**{name: getattr(nvimgcodec, name) for name in dir(nvimgcodec) if not name.startswith("_")})
     monkeypatch.setattr(gpu_images._LOCAL, "codecs", (nv, decoder, StandInEncoder()), raising=False)

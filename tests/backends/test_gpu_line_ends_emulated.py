@@ -1,6 +1,6 @@
 """backends/gpu.py's reading and line splitting run without a GPU (marker gpu_api: `make gpu-api`):
 CuPy is numpy (a device array's `.set`/`.get` are copies), a cuDF strings Series built over
-device bytes (gpu._strings_from_buffers, a pylibcudf STRING column: element i is
+device bytes (gpu_device.strings_from_buffers, a pylibcudf STRING column: element i is
 buf[bounds[i]:bounds[i+1]]) is a pandas Series over the same bytes, cuDF's Series and concat are
 pandas', and KvikIO's read into device memory is a file read. With those stand-ins,
 GpuBackend.read_block (its pieces and the newlines it adds after a file's last line) and
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu_api
 
 try:                                        # RAPIDS installed: import it without touching CUDA
     os.environ.setdefault("RAPIDS_NO_INITIALIZE", "1")
-    from gpuetl.backends import gpu
+    from gpuetl.backends import gpu, gpu_device
 except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a broken install)
     pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
                 allow_module_level=True)
@@ -48,7 +48,7 @@ class _DeviceArray(np.ndarray):
 
 
 def _strings_from_buffers(buf, bounds, n):
-    """gpu._strings_from_buffers on the host, with the column's contract checked: n + 1
+    """gpu_device.strings_from_buffers on the host, with the column's contract checked: n + 1
     ascending offsets from 0 that end at the buffer's end. A piece that is not UTF-8 keeps its
     bytes as surrogates, so a record the backend failed to decode on the host cannot pass for
     one it did (that would hold U+FFFD)."""
@@ -78,9 +78,11 @@ def device(monkeypatch):
     cupy = SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     cupy.empty = lambda shape, dtype=float: np.empty(shape, dtype=dtype).view(_DeviceArray)
     cupy.asnumpy = np.asarray
-    monkeypatch.setattr(gpu, "cp", cupy)
-    monkeypatch.setattr(gpu, "cudf", SimpleNamespace(Series=pd.Series, DataFrame=pd.DataFrame, concat=pd.concat))
-    monkeypatch.setattr(gpu, "_strings_from_buffers", _strings_from_buffers)
+    cudf = SimpleNamespace(Series=pd.Series, DataFrame=pd.DataFrame, concat=pd.concat)
+    for module in (gpu, gpu_device):            # gpu_device: the helpers gpu.py shares with its facets
+        monkeypatch.setattr(module, "cp", cupy)
+        monkeypatch.setattr(module, "cudf", cudf)
+    monkeypatch.setattr(gpu, "strings_from_buffers", _strings_from_buffers)
     backend = EmulatedGpu()
     backend.xp = cupy
     return backend

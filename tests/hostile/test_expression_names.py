@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpuetl.steps.expr import ExprError, parse_expression
+from gpuetl.expr import ExprError, parse_expression
 
 from .test_spec import BASE, folder, line_of, manifest_counts, refused, rows, run
 
@@ -54,7 +54,7 @@ def test_quoted_names_keep_their_place_in_the_users_text():
     with pytest.raises(ExprError) as err:
         parse_expression("x > 1 and `US Gros` > 0").infer_type({"x": "int64", "US Gross": "int64"})
     assert err.value.col == 10 and "did you mean `US Gross`?" in str(err.value)
-    from gpuetl.steps.expr import quote_name
+    from gpuetl.expr import quote_name
     assert [quote_name(n) for n in ("ok", "US Gross", "a`b", "and", "lower", "ａ")] == \
         ["ok", "`US Gross`", "`a``b`", "`and`", "`lower`", "`ａ`"]
 

@@ -1,4 +1,4 @@
-"""Tests for the safe expression language (gpuetl.steps.expr), evaluated on the CPU backend's own
+"""Tests for the safe expression language (gpuetl.expr), evaluated on the CPU backend's own
 frames (Arrow-backed pandas columns) with the CPU backend."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 try:
-    import gpuetl.steps.expr  # noqa: F401
+    import gpuetl.expr  # noqa: F401
 except ImportError:  # repo root not on sys.path (tests/steps has no __init__.py)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gpuetl.backends.cpu import CpuBackend  # noqa: E402
 from gpuetl.types import ARROW_TYPES  # noqa: E402
-from gpuetl.steps.expr import (  # noqa: E402
+from gpuetl.expr import (  # noqa: E402
     FUNCTIONS,
     TYPE_NAMES,
     Expr,

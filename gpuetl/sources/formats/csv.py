@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..framing import CsvFraming, plan_csv_partitions
 from ..parsers import csv_parser
 from ..compressed import Limits
-from ..stage import _check_partition_count, declared_columns, source_stage
+from ..stage import check_partition_count, declared_columns, source_stage
 
 
 class CsvFormat:
@@ -18,7 +18,7 @@ class CsvFormat:
 
     def plan(self, loaded, files, notes, backend=None):
         src = loaded.spec.source
-        _check_partition_count(loaded, files)
+        check_partition_count(loaded, files)
         partitions = plan_csv_partitions(files, src.blocksize, Limits.of(src))
         return partitions, self.stage(loaded, files, notes), {}
 

@@ -1,0 +1,101 @@
+"""Device helpers the GPU backend's modules share (gpu.py and its facets gpu_records, gpu_spill,
+gpu_text, gpu_images import them here, never from gpu.py): the one way device data is copied to
+the host (`to_host_copy`, counted by reason: the host-transfer ledger), one-byte control reads
+(`any_true`), views of a column's device buffers, and libcudf regex matching.
+
+Loaded only for a GPU run, like gpu.py (nothing else imports GPU libraries)."""
+
+from __future__ import annotations
+
+import cudf
+import cupy as cp
+import pyarrow as pa
+import pylibcudf as plc
+
+from .gpu_support import count_host_bytes
+
+
+def to_host_copy(values, reason: str):
+    """The one way this backend copies device data to the host: a CuPy array becomes numpy, a
+    cuDF Series an Arrow array, a DataFrame an Arrow table; the bytes are counted by reason."""
+    if isinstance(values, cp.ndarray):
+        out = cp.asnumpy(values)
+        count_host_bytes(reason, out.nbytes)
+        return out
+    if isinstance(values, (cudf.Series, cudf.DataFrame)):
+        out = values.to_arrow()
+        if isinstance(out, pa.ChunkedArray):
+            out = out.combine_chunks()
+        count_host_bytes(reason, out.nbytes)
+        return out
+    raise TypeError(f"to_host_copy: not device data ({type(values).__name__})")
+
+
+def any_true(values, reason: str = "control: any()") -> bool:
+    """bool(values.any()) for a CuPy bool array or cuDF Series: a one-byte copy, counted."""
+    hit = values.any()
+    count_host_bytes(reason, 1)
+    return bool(hit.get() if isinstance(hit, cp.ndarray) else hit)
+
+
+def device_values(col):
+    """A CuPy view of a fixed-width column's values (timestamps as int64; nulls undefined)."""
+    plc_col, _ = col.to_pylibcudf()
+    n, off = plc_col.size(), plc_col.offset()
+    if n == 0 or plc_col.data() is None:
+        return cp.zeros(n, dtype=cp.int64)
+    tid = plc_col.type().id()
+    kinds = {plc.TypeId.BOOL8: cp.bool_, plc.TypeId.INT8: cp.int8, plc.TypeId.INT16: cp.int16,
+             plc.TypeId.INT32: cp.int32, plc.TypeId.INT64: cp.int64, plc.TypeId.UINT8: cp.uint8,
+             plc.TypeId.UINT16: cp.uint16, plc.TypeId.UINT32: cp.uint32, plc.TypeId.UINT64: cp.uint64,
+             plc.TypeId.FLOAT32: cp.float32, plc.TypeId.FLOAT64: cp.float64,
+             plc.TypeId.TIMESTAMP_MICROSECONDS: cp.int64}
+    return span_bytes(plc_col.data()).view(kinds[tid])[off:off + n]
+
+
+def span_bytes(span):
+    """A CuPy uint8 view of a pylibcudf buffer: any Span (ptr and size; a gpumemoryview or
+    another buffer type), kept alive by the view."""
+    memory = cp.cuda.UnownedMemory(span.ptr, span.size, span)
+    return cp.ndarray(span.size, dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(memory, 0))
+
+
+def strings_from_buffers(buf, bounds, n):
+    """A cudf string Series over device bytes: element i is buf[bounds[i]:bounds[i+1]]. Built as a
+    pylibcudf STRING column (offsets child + chars), so no byte is copied."""
+    large = len(buf) >= 2**31 - 1
+    offsets_col = plc.Column.from_cuda_array_interface(bounds.astype(cp.int64 if large else cp.int32))
+    chars = plc.gpumemoryview(buf) if len(buf) else None
+    column = plc.Column(plc.DataType(plc.TypeId.STRING), n, chars, None, 0, 0, [offsets_col])
+    return cudf.Series.from_pylibcudf(column)
+
+
+def regex_program(pattern: str, dotall: bool = False):
+    flags = plc.strings.regex_flags.RegexFlags
+    return plc.strings.regex_program.RegexProgram.create(pattern, flags.DOTALL if dotall else flags.DEFAULT)
+
+
+def regex_matches(col, pattern: str):
+    """cupy bool: the (libcudf-dialect) pattern matches; null -> False."""
+    plc_col, _ = col.to_pylibcudf()
+    hit = cudf.Series.from_pylibcudf(plc.strings.contains.contains_re(plc_col, regex_program(pattern)))
+    return hit.fillna(False).values
+
+
+def with_index(s, index):
+    s = s.reset_index(drop=True)
+    s.index = index
+    return s
+
+
+def scatter(col, rows, values):
+    """col with col[rows[i]] = values[i] (rows: CuPy int, ascending), as a new Series."""
+    col = col.reset_index(drop=True)
+    keep = cp.ones(len(col), dtype=bool)
+    keep[rows] = False
+    position = cudf.Series(cp.arange(len(col)))
+    merged = cudf.concat([col[cudf.Series(keep)], values.reset_index(drop=True)], ignore_index=True)
+    order = cudf.concat([position[cudf.Series(keep)], cudf.Series(rows)], ignore_index=True)
+    return merged.iloc[order.argsort().values].reset_index(drop=True)
+
+
