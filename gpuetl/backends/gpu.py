@@ -55,6 +55,7 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.io.types.TableInputMetadata", 1, ()),
     ("pylibcudf.io.types.ColumnInMetadata.set_name", 1, ()),
     ("pylibcudf.io.types.ColumnInMetadata.set_nullability", 1, ()),
+    ("pylibcudf.io.types.ColumnInMetadata.set_output_as_binary", 1, ()),
     ("pylibcudf.io.parquet.ChunkedParquetWriterOptions.builder", 1, ()),
     ("pylibcudf.io.parquet.ChunkedParquetWriterOptions.set_dictionary_policy", 1, ()),
     ("pylibcudf.io.parquet.ChunkedParquetWriterOptionsBuilder.metadata", 1, ()),
