@@ -1536,7 +1536,9 @@ def _eval_call(node: Call, ctx: _EvalCtx):
         if name == "contains":
             res = s.str.contains(lit(1), regex=False)
         elif name == "matches":
-            res = s.str.contains(lit(1), regex=True)
+            # through the backend: the GPU translates RE2 into libcudf's dialect, or runs the
+            # pattern on the host where libcudf cannot give RE2's meaning (counted)
+            res = ctx.backend.contains_regex(s, lit(1))
         elif name == "startswith":
             res = s.str.startswith(lit(1))
         else:

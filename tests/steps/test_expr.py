@@ -699,3 +699,25 @@ def test_syntax_errors_point_at_the_habit_and_say_what_to_write(text, column, ad
         parse_expression(text)
     assert err.value.col == column and f"at column {column}:" in str(err.value)
     assert advice in str(err.value)
+
+
+class RegexBackend(CpuBackend):
+    """The CPU backend, recording the patterns handed to contains_regex."""
+
+    def __init__(self):
+        super().__init__()
+        self.patterns = []
+
+    def contains_regex(self, col, pattern):
+        self.patterns.append(pattern)
+        return super().contains_regex(col, pattern)
+
+
+def test_matches_asks_the_backend_which_may_translate_the_regex(df):
+    """matches() runs through Backend.contains_regex, where the GPU backend translates RE2 into
+    libcudf's dialect or runs the pattern on the host; calling `.str.contains(regex=True)` on
+    the column directly hands libcudf patterns it rejects ((?i), \\pL) or reads otherwise (\\d)."""
+    backend = RegexBackend()
+    result = ev("matches(method, '(?i)get') or matches(path, '\\d')", df, backend)
+    assert backend.patterns == ["(?i)get", "\\d"]
+    assert values(result) == [True, False, None, True, True]
