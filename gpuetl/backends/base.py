@@ -417,8 +417,11 @@ class Backend(ABC):
 
     def row_hash(self, columns: list) -> Any:
         """A uint64 per row for finding equal keys within one run (exact dedupe's candidates):
-        equal values hash equal; unlike hash64 it need not match other backends or versions."""
-        return self.hash64(columns, 0)
+        equal values hash equal (-0.0 and 0.0, and every NaN, as the CPU's polars row hash makes
+        them canonical first); unlike hash64 it need not match other backends or versions."""
+        from ..hashing import hash_columns
+
+        return hash_columns(self, columns, 0, canonical_floats=True)
 
     def hash64(self, columns: list, seed: int = 0) -> Any:
         """A uint64 hash per row of the given columns, identical on every backend."""
