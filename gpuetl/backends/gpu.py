@@ -168,7 +168,8 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.read_parquet", 1, ("columns",)),
     ("cudf.read_parquet", 1, ("columns", "skip_rows", "nrows")),
     ("cudf.DataFrame.take", 1, ()),
-    ("cudf.core.series.DatetimeProperties.tz_localize", 1, ()),
+    ("cudf.core.column.ColumnBase.create", 2, ("validate",)),
+    ("cudf.Series._from_column", 1, ("index", "name")),
     ("cudf.DataFrame.reset_index", 0, ("drop",)),
     ("cudf.core.accessors.string.StringMethods.byte_count", 0, ()),
     ("pylibcudf.sorting.stable_sorted_order", 3, ()),
@@ -390,7 +391,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     def _retype(self, s, type_name):
         if type_name == "timestamp":
             if getattr(s.dtype, "tz", None) is None:
-                return s.astype("datetime64[us]").dt.tz_localize("UTC")
+                return utc_timestamps(s.astype("datetime64[us]"))
             return s.dt.tz_convert("UTC").astype(self.dtype("timestamp"))
         if type_name == "string":
             return s.astype("str")
@@ -819,7 +820,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             if timezone not in (None, "UTC"):   # naive values take the zone's rules: the CPU's job
                 fast &= parts["Z"].notna().values | parts["zs"].notna().values
         micros = civil_to_micros(cp, y, m_safe, d, num("H"), num("M"), num("S"), micro, offset)
-        out = cudf.Series(micros).astype("datetime64[us]").dt.tz_localize("UTC").where(cudf.Series(fast))
+        out = utc_timestamps(cudf.Series(micros).astype("datetime64[us]")).where(cudf.Series(fast))
         return out, fast
 
     # -- hashing primitives --------------------------------------------------------------------
@@ -918,12 +919,34 @@ def _numbers_lost(col, type_name: str) -> bool:
     return _flag(((back != col) & col.notna()).fillna(False))
 
 
+UTC_TIMESTAMP = None     # the backend's timestamp dtype, datetime64[us, UTC] (set on first use)
+
+
+def utc_timestamps(naive):
+    """A naive datetime64[us] Series of UTC microseconds as datetime64[us, UTC]: the same device
+    column under the zoned dtype, nothing copied and no time-zone database read. cuDF 26.10's
+    `dt.tz_localize("UTC")` reads the zone's transition table from /usr/share/zoneinfo or the
+    `tzdata` wheel (cudf/core/column/datetime.py: _get_tz_data) and searches it for every row, and
+    its `astype` refuses a naive -> zoned cast; a UTC label needs neither. (Zoned columns' other
+    operations, such as `.dt` fields, still read the table: the `gpu` extra installs tzdata.)"""
+    global UTC_TIMESTAMP
+    import datetime
+
+    import pandas as pd
+    from cudf.core.column import ColumnBase
+
+    if UTC_TIMESTAMP is None:
+        UTC_TIMESTAMP = pd.DatetimeTZDtype(unit="us", tz=datetime.timezone.utc)
+    column = ColumnBase.create(naive._column.plc_column, UTC_TIMESTAMP, validate=False)   # already cuDF's
+    return cudf.Series._from_column(column, index=naive.index, name=naive.name)
+
+
 def _from_arrow(arr, type_name: str):
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if type_name == "timestamp" or pa.types.is_timestamp(arr.type):
         naive = arr.cast(pa.timestamp("us", tz="UTC")).cast(pa.timestamp("us")) if arr.type.tz else arr.cast(pa.timestamp("us"))
-        return cudf.Series.from_arrow(naive).dt.tz_localize("UTC")
+        return utc_timestamps(cudf.Series.from_arrow(naive))
     if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
         # exact bytes (the quarantine's raw records): the same buffers seen as a strings column,
         # which libcudf never checks for UTF-8; to_arrow casts back to binary (no copy)

@@ -224,6 +224,8 @@ class GpuSpillMixin:
                    buckets: tuple[int, int] | None = None):
         """For a shard's buckets, only the rows of their placement groups where the piece says
         where those lie (an empty stretch reads no rows: libcudf gives the empty columns)."""
+        from .gpu import utc_timestamps
+
         local = local_piece(path)
         if local != path:
             count_host_bytes("spill: run-store piece read through a host file", os.path.getsize(local))
@@ -243,7 +245,7 @@ class GpuSpillMixin:
             # a naive column would send the shard writer's conform() to a host cast
             dtype = frame[name].dtype
             if dtype.kind == "M" and getattr(dtype, "tz", None) is None:
-                frame[name] = frame[name].dt.tz_localize("UTC")
+                frame[name] = utc_timestamps(frame[name])
         return frame
 
     def spill_range(self, piece, lo_bucket: int, hi_bucket: int):
