@@ -34,7 +34,7 @@ from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
                           host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
-                          remote_record_span, reset_tallies,
+                          remote_record_span, reset_tallies, span_gather_index,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_records import GpuRecordsMixin
 from .gpu_spill import GpuSpillMixin, writer_metadata
@@ -639,13 +639,20 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         """The records at `rows` decoded as the CPU kernel does (Python's decoder, U+FFFD for
         each bad sequence): only those records' bytes cross to the host. Also their exact bytes
         as a binary Series, null for the other records: the quarantine's `_raw`, as the CPU's
-        Lines.raw."""
+        Lines.raw.
+
+        Two copies whatever the number of lines: their spans (24 bytes a line), then every
+        line's bytes in one gather on the device (gpu_support.span_gather_index), not a copy and
+        a sync per line (a Latin-1 log is invalid on most of its lines)."""
         count_fallback("split_lines: invalid UTF-8 lines decoded on the host", len(rows))
-        lo, hi = to_host_copy(starts[rows], "invalid UTF-8 lines"), to_host_copy(ends[rows], "invalid UTF-8 lines")
-        lines = [bytes(to_host_copy(buf[a:b], "invalid UTF-8 lines")) for a, b in zip(lo.tolist(), hi.tolist())]
+        lo = starts[rows].astype(cp.int64)
+        spans = to_host_copy(cp.stack([lo, ends[rows].astype(cp.int64), rows.astype(cp.int64)]), "invalid UTF-8 lines")
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(spans[1] - spans[0])])
+        data = bytes(to_host_copy(buf[span_gather_index(cp.asarray(offsets), lo, int(offsets[-1]), cp)], "invalid UTF-8 lines"))
+        lines = [data[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         decoded = [line.decode("utf-8", errors="replace") for line in lines]
         exact: list = [None] * len(text)
-        for row, line in zip(to_host_copy(rows, "invalid UTF-8 lines").tolist(), lines):
+        for row, line in zip(spans[2].tolist(), lines):
             exact[row] = line
         return (_scatter(text, rows, cudf.Series(decoded, dtype="str")),
                 self.series(pa.array(exact, type=pa.binary()), "binary"))

@@ -565,6 +565,15 @@ JSON_DEVICE_TYPES = frozenset({"string", "bool", "float64", "int8", "int16", "in
                                "uint8", "uint16", "uint32", "uint64"})
 
 
+def span_gather_index(offsets, lo, total: int, xp):
+    """Where each byte of the spans [lo[i], lo[i] + length i) lies in the buffer, the spans laid
+    end to end (`offsets`: their n + 1 running starts, from 0; `total`: the last, known on the
+    host): one gather copies every span at once. Index arithmetic in any array module."""
+    pos = xp.arange(total, dtype=xp.int64)
+    span = xp.searchsorted(offsets[1:], pos, side="right")
+    return lo[span] + (pos - offsets[span])
+
+
 def json_device_refusal(read) -> str | None:
     """Why a JSON batch is read on the host as a whole (None: the device reads it)."""
     if read.extra != "drop":
