@@ -439,6 +439,20 @@ class Backend(ABC):
         ASCII white space at both ends; nulls stay null."""
         raise NotImplementedError(f"{self.name} backend: normalize_text")
 
+    def text_lower(self, col: Any) -> Any:
+        """lower(): Unicode's simple case mapping, one code point for one (Arrow's utf8_lower:
+        'İ' -> 'i', 'ß' stays); nulls stay null."""
+        return col.str.lower()
+
+    def text_upper(self, col: Any) -> Any:
+        """upper(): Unicode's simple case mapping (Arrow's utf8_upper: 'ß' and 'ﬁ' stay)."""
+        return col.str.upper()
+
+    def text_strip(self, col: Any) -> Any:
+        """strip(): Unicode white space off both ends (Arrow's utf8_trim_whitespace, the
+        characters of Python's str.isspace), not other control characters."""
+        return col.str.strip()
+
     def contains_regex(self, col: Any, pattern: str) -> Any:
         """Whether the RE2 `pattern` matches anywhere in each value (the `matches()` expression
         function); null for null. A backend whose engine reads RE2 differently translates it."""

@@ -172,6 +172,8 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.Series._from_column", 1, ("index", "name")),
     ("cudf.DataFrame.reset_index", 0, ("drop",)),
     ("cudf.core.accessors.string.StringMethods.byte_count", 0, ()),
+    ("cudf.core.accessors.string.StringMethods.lower", 0, ()),
+    ("cudf.core.accessors.string.StringMethods.upper", 0, ()),
     ("pylibcudf.sorting.stable_sorted_order", 3, ()),
     ("cupy.argsort", 1, ()),
     ("cupy.searchsorted", 2, ("side",)),
@@ -207,6 +209,7 @@ def device_patterns() -> list[str]:
     """Every fixed regex this backend hands to libcudf (the user's go through to_cudf_regex)."""
     from ..parsing import preset
     from .cpu_clf import REQUEST_RE, outer_regex
+    from .gpu_support import case_differs_pattern
     from .gpu_text import NON_ASCII, WHITESPACE_RUN
 
     clf = [to_cudf_regex(outer_regex(preset(name).regex)) for name in ("apache_common", "apache_combined")]
@@ -217,7 +220,8 @@ def device_patterns() -> list[str]:
     for d in (",", "\t", ";", "|", "]", "^", "-", "\\"):
         records += [rules.csv_record_pattern(d), rules.csv_quoted_empty_pattern(d), rules.csv_delimiter_pattern(d)]
     return [FLOAT_PATTERN, BOOL_PATTERN, integer_pattern(False), integer_pattern(True),
-            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN, *records]
+            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN, *records,
+            case_differs_pattern("lower"), case_differs_pattern("upper")]
 
 
 # -- the host-transfer ledger ---------------------------------------------------------------------

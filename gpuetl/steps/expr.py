@@ -1523,12 +1523,12 @@ def _eval_call(node: Call, ctx: _EvalCtx):
     def lit(i: int):
         return args[i].value
 
-    if name == "lower":
-        return arg(0).str.lower()
+    if name == "lower":               # the backend's: one meaning of case and white space on both
+        return ctx.backend.text_lower(arg(0))
     if name == "upper":
-        return arg(0).str.upper()
+        return ctx.backend.text_upper(arg(0))
     if name == "strip":
-        return arg(0).str.strip()
+        return ctx.backend.text_strip(arg(0))
     if name == "len":
         return arg(0).str.len()
     if name in _STRING_PREDICATES:
