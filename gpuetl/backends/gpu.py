@@ -285,9 +285,30 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         return check_regex(pattern)
 
     def _tallies(self, client: Any = None) -> dict:
+        """This process's tallies and, on a cluster, every worker's. The client's own count too:
+        on a LocalCUDACluster it reads spill pieces and encodes shards in its own process; a
+        worker in this very process (a threaded cluster) is not counted twice."""
         if client is None:
             return worker_tallies()
-        return sum_tallies(client.run(worker_tallies).values())
+        workers = client.run(_pid_and_tallies).values()
+        mine = [] if any(pid == os.getpid() for pid, _ in workers) else [worker_tallies()]
+        return sum_tallies([*mine, *(t for _, t in workers)])
+
+    def counted_file_io(self, label: str, nbytes, io):
+        """Run `io` (libcudf writing or reading a file through KvikIO: a spill piece) and count
+        its bytes under the path KvikIO took (its statistics by backend: GDS, or POSIX through
+        host bounce buffers), as `<label>: kvikio <path>`; where the statistics attribute nothing,
+        `nbytes()` (asked after the I/O) under `unattributed`. KvikIO's statistics are the
+        process's: another thread's I/O at the same moment would be counted here too."""
+        if getattr(self, "_reads", None) is None:
+            self._reads = kvikio.SummaryMonitor()
+        before = self._reads.get()
+        out = io()
+        carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
+                   if t["bytes_transferred"]}
+        for name, n in (carried or {"unattributed": nbytes()}).items():
+            count_read(f"{label}: kvikio {name.lower()}", n)
+        return out
 
     def start_reports(self, client: Any = None) -> None:
         reset_tallies()
@@ -928,6 +949,10 @@ def _numbers_lost(col, type_name: str) -> bool:
         return _flag(~whole)
     back = col.astype(col.dtype if type_name == "bool" else type_name).astype(col.dtype)
     return _flag(((back != col) & col.notna()).fillna(False))
+
+
+def _pid_and_tallies():
+    return os.getpid(), worker_tallies()
 
 
 UTC_TIMESTAMP = None     # the backend's timestamp dtype, datetime64[us, UTC] (set on first use)

@@ -215,9 +215,9 @@ class GpuSpillMixin:
             key_values[PIECE_GROUPS_KEY] = encode_group_starts(starts)
         names = list(piece.columns)
         table = plc.Table([piece[name].to_pylibcudf()[0] for name in names])
-        plc.io.parquet.write_parquet(piece_writer_options(table, partial, names, [piece[n].dtype for n in names],
-                                                         len(piece), key_values,
-                                                         getattr(self, "_spill_binary", frozenset())))
+        options = piece_writer_options(table, partial, names, [piece[n].dtype for n in names], len(piece), key_values,
+                                       getattr(self, "_spill_binary", frozenset()))
+        self.counted_file_io("spill pieces written", lambda: os.path.getsize(partial), lambda: plc.io.parquet.write_parquet(options))
         os.replace(partial, path)
 
     def read_spill(self, path: str, columns: list[str] | None = None,
@@ -237,9 +237,11 @@ class GpuSpillMixin:
             return self.from_arrow(table.select(columns) if columns is not None else table)
         rows = None if buckets is None else piece_file_stretch(local, *buckets)
         if rows is None:                           # not ranged, or a piece without its groups' starts
-            frame = cudf.read_parquet(local, columns=columns)
+            frame = self.counted_file_io("spill pieces read", lambda: os.path.getsize(local),
+                                         lambda: cudf.read_parquet(local, columns=columns))
         else:
-            frame = cudf.read_parquet(local, columns=columns, skip_rows=rows[0], nrows=rows[1] - rows[0])
+            frame = self.counted_file_io("spill pieces read", lambda: 0, lambda: cudf.read_parquet(
+                local, columns=columns, skip_rows=rows[0], nrows=rows[1] - rows[0]))
         for name in frame.columns:
             # Parquet keeps UTC microseconds; the backend's timestamp dtype carries the zone, and
             # a naive column would send the shard writer's conform() to a host cast

@@ -205,7 +205,8 @@ def host_transfer_report(tallies: dict[str, dict[str, int]], input_bytes: int) -
         "host_bytes_per_input_byte": (total / input_bytes) if input_bytes else 0.0,
         "by_reason": host,
         "reads": {p: {"reads": reads.get(f"{p} reads", 0), "bytes": reads.get(f"{p} bytes", 0)} for p in paths},
-        "bounce_buffer_bytes": reads.get("kvikio posix bytes", 0),
+        # every path through KvikIO's POSIX backend: the partitions' reads and the spill pieces'
+        "bounce_buffer_bytes": sum(reads.get(f"{p} bytes", 0) for p in paths if p.endswith("kvikio posix")),
     }
 
 
