@@ -228,7 +228,8 @@ def job_series(backend: str, files: list[tuple[int, Path]], out_root: Path, repo
                     # move by GDS (its POSIX path goes through host bounce buffers)
                     entry["spill_host_bytes"] = (
                         sum(n for r, n in moved.items() if r.startswith(("spill", "to_arrow")))
-                        + sum(v["bytes"] for p, v in reads.items() if p.startswith("spill pieces") and not p.endswith("gds")))
+                        + sum(v["bytes"] for p, v in reads.items()
+                              if p.startswith("spill pieces") and not p.endswith("gds")))
             except Exception as err:       # noqa: BLE001 (reported, and the next size still runs)
                 entry = {"error": f"{type(err).__name__}: {err}"}
             results.append(report.write(name, entry))

@@ -673,7 +673,8 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         lo = starts[rows].astype(cp.int64)
         spans = to_host_copy(cp.stack([lo, ends[rows].astype(cp.int64), rows.astype(cp.int64)]), "invalid UTF-8 lines")
         offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(spans[1] - spans[0])])
-        data = bytes(to_host_copy(buf[span_gather_index(cp.asarray(offsets), lo, int(offsets[-1]), cp)], "invalid UTF-8 lines"))
+        gather = span_gather_index(cp.asarray(offsets), lo, int(offsets[-1]), cp)
+        data = bytes(to_host_copy(buf[gather], "invalid UTF-8 lines"))
         lines = [data[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         decoded = [line.decode("utf-8", errors="replace") for line in lines]
         exact: list = [None] * len(text)

@@ -217,7 +217,8 @@ class GpuSpillMixin:
         table = plc.Table([piece[name].to_pylibcudf()[0] for name in names])
         options = piece_writer_options(table, partial, names, [piece[n].dtype for n in names], len(piece), key_values,
                                        getattr(self, "_spill_binary", frozenset()))
-        self.counted_file_io("spill pieces written", lambda: os.path.getsize(partial), lambda: plc.io.parquet.write_parquet(options))
+        self.counted_file_io("spill pieces written", lambda: os.path.getsize(partial),
+                             lambda: plc.io.parquet.write_parquet(options))
         os.replace(partial, path)
 
     def read_spill(self, path: str, columns: list[str] | None = None,

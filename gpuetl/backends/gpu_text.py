@@ -74,7 +74,8 @@ class GpuTextMixin:
             return out
         part = col[differs]
         count_fallback(f"{how}: rows libcudf's case mapping gives otherwise (host)", len(part))
-        fixed = cudf.Series.from_arrow(getattr(pc, f"utf8_{how}")(to_host_copy(part, f"{how}: rows mapped on the host")))
+        host = to_host_copy(part, f"{how}: rows mapped on the host")
+        fixed = cudf.Series.from_arrow(getattr(pc, f"utf8_{how}")(host))
         fixed.index = part.index
         out = out.copy()
         out[differs] = fixed
