@@ -23,14 +23,24 @@ def _mix(xp, h):
     return h ^ (h >> xp.uint64(31))
 
 
-def hash_columns(backend, columns: list, seed: int = 0):
-    """uint64 per row, combining the columns in order; nulls hash to a fixed value."""
+_SIGN = 0x8000000000000000                # -0.0's bits
+_EXPONENT = 0x7FF0000000000000
+_MANTISSA = 0x000FFFFFFFFFFFFF
+_NAN = 0x7FF8000000000000                 # the one NaN canonical floats hash as
+
+
+def hash_columns(backend, columns: list, seed: int = 0, canonical_floats: bool = False):
+    """uint64 per row, combining the columns in order; nulls hash to a fixed value.
+    canonical_floats: hash -0.0 as 0.0 and every NaN (any sign or payload) as one NaN, so values
+    that compare equal, and NaNs, meet (Backend.row_hash, exact dedupe's key hash: the rule of
+    the CPU's polars row hash). hash64 keeps the plain bits (shards and splits depend on it)."""
     xp = backend.xp
     n = len(columns[0]) if columns else 0
     h = xp.full(n, (_GOLDEN * (seed + 1)) & 0xFFFFFFFFFFFFFFFF, dtype=xp.uint64)
     with _quiet(xp):
         for col in columns:
-            part = _hash_strings(backend, col) if _is_string(backend, col) else _hash_fixed(backend, col)
+            part = (_hash_strings(backend, col) if _is_string(backend, col)
+                    else _hash_fixed(backend, col, canonical_floats and _is_float(col)))
             h = _mix(xp, h ^ (part + xp.uint64(_GOLDEN) + (h << xp.uint64(6)) + (h >> xp.uint64(2))))
     return h
 
@@ -39,9 +49,22 @@ def _is_string(backend, col) -> bool:
     return col.dtype == backend.dtype("string") or str(col.dtype) in ("object", "str", "string")
 
 
-def _hash_fixed(backend, col):
+def _is_float(col) -> bool:
+    return getattr(col.dtype, "kind", "") == "f"
+
+
+def canonical_float_bits(xp, bits):
+    """float64 bit patterns (uint64) with -0.0 made 0.0 and every NaN the one quiet NaN."""
+    nan = ((bits & xp.uint64(_EXPONENT)) == xp.uint64(_EXPONENT)) & ((bits & xp.uint64(_MANTISSA)) != xp.uint64(0))
+    bits = xp.where(bits == xp.uint64(_SIGN), xp.uint64(0), bits)
+    return xp.where(nan, xp.uint64(_NAN), bits)
+
+
+def _hash_fixed(backend, col, canonical: bool = False):
     xp = backend.xp
     values, valid = backend.fixed_width(col)
+    if canonical:
+        values = canonical_float_bits(xp, values)
     return xp.where(valid, _mix(xp, values ^ xp.uint64(_GOLDEN)), xp.uint64(_NULL))
 
 

@@ -417,8 +417,11 @@ class Backend(ABC):
 
     def row_hash(self, columns: list) -> Any:
         """A uint64 per row for finding equal keys within one run (exact dedupe's candidates):
-        equal values hash equal; unlike hash64 it need not match other backends or versions."""
-        return self.hash64(columns, 0)
+        equal values hash equal (-0.0 and 0.0, and every NaN, as the CPU's polars row hash makes
+        them canonical first); unlike hash64 it need not match other backends or versions."""
+        from ..hashing import hash_columns
+
+        return hash_columns(self, columns, 0, canonical_floats=True)
 
     def hash64(self, columns: list, seed: int = 0) -> Any:
         """A uint64 hash per row of the given columns, identical on every backend."""
@@ -435,6 +438,20 @@ class Backend(ABC):
         """Unicode NFKC, then lower case, then runs of ASCII white space -> one space, then trim
         ASCII white space at both ends; nulls stay null."""
         raise NotImplementedError(f"{self.name} backend: normalize_text")
+
+    def text_lower(self, col: Any) -> Any:
+        """lower(): Unicode's simple case mapping, one code point for one (Arrow's utf8_lower:
+        'İ' -> 'i', 'ß' stays); nulls stay null."""
+        return col.str.lower()
+
+    def text_upper(self, col: Any) -> Any:
+        """upper(): Unicode's simple case mapping (Arrow's utf8_upper: 'ß' and 'ﬁ' stay)."""
+        return col.str.upper()
+
+    def text_strip(self, col: Any) -> Any:
+        """strip(): Unicode white space off both ends (Arrow's utf8_trim_whitespace, the
+        characters of Python's str.isspace), not other control characters."""
+        return col.str.strip()
 
     def contains_regex(self, col: Any, pattern: str) -> Any:
         """Whether the RE2 `pattern` matches anywhere in each value (the `matches()` expression

@@ -376,7 +376,7 @@ class CpuBackend(Backend):
         """polars' row hash (much faster than the numpy hash64): -0.0 and NaN are made canonical first,
         so values pandas holds equal hash equal."""
         if not polars_available():
-            return self.hash64(columns, 0)
+            return super().row_hash(columns)
         pl = polars()
 
         arrays = {}

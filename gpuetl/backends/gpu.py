@@ -36,7 +36,7 @@ from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
                           host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
-                          remote_record_span, reset_tallies,
+                          remote_record_span, reset_tallies, span_gather_index,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_device import (any_true, device_values, regex_matches, regex_program, scatter, span_bytes, strings_from_buffers,
                          to_host_copy, with_index)
@@ -59,6 +59,7 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.io.types.TableInputMetadata", 1, ()),
     ("pylibcudf.io.types.ColumnInMetadata.set_name", 1, ()),
     ("pylibcudf.io.types.ColumnInMetadata.set_nullability", 1, ()),
+    ("pylibcudf.io.types.ColumnInMetadata.set_output_as_binary", 1, ()),
     ("pylibcudf.io.parquet.ChunkedParquetWriterOptions.builder", 1, ()),
     ("pylibcudf.io.parquet.ChunkedParquetWriterOptions.set_dictionary_policy", 1, ()),
     ("pylibcudf.io.parquet.ChunkedParquetWriterOptionsBuilder.metadata", 1, ()),
@@ -171,9 +172,12 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("cudf.read_parquet", 1, ("columns",)),
     ("cudf.read_parquet", 1, ("columns", "skip_rows", "nrows")),
     ("cudf.DataFrame.take", 1, ()),
-    ("cudf.core.series.DatetimeProperties.tz_localize", 1, ()),
+    ("cudf.core.column.ColumnBase.create", 2, ("validate",)),
+    ("cudf.Series._from_column", 1, ("index", "name")),
     ("cudf.DataFrame.reset_index", 0, ("drop",)),
     ("cudf.core.accessors.string.StringMethods.byte_count", 0, ()),
+    ("cudf.core.accessors.string.StringMethods.lower", 0, ()),
+    ("cudf.core.accessors.string.StringMethods.upper", 0, ()),
     ("pylibcudf.sorting.stable_sorted_order", 3, ()),
     ("cupy.argsort", 1, ()),
     ("cupy.searchsorted", 2, ("side",)),
@@ -209,6 +213,7 @@ def device_patterns() -> list[str]:
     """Every fixed regex this backend hands to libcudf (the user's go through to_cudf_regex)."""
     from ..parsing import preset
     from .cpu_clf import REQUEST_RE, outer_regex
+    from .gpu_support import case_differs_pattern
     from .gpu_text import NON_ASCII, WHITESPACE_RUN
 
     clf = [to_cudf_regex(outer_regex(preset(name).regex)) for name in ("apache_common", "apache_combined")]
@@ -219,7 +224,8 @@ def device_patterns() -> list[str]:
     for d in (",", "\t", ";", "|", "]", "^", "-", "\\"):
         records += [rules.csv_record_pattern(d), rules.csv_quoted_empty_pattern(d), rules.csv_delimiter_pattern(d)]
     return [FLOAT_PATTERN, BOOL_PATTERN, integer_pattern(False), integer_pattern(True),
-            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN, *records]
+            to_cudf_regex(REQUEST_RE), *clf, NON_ASCII, WHITESPACE_RUN, *records,
+            case_differs_pattern("lower"), case_differs_pattern("upper")]
 
 
 class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
@@ -258,9 +264,30 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         return check_regex(pattern)
 
     def _tallies(self, client: Any = None) -> dict:
+        """This process's tallies and, on a cluster, every worker's. The client's own count too:
+        on a LocalCUDACluster it reads spill pieces and encodes shards in its own process; a
+        worker in this very process (a threaded cluster) is not counted twice."""
         if client is None:
             return worker_tallies()
-        return sum_tallies(client.run(worker_tallies).values())
+        workers = client.run(_pid_and_tallies).values()
+        mine = [] if any(pid == os.getpid() for pid, _ in workers) else [worker_tallies()]
+        return sum_tallies([*mine, *(t for _, t in workers)])
+
+    def counted_file_io(self, label: str, nbytes, io):
+        """Run `io` (libcudf writing or reading a file through KvikIO: a spill piece) and count
+        its bytes under the path KvikIO took (its statistics by backend: GDS, or POSIX through
+        host bounce buffers), as `<label>: kvikio <path>`; where the statistics attribute nothing,
+        `nbytes()` (asked after the I/O) under `unattributed`. KvikIO's statistics are the
+        process's: another thread's I/O at the same moment would be counted here too."""
+        if getattr(self, "_reads", None) is None:
+            self._reads = kvikio.SummaryMonitor()
+        before = self._reads.get()
+        out = io()
+        carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
+                   if t["bytes_transferred"]}
+        for name, n in (carried or {"unattributed": nbytes()}).items():
+            count_read(f"{label}: kvikio {name.lower()}", n)
+        return out
 
     def start_reports(self, client: Any = None) -> None:
         reset_tallies()
@@ -368,7 +395,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     def _retype(self, s, type_name):
         if type_name == "timestamp":
             if getattr(s.dtype, "tz", None) is None:
-                return s.astype("datetime64[us]").dt.tz_localize("UTC")
+                return utc_timestamps(s.astype("datetime64[us]"))
             return s.dt.tz_convert("UTC").astype(self.dtype("timestamp"))
         if type_name == "string":
             return s.astype("str")
@@ -616,13 +643,21 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         """The records at `rows` decoded as the CPU kernel does (Python's decoder, U+FFFD for
         each bad sequence): only those records' bytes cross to the host. Also their exact bytes
         as a binary Series, null for the other records: the quarantine's `_raw`, as the CPU's
-        Lines.raw."""
+        Lines.raw.
+
+        Two copies whatever the number of lines: their spans (24 bytes a line), then every
+        line's bytes in one gather on the device (gpu_support.span_gather_index), not a copy and
+        a sync per line (a Latin-1 log is invalid on most of its lines)."""
         count_fallback("split_lines: invalid UTF-8 lines decoded on the host", len(rows))
-        lo, hi = to_host_copy(starts[rows], "invalid UTF-8 lines"), to_host_copy(ends[rows], "invalid UTF-8 lines")
-        lines = [bytes(to_host_copy(buf[a:b], "invalid UTF-8 lines")) for a, b in zip(lo.tolist(), hi.tolist())]
+        lo = starts[rows].astype(cp.int64)
+        spans = to_host_copy(cp.stack([lo, ends[rows].astype(cp.int64), rows.astype(cp.int64)]), "invalid UTF-8 lines")
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(spans[1] - spans[0])])
+        gather = span_gather_index(cp.asarray(offsets), lo, int(offsets[-1]), cp)
+        data = bytes(to_host_copy(buf[gather], "invalid UTF-8 lines"))
+        lines = [data[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         decoded = [line.decode("utf-8", errors="replace") for line in lines]
         exact: list = [None] * len(text)
-        for row, line in zip(to_host_copy(rows, "invalid UTF-8 lines").tolist(), lines):
+        for row, line in zip(spans[2].tolist(), lines):
             exact[row] = line
         return (scatter(text, rows, cudf.Series(decoded, dtype="str")),
                 self.series(pa.array(exact, type=pa.binary()), "binary"))
@@ -797,7 +832,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             if timezone not in (None, "UTC"):   # naive values take the zone's rules: the CPU's job
                 fast &= parts["Z"].notna().values | parts["zs"].notna().values
         micros = civil_to_micros(cp, y, m_safe, d, num("H"), num("M"), num("S"), micro, offset)
-        out = cudf.Series(micros).astype("datetime64[us]").dt.tz_localize("UTC").where(cudf.Series(fast))
+        out = utc_timestamps(cudf.Series(micros).astype("datetime64[us]")).where(cudf.Series(fast))
         return out, fast
 
     # -- hashing primitives --------------------------------------------------------------------
@@ -879,12 +914,38 @@ def _numbers_lost(col, type_name: str) -> bool:
     return any_true(((back != col) & col.notna()).fillna(False))
 
 
+def _pid_and_tallies():
+    return os.getpid(), worker_tallies()
+
+
+UTC_TIMESTAMP = None     # the backend's timestamp dtype, datetime64[us, UTC] (set on first use)
+
+
+def utc_timestamps(naive):
+    """A naive datetime64[us] Series of UTC microseconds as datetime64[us, UTC]: the same device
+    column under the zoned dtype, nothing copied and no time-zone database read. cuDF 26.10's
+    `dt.tz_localize("UTC")` reads the zone's transition table from /usr/share/zoneinfo or the
+    `tzdata` wheel (cudf/core/column/datetime.py: _get_tz_data) and searches it for every row, and
+    its `astype` refuses a naive -> zoned cast; a UTC label needs neither. (Zoned columns' other
+    operations, such as `.dt` fields, still read the table: the `gpu` extra installs tzdata.)"""
+    global UTC_TIMESTAMP
+    import datetime
+
+    import pandas as pd
+    from cudf.core.column import ColumnBase
+
+    if UTC_TIMESTAMP is None:
+        UTC_TIMESTAMP = pd.DatetimeTZDtype(unit="us", tz=datetime.timezone.utc)
+    column = ColumnBase.create(naive._column.plc_column, UTC_TIMESTAMP, validate=False)   # already cuDF's
+    return cudf.Series._from_column(column, index=naive.index, name=naive.name)
+
+
 def _from_arrow(arr, type_name: str):
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if type_name == "timestamp" or pa.types.is_timestamp(arr.type):
         naive = arr.cast(pa.timestamp("us", tz="UTC")).cast(pa.timestamp("us")) if arr.type.tz else arr.cast(pa.timestamp("us"))
-        return cudf.Series.from_arrow(naive).dt.tz_localize("UTC")
+        return utc_timestamps(cudf.Series.from_arrow(naive))
     if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
         # exact bytes (the quarantine's raw records): the same buffers seen as a strings column,
         # which libcudf never checks for UTF-8; to_arrow casts back to binary (no copy)

@@ -87,9 +87,12 @@ def writer_metadata(table, names: list[str], arrow_types: list, nullable: bool |
     """libcudf's Parquet writer metadata for `table`, every column and nested child named as the
     CPU's pyarrow names them, so a file reads back with the CPU backend's Arrow schema: struct
     fields by their names (libcudf writes an unnamed child with an empty name), a list's values
-    `element` (the Parquet LIST convention, which libcudf also applies by itself). `arrow_types`:
-    each column's Arrow type (None stands for any type without children). `nullable`: declare every
-    column and child optional, as pyarrow writes them; None leaves libcudf's default."""
+    `element` (the Parquet LIST convention, which libcudf also applies by itself), and every
+    `binary` column or child written as unannotated BYTE_ARRAY (`set_output_as_binary`: libcudf
+    holds binary as a strings column and would annotate it UTF8, so a reader would type it
+    `string` and decode image bytes as text). `arrow_types`: each column's Arrow type (None stands
+    for any type without children or binary). `nullable`: declare every column and child
+    optional, as pyarrow writes them; None leaves libcudf's default."""
     meta = plc.io.types.TableInputMetadata(table)
     for column, name, arrow_type in zip(meta.column_metadata, names, arrow_types):
         column.set_name(name)
@@ -102,7 +105,10 @@ def _describe(column, arrow_type, nullable: bool | None) -> None:
         column.set_nullability(nullable)
     if arrow_type is None:
         return
-    if pa.types.is_struct(arrow_type):
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        # libcudf's column_in_metadata adds the second child a binary leaf's metadata needs
+        column.set_output_as_binary(True)
+    elif pa.types.is_struct(arrow_type):
         for i, field in enumerate(arrow_type):
             column.child(i).set_name(field.name)
             _describe(column.child(i), field.type, nullable)
@@ -116,7 +122,8 @@ def device_arrow_type(dtype):
     return dtype.to_arrow() if isinstance(dtype, (cudf.StructDtype, cudf.ListDtype)) else None
 
 
-def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows: int, key_values: dict[str, str]):
+def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows: int, key_values: dict[str, str],
+                         binary: frozenset = frozenset()):
     """libcudf's Parquet writer options for a spill piece: the columns and their nested children
     named and declared nullable (writer_metadata), no compression, no statistics (nothing reads
     them), row groups of piece_group_rows, `key_values` in the footer. Timestamps are written as
@@ -124,8 +131,12 @@ def piece_writer_options(table, path: str, names: list[str], dtypes: list, rows:
 
     Nullable: libcudf's single write would mark a column without a null mask required, so two
     pieces of one run read on the host (compression_ratio's sample, a run resumed on the CPU)
-    could differ in their Arrow schema's nullability, which pa.concat_tables refuses."""
-    meta = writer_metadata(table, names, [device_arrow_type(d) for d in dtypes], nullable=True)
+    could differ in their Arrow schema's nullability, which pa.concat_tables refuses.
+
+    `binary`: the names of the piece's `binary` columns (a cuDF strings dtype does not say),
+    written as unannotated BYTE_ARRAY as the shards' are; libcudf reads them back as strings."""
+    types = [pa.binary() if name in binary else device_arrow_type(d) for name, d in zip(names, dtypes)]
+    meta = writer_metadata(table, names, types, nullable=True)
     return (plc.io.parquet.ParquetWriterOptions.builder(plc.io.SinkInfo([path]), table)
             .metadata(meta)
             .key_value_metadata([key_values])
@@ -142,6 +153,9 @@ class GpuSpillMixin:
     spill_suffix = ".parquet"
 
     def spill_piece(self, df, schema: Schema):
+        # which columns are binary: a cuDF strings dtype does not say, and write_spill is given
+        # only the piece (a run's pieces all have one schema)
+        self._spill_binary = frozenset(name for name, t in schema.items() if t == "binary")
         return self.conform(df, schema).reset_index(drop=True)
 
     def spill_groups(self, piece, split: np.ndarray, ranged: bool) -> dict:
@@ -201,14 +215,18 @@ class GpuSpillMixin:
             key_values[PIECE_GROUPS_KEY] = encode_group_starts(starts)
         names = list(piece.columns)
         table = plc.Table([piece[name].to_pylibcudf()[0] for name in names])
-        plc.io.parquet.write_parquet(piece_writer_options(table, partial, names, [piece[n].dtype for n in names],
-                                                         len(piece), key_values))
+        options = piece_writer_options(table, partial, names, [piece[n].dtype for n in names], len(piece), key_values,
+                                       getattr(self, "_spill_binary", frozenset()))
+        self.counted_file_io("spill pieces written", lambda: os.path.getsize(partial),
+                             lambda: plc.io.parquet.write_parquet(options))
         os.replace(partial, path)
 
     def read_spill(self, path: str, columns: list[str] | None = None,
                    buckets: tuple[int, int] | None = None):
         """For a shard's buckets, only the rows of their placement groups where the piece says
         where those lie (an empty stretch reads no rows: libcudf gives the empty columns)."""
+        from .gpu import utc_timestamps
+
         local = local_piece(path)
         if local != path:
             count_host_bytes("spill: run-store piece read through a host file", os.path.getsize(local))
@@ -220,15 +238,17 @@ class GpuSpillMixin:
             return self.from_arrow(table.select(columns) if columns is not None else table)
         rows = None if buckets is None else piece_file_stretch(local, *buckets)
         if rows is None:                           # not ranged, or a piece without its groups' starts
-            frame = cudf.read_parquet(local, columns=columns)
+            frame = self.counted_file_io("spill pieces read", lambda: os.path.getsize(local),
+                                         lambda: cudf.read_parquet(local, columns=columns))
         else:
-            frame = cudf.read_parquet(local, columns=columns, skip_rows=rows[0], nrows=rows[1] - rows[0])
+            frame = self.counted_file_io("spill pieces read", lambda: 0, lambda: cudf.read_parquet(
+                local, columns=columns, skip_rows=rows[0], nrows=rows[1] - rows[0]))
         for name in frame.columns:
             # Parquet keeps UTC microseconds; the backend's timestamp dtype carries the zone, and
             # a naive column would send the shard writer's conform() to a host cast
             dtype = frame[name].dtype
             if dtype.kind == "M" and getattr(dtype, "tz", None) is None:
-                frame[name] = frame[name].dt.tz_localize("UTC")
+                frame[name] = utc_timestamps(frame[name])
         return frame
 
     def spill_range(self, piece, lo_bucket: int, hi_bucket: int):

@@ -18,7 +18,7 @@ class GpuTextMixin:
         if nfkc:
             col = self._nfkc(col)
         if lower:
-            col = col.str.lower()
+            col = self.text_lower(col)
         if collapse_whitespace:
             col = col.str.replace(WHITESPACE_RUN, " ", regex=True)
         if strip:
@@ -43,6 +43,42 @@ class GpuTextMixin:
         fixed.index = part.index
         out = col.copy()
         out[non_ascii] = fixed
+        return out
+
+    def text_lower(self, col):
+        return self._simple_case(col, "lower")
+
+    def text_upper(self, col):
+        return self._simple_case(col, "upper")
+
+    def text_strip(self, col):
+        """Arrow's white space (gpu_support.UNICODE_SPACE), named: libcudf's strip() without
+        characters strips every code point up to U+0020."""
+        from .gpu_support import UNICODE_SPACE
+
+        return col.str.strip(UNICODE_SPACE)
+
+    def _simple_case(self, col, how: str):
+        """libcudf's lower/upper, except the rows holding a code point it maps otherwise than
+        Arrow's simple case mapping (gpu_support.CASE_DIFFERS: full mappings such as 'ß' -> 'SS',
+        letters past U+FFFF): those rows are mapped on the host by Arrow, counted."""
+        import cudf
+        import pyarrow.compute as pc
+
+        from .gpu import _flag, to_host_copy
+        from .gpu_support import case_differs_pattern, count_fallback
+
+        out = getattr(col.str, how)()
+        differs = col.str.contains(case_differs_pattern(how), regex=True).fillna(False)
+        if not _flag(differs, f"control: {how} differs"):
+            return out
+        part = col[differs]
+        count_fallback(f"{how}: rows libcudf's case mapping gives otherwise (host)", len(part))
+        host = to_host_copy(part, f"{how}: rows mapped on the host")
+        fixed = cudf.Series.from_arrow(getattr(pc, f"utf8_{how}")(host))
+        fixed.index = part.index
+        out = out.copy()
+        out[differs] = fixed
         return out
 
     def contains_regex(self, col, pattern):

@@ -322,12 +322,12 @@ def _eval_call(node: Call, ctx: EvalContext):
     def lit(i: int):
         return args[i].value
 
-    if name == "lower":
-        return arg(0).str.lower()
+    if name == "lower":               # the backend's: one meaning of case and white space on both
+        return ctx.backend.text_lower(arg(0))
     if name == "upper":
-        return arg(0).str.upper()
+        return ctx.backend.text_upper(arg(0))
     if name == "strip":
-        return arg(0).str.strip()
+        return ctx.backend.text_strip(arg(0))
     if name == "len":
         return arg(0).str.len()
     if name in STRING_PREDICATES:
@@ -335,7 +335,9 @@ def _eval_call(node: Call, ctx: EvalContext):
         if name == "contains":
             res = s.str.contains(lit(1), regex=False)
         elif name == "matches":
-            res = s.str.contains(lit(1), regex=True)
+            # through the backend: the GPU translates RE2 into libcudf's dialect, or runs the
+            # pattern on the host where libcudf cannot give RE2's meaning (counted)
+            res = ctx.backend.contains_regex(s, lit(1))
         elif name == "startswith":
             res = s.str.startswith(lit(1))
         else:

@@ -33,9 +33,14 @@ def _spec(sig, doc, ex, lo, hi, keywords=None, literal_args=None) -> FunctionSpe
 
 
 FUNCTIONS: dict[str, FunctionSpec] = {
-    "lower": _spec("lower(s)", "lowercase a string", "lower(method) == 'get'", 1, 1),
-    "upper": _spec("upper(s)", "uppercase a string", "upper(country) == 'DE'", 1, 1),
-    "strip": _spec("strip(s)", "remove leading and trailing whitespace", "strip(user_agent) != ''", 1, 1),
+    "lower": _spec("lower(s)", "lowercase a string, one character for one (Unicode's simple case mapping, "
+                   "as Arrow: 'İ' becomes 'i', 'ß' stays), on every backend", "lower(method) == 'get'", 1, 1),
+    "upper": _spec("upper(s)", "uppercase a string, one character for one ('ß' becomes 'ẞ', not 'SS'; 'ﬁ' "
+                   "stays), on every backend", "upper(country) == 'DE'", 1, 1),
+    "strip": _spec("strip(s)", "remove leading and trailing Unicode white space (the characters Python's "
+                   "str.isspace calls space: ASCII space, tab and line breaks, \\x1c-\\x1f, U+0085, the "
+                   "Unicode spaces; no other control character), on every backend",
+                   "strip(user_agent) != ''", 1, 1),
     "len": _spec("len(s)", "length of a string in characters (int64)", "len(path) < 200", 1, 1),
     "contains": _spec(
         "contains(s, sub)", "true if s contains the literal substring sub", "contains(path, '/api/')", 2, 2,

@@ -25,7 +25,8 @@ class NormalizeTextParams(Params):
 
 @register
 class NormalizeText(RowStep):
-    """Operations run in a fixed order: NFKC, lower case, collapse white space, strip. White
+    """Operations run in a fixed order: NFKC, lower case (one character for one, as the
+    expression function `lower()`), collapse white space, strip. White
     space means the ASCII space, tab, newline, vertical tab, form feed and carriage return; NFKC
     first turns the other Unicode spaces (no-break, em, ideographic, ...) into plain spaces. Nulls
     stay null; no row is dropped."""

@@ -380,3 +380,46 @@ def test_matches_patterns_go_through_the_dialect(gpu):
     assert fallback_counts() == {}
     assert host(gpu.contains_regex(gpu.series(values, "string"), r"(?i)LINE")) == [True, False, False, None]
     assert list(fallback_counts()) == ["matches regex: inline flags, lookarounds or other (?...) groups"]
+
+
+# -- defects found by reading the GPU code (docs/gpu.md, "Found by reading") ------------------
+
+def test_binary_columns_are_binary_in_the_shard(gpu, tmp_path):
+    """libcudf writes a binary column unannotated (set_output_as_binary), not as UTF8 text."""
+    from gpuetl.sinks.parquet import ShardTask, WriteOptions
+    from gpuetl.types import arrow_schema
+
+    schema = {"k": "int64", "image": "binary"}
+    raw = [b"\xff\xd8\xff\x00", None, b"\x80abc"]
+    frame = cudf.DataFrame({"k": cp.arange(3, dtype=cp.int64)})
+    frame["image"] = gpu.series(pa.array(raw, pa.binary()), "binary")
+    writer = gpu.shard_writer(str(tmp_path / "part-00000.parquet"), schema, WriteOptions("zstd", 1000, None),
+                              ShardTask(0, "", 0, 0, 0, "part-00000.parquet"))
+    writer.write(frame)
+    writer.close()
+    table = pq.read_table(tmp_path / "part-00000.parquet")
+    assert table.schema.remove_metadata() == arrow_schema(schema)
+    assert table.column("image").to_pylist() == raw
+
+
+def test_case_and_strip_are_the_cpus(gpu):
+    values = ["İSTANBUL", "straße", "ﬁle", "ᾳ", "\U00010428x", "\u3000 x\x01", "\x1fy ", None, "plain"]
+    for how in ("text_lower", "text_upper", "text_strip"):
+        assert host(getattr(gpu, how)(gpu.series(values, "string"))) == \
+               host(getattr(CPU, how)(CPU.series(values, "string"))), how
+
+
+def test_row_hash_meets_zero_and_every_nan(gpu):
+    import struct
+
+    other_nan = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000001))[0]
+    values = pa.array([0.0, -0.0, float("nan"), other_nan, 1.5, None], pa.float64())
+    h = host(gpu.row_hash([gpu.series(values, "float64")]))
+    assert h[0] == h[1] and h[2] == h[3] and len(set(h)) == 4
+
+
+def test_utc_timestamps_keep_their_values(gpu):
+    values = [0, 1_700_000_000_123_456, None]
+    s = gpu.series(pa.array(values, pa.timestamp("us", tz="UTC")), "timestamp")
+    assert s.dtype == gpu.dtype("timestamp")
+    assert host(s) == pa.array(values, pa.timestamp("us", tz="UTC")).to_pylist()

@@ -161,3 +161,18 @@ def test_read_block_and_split_lines_on_the_device_equal_the_cpus(device, tmp_pat
                                           else files[f.display])]
     assert got == want
     assert ("a.log", 13, b"tail\r") in got and ("d.log", 0, b"last\r\r") in got
+
+
+def test_invalid_lines_cross_to_the_host_in_two_copies_whatever_their_number(device, monkeypatch):
+    """A Latin-1 log is invalid UTF-8 on most lines: their bytes come to the host in one gather
+    (and their spans in one copy before it), not a copy and a sync per line; the records are the
+    CPU kernel's, U+FFFD and exact raw bytes included."""
+    copies = []
+    real = gpu.to_host_copy
+    monkeypatch.setattr(gpu, "to_host_copy", lambda values, reason: copies.append(reason) or real(values, reason))
+    lines = [f"caf\xe9 {i} na\xefve".encode("latin-1") if i % 3 else f"ok {i}".encode() for i in range(600)]
+    data = b"\r\n".join(lines) + b"\n\xff\n\n\xc3\n"
+    g, c = device.split_lines(data, 11), CPU.split_lines(data, 11)
+    assert _host(g) == _host(c)
+    assert sum(_host(g)[2]) == 400 + 2
+    assert copies.count("invalid UTF-8 lines") == 2

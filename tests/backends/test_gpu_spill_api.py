@@ -184,13 +184,16 @@ class _RecordedColumn:
     getter for nullability)."""
 
     def __init__(self):
-        self.name, self.nullable, self.children = None, None, {}
+        self.name, self.nullable, self.binary, self.children = None, None, None, {}
 
     def set_name(self, name):
         self.name = name
 
     def set_nullability(self, nullable):
         self.nullable = nullable
+
+    def set_output_as_binary(self, binary):
+        self.binary = binary
 
     def child(self, i):
         return self.children.setdefault(i, _RecordedColumn())
@@ -220,3 +223,66 @@ def test_a_spill_piece_declares_every_column_and_child_nullable(tmp_path, monkey
     root = _RecordedColumn()
     gpu_spill._describe(root, event, True)
     assert root.declared() == [(None, True), ("a", True), ("b", True), ("element", True), ("c", True)]
+
+
+def _binary_leaves(column):
+    """(name, binary flag) of this column and every child asked for, depth first."""
+    return [(column.name, column.binary)] + [d for _, c in sorted(column.children.items()) for d in _binary_leaves(c)]
+
+
+def test_binary_columns_are_written_as_binary_not_utf8():
+    """libcudf holds a `binary` column (image bytes, the quarantine's `_raw`) as a strings column
+    and annotates it UTF8 unless its metadata says `set_output_as_binary`: the shard's schema
+    would say `string` where the CPU's says `binary`, and reading image bytes back as text fails.
+    Both writers' metadata (writer_metadata: GpuShardWriter and the spill piece) mark every binary
+    column and nested binary child, and nothing else."""
+    import pylibcudf as plc
+
+    image, raw = _RecordedColumn(), _RecordedColumn()
+    gpu_spill._describe(image, pa.binary(), True)
+    gpu_spill._describe(raw, pa.large_binary(), None)
+    assert (image.binary, raw.binary) == (True, True)
+    text = _RecordedColumn()
+    gpu_spill._describe(text, pa.string(), True)
+    assert text.binary is None
+    nested = _RecordedColumn()
+    gpu_spill._describe(nested, pa.struct([("s", pa.string()), ("b", pa.list_(pa.binary()))]), True)
+    assert _binary_leaves(nested) == [(None, None), ("s", None), ("b", None), ("element", True)]
+
+    # the real pylibcudf call, on a strings column with its offsets child (libcudf's
+    # column_in_metadata adds the second child a binary leaf needs): it binds and builds
+    strings = plc.Column(plc.DataType(plc.TypeId.STRING), 0, None, None, 0, 0,
+                         [_empty_column(pa.int32())])
+    table = plc.Table([strings, _empty_column(pa.string())])
+    meta = gpu_spill.writer_metadata(table, ["image", "text"], [pa.binary(), pa.string()], nullable=True)
+    assert [c.get_name() for c in meta.column_metadata] == ["image", "text"]
+
+
+def test_a_spill_piece_marks_its_binary_columns(tmp_path, monkeypatch):
+    """write_spill is given only the piece, whose cuDF dtypes do not tell binary from string:
+    spill_piece records the schema's binary columns and the piece's writer metadata gets them
+    as Arrow binary (so a piece read on the host, as the shard-size sample does, has the
+    pipeline's types)."""
+    import pylibcudf as plc
+
+    from gpuetl.backends.gpu_spill import GpuSpillMixin
+
+    class Frame:
+        def reset_index(self, drop):
+            return self
+
+    class Backend(GpuSpillMixin):
+        def conform(self, df, schema):
+            return df
+
+    backend = Backend()
+    backend.spill_piece(Frame(), {"image": "binary", "text": "string", PLACE: "uint64"})
+    assert backend._spill_binary == {"image"}
+
+    asked = []
+    real = gpu_spill.writer_metadata
+    monkeypatch.setattr(gpu_spill, "writer_metadata", lambda t, n, types, **k: asked.append(types) or real(t, n, types, **k))
+    table = plc.Table([_empty_column(pa.string()), _empty_column(pa.string())])
+    gpu_spill.piece_writer_options(table, str(tmp_path / "p.parquet.partial"), ["image", "text"],
+                                   [np.dtype("object"), np.dtype("object")], 0, {}, backend._spill_binary)
+    assert asked == [[pa.binary(), None]]

@@ -61,10 +61,16 @@ def test_dedupe_removes_exactly_the_duplicates(tmp_path_factory, colliding_hashe
     assert kept == first   # each key once, and the copy kept is the first by file and offset
 
 
-def test_row_hash_is_equal_for_equal_values():
-    """Candidates are found by row_hash: values pandas holds equal must hash equal."""
+@pytest.mark.parametrize("with_polars", [True, False])
+def test_row_hash_is_equal_for_equal_values(monkeypatch, with_polars):
+    """Candidates are found by row_hash: values pandas holds equal must hash equal, with polars'
+    row hash or without it (the shared hash with canonical floats, as the GPU's)."""
     import pyarrow as pa
 
+    from gpuetl.backends import cpu
+
+    if not with_polars:
+        monkeypatch.setattr(cpu, "polars_available", lambda: False)
     backend = CpuBackend()
     floats = backend.series(pa.array([0.0, -0.0, float("nan"), float("nan"), 1.5, None]), "float64")
     texts = backend.series(pa.array(["a", "a", "b", "b", None, None]), "string")

@@ -142,7 +142,8 @@ def test_functions_table_is_documented():
         assert doc
         # every documented example parses, and uses the function it documents
         assert name in parse_expression(example).functions()
-    assert FUNCTIONS["lower"][:3] == ("lower(s)", "lowercase a string", "lower(method) == 'get'")
+    assert FUNCTIONS["lower"][0] == "lower(s)" and FUNCTIONS["lower"][1].startswith("lowercase a string")
+    assert FUNCTIONS["lower"][2] == "lower(method) == 'get'"
 
 
 # ---------------------------------------------------------------------------
@@ -699,3 +700,34 @@ def test_syntax_errors_point_at_the_habit_and_say_what_to_write(text, column, ad
         parse_expression(text)
     assert err.value.col == column and f"at column {column}:" in str(err.value)
     assert advice in str(err.value)
+
+
+class RegexBackend(CpuBackend):
+    """The CPU backend, recording the patterns handed to contains_regex."""
+
+    def __init__(self):
+        super().__init__()
+        self.patterns = []
+
+    def contains_regex(self, col, pattern):
+        self.patterns.append(pattern)
+        return super().contains_regex(col, pattern)
+
+
+def test_matches_asks_the_backend_which_may_translate_the_regex(df):
+    """matches() runs through Backend.contains_regex, where the GPU backend translates RE2 into
+    libcudf's dialect or runs the pattern on the host; calling `.str.contains(regex=True)` on
+    the column directly hands libcudf patterns it rejects ((?i), \\pL) or reads otherwise (\\d)."""
+    backend = RegexBackend()
+    result = ev("matches(method, '(?i)get') or matches(path, '\\d')", df, backend)
+    assert backend.patterns == ["(?i)get", "\\d"]
+    assert values(result) == [True, False, None, True, True]
+
+
+def test_case_and_white_space_have_one_meaning():
+    """lower()/upper() map one character for one (Arrow's simple case mapping, which the GPU
+    backend also gives: backends/gpu_text.py); strip() takes Unicode white space only."""
+    df = frame({"s": ["İSTANBUL", "straße", "ﬁle", "\u3000 x\u00a0", "\x01x\x1f", None]}, {"s": "string"})
+    assert values(ev("lower(s)", df)) == ["istanbul", "straße", "ﬁle", "\u3000 x\u00a0", "\x01x\x1f", None]
+    assert values(ev("upper(s)", df))[:3] == ["İSTANBUL", "STRAẞE", "ﬁLE"]
+    assert values(ev("strip(s)", df))[3:] == ["x", "\x01x", None]
