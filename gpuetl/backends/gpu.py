@@ -39,7 +39,7 @@ from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micr
                           remote_record_span, reset_tallies, span_gather_index,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_device import (any_true, device_values, regex_matches, regex_program, scatter, span_bytes, strings_from_buffers,
-                         to_host_copy, with_index)
+                         to_host_copy, utc_timestamps, with_index)
 from .gpu_records import GpuRecordsMixin
 from .gpu_spill import GpuSpillMixin, writer_metadata
 from .gpu_text import GpuTextMixin
@@ -916,28 +916,6 @@ def _numbers_lost(col, type_name: str) -> bool:
 
 def _pid_and_tallies():
     return os.getpid(), worker_tallies()
-
-
-UTC_TIMESTAMP = None     # the backend's timestamp dtype, datetime64[us, UTC] (set on first use)
-
-
-def utc_timestamps(naive):
-    """A naive datetime64[us] Series of UTC microseconds as datetime64[us, UTC]: the same device
-    column under the zoned dtype, nothing copied and no time-zone database read. cuDF 26.10's
-    `dt.tz_localize("UTC")` reads the zone's transition table from /usr/share/zoneinfo or the
-    `tzdata` wheel (cudf/core/column/datetime.py: _get_tz_data) and searches it for every row, and
-    its `astype` refuses a naive -> zoned cast; a UTC label needs neither. (Zoned columns' other
-    operations, such as `.dt` fields, still read the table: the `gpu` extra installs tzdata.)"""
-    global UTC_TIMESTAMP
-    import datetime
-
-    import pandas as pd
-    from cudf.core.column import ColumnBase
-
-    if UTC_TIMESTAMP is None:
-        UTC_TIMESTAMP = pd.DatetimeTZDtype(unit="us", tz=datetime.timezone.utc)
-    column = ColumnBase.create(naive._column.plc_column, UTC_TIMESTAMP, validate=False)   # already cuDF's
-    return cudf.Series._from_column(column, index=naive.index, name=naive.name)
 
 
 def _from_arrow(arr, type_name: str):

@@ -99,3 +99,23 @@ def scatter(col, rows, values):
     return merged.iloc[order.argsort().values].reset_index(drop=True)
 
 
+UTC_TIMESTAMP = None     # the backend's timestamp dtype, datetime64[us, UTC] (set on first use)
+
+
+def utc_timestamps(naive):
+    """A naive datetime64[us] Series of UTC microseconds as datetime64[us, UTC]: the same device
+    column under the zoned dtype, nothing copied and no time-zone database read. cuDF 26.10's
+    `dt.tz_localize("UTC")` reads the zone's transition table from /usr/share/zoneinfo or the
+    `tzdata` wheel (cudf/core/column/datetime.py: _get_tz_data) and searches it for every row, and
+    its `astype` refuses a naive -> zoned cast; a UTC label needs neither. (Zoned columns' other
+    operations, such as `.dt` fields, still read the table: the `gpu` extra installs tzdata.)"""
+    global UTC_TIMESTAMP
+    import datetime
+
+    import pandas as pd
+    from cudf.core.column import ColumnBase
+
+    if UTC_TIMESTAMP is None:
+        UTC_TIMESTAMP = pd.DatetimeTZDtype(unit="us", tz=datetime.timezone.utc)
+    column = ColumnBase.create(naive._column.plc_column, UTC_TIMESTAMP, validate=False)   # already cuDF's
+    return cudf.Series._from_column(column, index=naive.index, name=naive.name)

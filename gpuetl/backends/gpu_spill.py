@@ -225,7 +225,7 @@ class GpuSpillMixin:
                    buckets: tuple[int, int] | None = None):
         """For a shard's buckets, only the rows of their placement groups where the piece says
         where those lie (an empty stretch reads no rows: libcudf gives the empty columns)."""
-        from .gpu import utc_timestamps
+        from .gpu_device import utc_timestamps
 
         local = local_piece(path)
         if local != path:

@@ -65,12 +65,12 @@ class GpuTextMixin:
         import cudf
         import pyarrow.compute as pc
 
-        from .gpu import _flag, to_host_copy
+        from .gpu_device import any_true, to_host_copy
         from .gpu_support import case_differs_pattern, count_fallback
 
         out = getattr(col.str, how)()
         differs = col.str.contains(case_differs_pattern(how), regex=True).fillna(False)
-        if not _flag(differs, f"control: {how} differs"):
+        if not any_true(differs, f"control: {how} differs"):
             return out
         part = col[differs]
         count_fallback(f"{how}: rows libcudf's case mapping gives otherwise (host)", len(part))

@@ -51,7 +51,7 @@ class DeviceFloats:
 def device(monkeypatch):
     numpy = SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     monkeypatch.setattr(gpu, "cp", numpy)
-    monkeypatch.setattr(gpu, "_device_values", lambda col: col.raw)
+    monkeypatch.setattr(gpu, "device_values", lambda col: col.raw)
     backend = gpu.GpuBackend.__new__(gpu.GpuBackend)
     backend.xp = numpy
     backend.dtype = lambda type_name: np.dtype("object")     # cuDF's string dtype asks the driver

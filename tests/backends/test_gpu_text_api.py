@@ -18,13 +18,13 @@ try:                                        # RAPIDS installed: import it withou
     import cudf
     import pylibcudf as plc
 
-    from gpuetl.backends import gpu, gpu_support
+    from gpuetl.backends import gpu, gpu_device, gpu_support
 except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a broken install)
     pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
                 allow_module_level=True)
 
 from gpuetl.backends.cpu import CpuBackend  # noqa: E402
-from gpuetl.steps.expr import parse_expression  # noqa: E402
+from gpuetl.expr import parse_expression  # noqa: E402
 
 CPU = CpuBackend()
 TEXT = ["GET /a", "get /b", "Straße 7", "x٣y", "aaa", "abc", ".*", None, "Ünïcode"]
@@ -70,7 +70,7 @@ class DeviceColumn:
 def host_calls(monkeypatch):
     """The host fallback's copies and uploads without a device; counts reset."""
     gpu_support.reset_fallbacks()
-    monkeypatch.setattr(gpu, "to_host_copy", lambda col, reason: pa.array(col.host))
+    monkeypatch.setattr(gpu_device, "to_host_copy", lambda col, reason: pa.array(col.host))
     monkeypatch.setattr(cudf.Series, "from_arrow", lambda arr: pd.Series(arr.to_pylist(), dtype=object))
     yield
     gpu_support.reset_fallbacks()
@@ -160,7 +160,7 @@ class LibcudfText:
 @pytest.fixture
 def libcudf_text(monkeypatch):
     gpu_support.reset_fallbacks()
-    monkeypatch.setattr(gpu, "to_host_copy", lambda col, reason: pa.array(col.values, pa.string()))
+    monkeypatch.setattr(gpu_device, "to_host_copy", lambda col, reason: pa.array(col.values, pa.string()))
     monkeypatch.setattr(cudf.Series, "from_arrow", lambda arr: pd.Series(arr.to_pylist(), dtype=object))
     yield gpu.GpuBackend.__new__(gpu.GpuBackend)
     gpu_support.reset_fallbacks()
