@@ -165,7 +165,7 @@ def test_the_command_freezes_the_heap_it_built_unless_told_not_to(tmp_path):
     collection walks it, nor the exit's); GPUETL_NO_TUNING=1 leaves the GC alone."""
     (tmp_path / "a.log").write_text("1 x\n2 y\n")
     (tmp_path / "p.yaml").write_text("version: 1\nname: f\nsource: {type: text, path: a.log}\n"
-                                     "parse: {regex: '^(?P<n>\\\\d+) (?P<w>\\\\w+)$'}\nsink: {path: out}\n")
+                                     "parse: {regex: '^(?P<n>\\d+) (?P<w>\\w+)$'}\nsink: {path: out}\n")
     code = textwrap.dedent(f"""
         import gc, sys
         from gpuetl.cli import main
