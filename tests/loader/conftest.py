@@ -1,29 +1,19 @@
-"""One small dataset for the loader's tests, made once per session by a gpuetl run: access logs
-with provenance (`_file`, `_offset` name each row), four shards, two splits, row groups of 200 rows."""
-
 from __future__ import annotations
 
 import shutil
 
 import pytest
 
-from conftest import access_spec, write_access_log_folder
-from gpuetl import Pipeline
+from loaderdata import make_loader_dataset
 
 
 @pytest.fixture(scope="session")
 def loader_dataset(tmp_path_factory):
-    base = tmp_path_factory.mktemp("loader")
-    write_access_log_folder(base / "in")
-    spec = access_spec(source__provenance=True, shard={"count": 4, "splits": {"train": 0.8, "val": 0.2}},
-                       columns={"status": "int16", "time": {"type": "timestamp", "format": "%d/%b/%Y:%H:%M:%S %z"}})
-    spec["sink"]["row_group_rows"] = 200
-    Pipeline.from_dict(spec, base_dir=base).run(backend="cpu", scheduler="sync", report=False)
-    return base / "out"
+    """One dataset per session (tests/loaderdata.py); tests only read it."""
+    return make_loader_dataset(tmp_path_factory.mktemp("loader"))
 
 
 @pytest.fixture
 def dataset_copy(loader_dataset, tmp_path):
     """A copy of the session's dataset that a test may damage."""
     return shutil.copytree(loader_dataset, tmp_path / "data")
-
