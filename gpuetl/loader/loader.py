@@ -168,6 +168,12 @@ class Loader:
         if position >= self.rows and position:
             self.epoch += 1
 
+    def torch_dataset(self):
+        """This loader as a torch IterableDataset (torch_adapter.py)."""
+        from .torch_adapter import torch_dataset
+
+        return torch_dataset(self)
+
     # -- seeing it ------------------------------------------------------------------------------
 
     def stats(self) -> dict:
