@@ -121,6 +121,9 @@ def child(name: str, root: str, step_s: float) -> None:
     import resource
 
     sys.path.insert(0, str(ROOT))
+    import pyarrow as pa
+
+    pa.table({"a": [1]}).take([0])           # pyarrow's lazy imports (pandas among them) before any clock starts
     fn = {"gpuetl": run_gpuetl, "pyarrow-memory": run_pyarrow_memory, "hf-datasets": run_hf_datasets,
           "gpuetl-stub-step": lambda r: run_gpuetl(r, step_s)}[name]
     result = fn(root)

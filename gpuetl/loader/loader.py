@@ -163,10 +163,9 @@ class Loader:
         position = state.get("position")
         if not isinstance(position, int) or position < 0:
             raise SpecError("Loader.load_state_dict: the state's position is not an integer >= 0")
-        self.epoch = int(state["epoch"])
-        self._start = position if position < self.rows else 0
-        if position >= self.rows and position:
-            self.epoch += 1
+        self.epoch, self._start = int(state["epoch"]), position
+        if not order_mod.steps(self.rows, position, self.batch_size, self.world_size, self.drop_last):
+            self.epoch, self._start = self.epoch + 1, 0        # nothing left of that epoch: the next one
 
     def torch_dataset(self):
         """This loader as a torch IterableDataset (torch_adapter.py)."""

@@ -226,3 +226,14 @@ def test_import_gpuetl_stays_light():
     code = "import sys, gpuetl; gpuetl.Loader; print('pyarrow.parquet' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "False"]
+
+
+def test_a_state_taken_after_the_last_batch_resumes_at_the_next_epoch(loader_dataset):
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=64, seed=8, drop_last=True)
+    it = iter(loader)
+    for _ in range(len(loader)):
+        next(it)
+    state = loader.state_dict()                  # the consumer has every batch; the pass has not ended
+    resumed = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=64, seed=8)
+    resumed.load_state_dict(state)
+    assert [names(b) for b in resumed] == epoch_batches(loader_dataset, seed=8, epoch=1)
