@@ -65,8 +65,9 @@ class Dataset:
             raise DataError(f"{where[:-len(SUCCESS)]}{MANIFEST}: `shards` is not a list")
         splits = sorted({s.get("split") for s in shards if isinstance(s, dict)}, key=str)
         if split is not None and split not in splits:
-            raise SpecError(f"{self.root}: no split {split!r} in the manifest (it has "
-                            f"{', '.join(map(str, splits)) or 'no shards'})")
+            has = ("no splits: pass split=None" if splits == [""] else
+                   f"it has {', '.join(map(str, splits))}" if splits else "it has no shards")
+            raise SpecError(f"{self.root}: no split {split!r} in the manifest ({has})")
         self.split = split
         self.shards: list[Shard] = []
         for entry in shards:

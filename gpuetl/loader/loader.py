@@ -50,7 +50,8 @@ class Loader:
                  shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
                  drop_last: bool = True, prefetch: int = 2, device: str = "cpu", output: str | None = None,
                  cache=None, verify: bool = False, shuffle_buffer: int = 10_000, num_workers: int = 2,
-                 storage_options: dict | None = None):
+                 storage_options: dict | None = None, decode_images: str | None = None,
+                 image_column: str = "image"):
         output = output or ("numpy" if device == "cpu" else "torch")
         for name, value in (("batch_size", batch_size), ("world_size", world_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -66,6 +67,10 @@ class Loader:
         if output not in OUTPUTS[device]:
             raise SpecError(f"Loader: device={device!r} gives output {', '.join(map(repr, OUTPUTS[device]))}, "
                             f"not {output!r}")
+        if decode_images not in (None, "hwc", "chw"):
+            raise SpecError(f"Loader: decode_images must be 'hwc', 'chw' or None, not {decode_images!r}")
+        if decode_images and output == "arrow":
+            raise SpecError("Loader: decode_images gives numpy arrays or tensors: use output='numpy' or 'torch'")
         if device == "cuda":
             _refuse_cuda(output)
         if cache is not None:
@@ -80,7 +85,20 @@ class Loader:
                 raise SpecError(f"Loader: no column {', '.join(map(repr, unknown))} in {self.data.root} "
                                 f"(it has {', '.join(names)})")
         self.columns = columns if columns is not None else names
+        self.decode_images, self.image_column = decode_images, image_column
+        self.read_columns = self.columns
+        if decode_images:
+            needed = [image_column, "width", "height", "channels", "format"]
+            missing = [c for c in needed if c not in names]
+            if missing:
+                raise SpecError(f"Loader: decode_images needs the image columns of an image dataset; "
+                                f"{self.data.root} has no {', '.join(missing)}")
+            if image_column not in self.columns:
+                raise SpecError(f"Loader: decode_images decodes {image_column!r}: keep it in columns=")
+            self.read_columns = self.columns + [c for c in needed[1:] if c not in self.columns]
         self.kinds = {c: _column_kind(self.data.schema.field(c).type) for c in self.columns} if names else {}
+        if decode_images:
+            self.kinds[image_column] = "image"
         if output == "torch":
             refused = [c for c, k in self.kinds.items() if k == "arrow"]
             if refused:
@@ -185,6 +203,25 @@ class Loader:
 
     # -- making batches -------------------------------------------------------------------------
 
+    def _images(self, table: pa.Table, pool) -> np.ndarray:
+        """The batch's images as one uint8 array, (B, H, W, C) or (B, C, H, W), decoded as the CPU
+        image steps decode (backends/cpu_images.py); every image must have the same size."""
+        from ..errors import DataError
+
+        w, h, c = (table.column(k).to_pylist() for k in ("width", "height", "channels"))
+        sizes = set(zip(w, h, c))
+        if len(sizes) > 1:
+            raise DataError(f"{self.data.root}: the images of a batch differ in size ({sorted(sizes)[:3]}…): "
+                            "decode_images needs a dataset resized to one size (the resize step)")
+        items = list(zip(table.column(self.image_column).to_pylist(), table.column("format").to_pylist(), w, h, c))
+        try:
+            arrays = list(pool.map(_decode_one, items)) if pool else [_decode_one(i) for i in items]
+        except ValueError as err:
+            raise DataError(f"{self.data.root}: an image of column {self.image_column!r} cannot be decoded: {err}") from None
+        H, W, C = (h[0], w[0], c[0]) if items else (0, 0, 0)
+        stacked = np.stack(arrays) if arrays else np.zeros((0, H, W, C), np.uint8)
+        return np.ascontiguousarray(stacked.transpose(0, 3, 1, 2)) if self.decode_images == "chw" else stacked
+
     def _read_unit(self, u: int) -> pa.Table:
         s, g = self.units[u]
         shard = self.data.shards[s]
@@ -194,7 +231,7 @@ class Loader:
                     self.data.sha256(shard)
                     self._checked.add(s)
         t0 = time.perf_counter()
-        table = self.data.read_group(shard, g, self.columns)
+        table = self.data.read_group(shard, g, self.read_columns)
         self._stats.add(read_s=time.perf_counter() - t0, rows_read=table.num_rows,
                         bytes_read=shard.group_bytes[g], groups_read=1)
         return table
@@ -254,7 +291,7 @@ class Loader:
                     pieces.append(window(w).take(pa.array(rows)))
                     i = e
                 table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-                batch = self._convert(table)
+                batch = self._convert(table, pool)
                 self._stats.add(assemble_s=time.perf_counter() - t0)
                 yield batch
         finally:
@@ -264,13 +301,22 @@ class Loader:
                         f.cancel()
                 pool.shutdown(wait=True, cancel_futures=True)
 
-    def _convert(self, table: pa.Table):
+    def _convert(self, table: pa.Table, pool=None):
+        if self.decode_images:
+            pixels = self._images(table, pool)
         if self.output == "arrow":
             return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist(
                 [], schema=table.schema)
         out = {}
         for name in self.columns:
             column = table.column(name).combine_chunks()
+            if self.kinds[name] == "image":
+                out[name] = pixels
+                if self.output == "torch":
+                    import torch
+
+                    out[name] = torch.from_numpy(pixels)
+                continue
             if self.kinds[name] == "arrow":
                 out[name] = column
                 continue
@@ -289,6 +335,22 @@ class Loader:
                 array = torch.from_numpy(np.ascontiguousarray(array))
             out[name] = array
         return out
+
+
+def _decode_one(item) -> np.ndarray:
+    data, fmt, w, h, c = item
+    from ..backends import cpu_images
+
+    if fmt == "raw":
+        pixels = data
+    else:
+        try:
+            pixels, dw, dh, dc = cpu_images.decode(data, cpu_images.MODES[c], 1)
+        except cpu_images.BadImage as err:
+            raise ValueError(str(err)) from None
+        if (dw, dh, dc) != (w, h, c):
+            raise ValueError(f"decodes to {dw}x{dh}x{dc}, its row says {w}x{h}x{c}")
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, c)
 
 
 def _to_numpy(column: pa.Array) -> np.ndarray:

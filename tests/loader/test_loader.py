@@ -206,9 +206,9 @@ def test_prefetch_stays_within_its_bound(loader_dataset, monkeypatch):
     made = []
     original = gpuetl.Loader._convert
 
-    def counting(self, table):
+    def counting(self, table, pool=None):
         made.append(1)
-        return original(self, table)
+        return original(self, table, pool)
 
     monkeypatch.setattr(gpuetl.Loader, "_convert", counting)
     loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=16, prefetch=3)
