@@ -89,3 +89,26 @@ def test_a_shard_replaced_by_a_link_is_refused(data, tmp_path):
 def test_a_missing_shard_is_refused(data):
     first_train_shard(data).unlink()
     refused(data, "missing; the manifest lists it")
+
+
+def test_a_manifest_whose_rows_disagree_with_the_footer_is_refused(data):
+    from gpuetl.sinks.commit import manifest_bytes, success_bytes
+
+    manifest = json.loads((data / "_manifest.json").read_bytes())
+    shard = next(s for s in manifest["shards"] if s["split"] == "train")
+    shard["rows"] += 1
+    raw = manifest_bytes(manifest)
+    (data / "_manifest.json").write_bytes(raw)
+    (data / "_SUCCESS").write_bytes(success_bytes(raw))        # a consistent commit of a wrong manifest
+    message = refused(data, "its footer holds")
+    assert shard["path"] in message
+
+
+def test_files_the_manifest_does_not_list_are_not_read(data, built):
+    def epoch(root):
+        return [b["_offset"].tolist() for b in gpuetl.Loader(root, columns=["_offset"], batch_size=50, seed=3)]
+
+    clean = epoch(built)
+    shutil.copyfile(first_train_shard(data), data / "train" / "part-99999.parquet")   # a stray shard
+    (data / "train" / "notes.txt").write_text("not data")
+    assert epoch(data) == clean
