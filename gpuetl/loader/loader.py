@@ -262,7 +262,6 @@ class Loader:
             if w in windows:
                 return windows[w]
             want(w)
-            want(w + 1)                                   # read ahead: the next window's row groups
             lo, hi = order.window_span(w)
             parts = []
             for k in order.window_units(w):
@@ -270,8 +269,9 @@ class Loader:
                 parts.append(table_of(k).slice(max(lo - a, 0), min(hi, b) - max(lo, a)))
             table = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
             for k in [k for k in reads if int(order.starts[k + 1]) <= lo]:    # row groups behind this window
-                if not isinstance(reads[k], Future):
-                    del reads[k]
+                got = reads.pop(k)
+                if isinstance(got, Future):
+                    got.cancel()                          # read ahead for a window this rank skipped
             windows.clear()
             windows[w] = table
             return table
@@ -280,6 +280,10 @@ class Loader:
             B = self.batch_size
             for j in range(n_steps):
                 pos = order_mod.batch_positions(order.n, start, j, B, self.world_size, self.rank)
+                if j + 1 < n_steps and pool:          # read ahead: the row groups of this rank's next batch
+                    after = order_mod.batch_positions(order.n, start, j + 1, B, self.world_size, self.rank)
+                    for w in np.unique(after // order.window):
+                        want(int(w))
                 t0 = time.perf_counter()
                 w_of = pos // order.window
                 pieces = []

@@ -12,6 +12,7 @@ import pytest
 
 import gpuetl
 from gpuetl.errors import SpecError
+from gpuetl.loader import order as order_mod
 
 NAMES = ["_file", "_offset"]
 
@@ -237,3 +238,20 @@ def test_a_state_taken_after_the_last_batch_resumes_at_the_next_epoch(loader_dat
     resumed = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=64, seed=8)
     resumed.load_state_dict(state)
     assert [names(b) for b in resumed] == epoch_batches(loader_dataset, seed=8, epoch=1)
+
+
+def test_a_rank_reads_ahead_only_the_row_groups_its_own_batches_need(loader_dataset):
+    """Batches of 400 rows over windows of 100: rank 0 of 2 takes stream windows 0-3, 8-11, …, so
+    it needs about half the row groups, and reading ahead (2 threads) must not fetch the others."""
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=400, world_size=2, rank=0, shuffle_buffer=100,
+                           num_workers=2, prefetch=2)
+    n = sum(1 for _ in loader)
+    assert n == len(loader) >= 4
+    order = loader.order(0)
+    needed = set()
+    for j in range(n):
+        pos = order_mod.batch_positions(order.n, 0, j, 400, 2, 0)
+        for w in np.unique(pos // order.window):
+            needed.update(order.window_units(int(w)))
+    assert loader.stats()["rows_read"] == sum(int(order.unit_rows[order.units[k]]) for k in needed)
+    assert loader.stats()["rows_read"] < 0.75 * loader.rows
