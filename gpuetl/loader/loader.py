@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 import queue
+from collections import deque
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -139,7 +140,7 @@ class Loader:
         self._pass_start, self._yielded, self._active = start, 0, True
         produced = self._produce(self.order(), start, n_steps)
         if self.prefetch:
-            produced = _ahead(produced, self.prefetch)
+            produced = _ahead(produced, max(self.prefetch - _assembling_depth(self.num_workers, self.prefetch), 1))
         try:
             while True:
                 t0 = time.perf_counter()
@@ -276,6 +277,8 @@ class Loader:
             windows[w] = table
             return table
 
+        assembling: deque[Future] = deque()
+        depth = _assembling_depth(self.num_workers, self.prefetch)
         try:
             B = self.batch_size
             for j in range(n_steps):
@@ -284,26 +287,36 @@ class Loader:
                     after = order_mod.batch_positions(order.n, start, j + 1, B, self.world_size, self.rank)
                     for w in np.unique(after // order.window):
                         want(int(w))
-                t0 = time.perf_counter()
                 w_of = pos // order.window
                 pieces = []
                 i = 0
                 while i < len(pos):                     # runs of positions in one window
                     w = int(w_of[i])
                     e = i + int(np.argmax(w_of[i:] != w)) if (w_of[i:] != w).any() else len(pos)
-                    rows = order.stream_rows(w, pos[i:e] - w * order.window)
-                    pieces.append(window(w).take(pa.array(rows)))
+                    pieces.append((window(w), order.stream_rows(w, pos[i:e] - w * order.window)))
                     i = e
-                table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-                batch = self._convert(table, pool)
-                self._stats.add(assemble_s=time.perf_counter() - t0)
-                yield batch
+                if pool:                                # batches are cut and converted by the threads too,
+                    assembling.append(pool.submit(self._assemble, pieces))     # handed out in order
+                    while len(assembling) > depth:
+                        yield assembling.popleft().result()
+                else:
+                    yield self._assemble(pieces, None)
+            while assembling:
+                yield assembling.popleft().result()
         finally:
             if pool:
-                for f in reads.values():
+                for f in [*reads.values(), *assembling]:
                     if isinstance(f, Future):
                         f.cancel()
                 pool.shutdown(wait=True, cancel_futures=True)
+
+    def _assemble(self, pieces, pool=None):
+        """A batch from (window table, rows) pieces: rows taken, joined and converted."""
+        t0 = time.perf_counter()
+        taken = [table.take(pa.array(rows)) for table, rows in pieces]
+        batch = self._convert(taken[0] if len(taken) == 1 else pa.concat_tables(taken), pool)
+        self._stats.add(assemble_s=time.perf_counter() - t0)
+        return batch
 
     def _convert(self, table: pa.Table, pool=None):
         if self.decode_images:
@@ -339,6 +352,11 @@ class Loader:
                 array = torch.from_numpy(np.ascontiguousarray(array))
             out[name] = array
         return out
+
+
+def _assembling_depth(workers: int, prefetch: int) -> int:
+    """Batches being cut by the reader threads at once (they count against `prefetch`)."""
+    return max(min(workers, prefetch - 1), 0) if workers else 0
 
 
 def _decode_one(item) -> np.ndarray:
