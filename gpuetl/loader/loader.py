@@ -196,7 +196,7 @@ class Loader:
 
     def stats(self) -> dict:
         """Seconds the consumer waited for batches, seconds spent reading and decoding row groups
-        (summed over reader threads) and assembling batches, rows and bytes (compressed) read."""
+        and cutting and converting batches (summed over threads), rows and bytes (compressed) read."""
         s = self._stats
         with s.lock:
             return {"wait_s": s.wait_s, "read_s": s.read_s, "assemble_s": s.assemble_s, "rows_read": s.rows_read,
