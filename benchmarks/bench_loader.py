@@ -73,7 +73,9 @@ def run_gpuetl(root: str, step_s: float = 0.0) -> dict:
         if step_s:
             time.sleep(step_s)
     wall = time.perf_counter() - t
-    return {"rows": rows, "seconds": wall, "wait_fraction": loader.stats()["wait_s"] / wall, "stats": loader.stats()}
+    stats = loader.stats()
+    return {"rows": rows, "seconds": wall, "wait_fraction": stats["wait_s"] / wall,
+            "steady_wait_fraction": (stats["wait_s"] - stats["first_wait_s"]) / wall, "stats": stats}
 
 
 def _train_files(root: str) -> list[str]:
@@ -176,7 +178,8 @@ def main() -> None:
         r = results["gpuetl-stub-step"] = run_child("gpuetl-stub-step", root, step_s)
         if "rows" in r:
             print(f"gpuetl-stub-step step {step_s * 1e3:.2f} ms per batch (goal {goal:,.0f} rows/s): "
-                  f"{r['rows_per_s']:,.0f} rows/s, waited {100 * r['wait_fraction']:.1f}% of the wall time", flush=True)
+                  f"{r['rows_per_s']:,.0f} rows/s, waited {100 * r['wait_fraction']:.1f}% of the wall time "
+                  f"({100 * r['steady_wait_fraction']:.1f}% after the first batch)", flush=True)
         else:
             print("gpuetl-stub-step FAILED " + r["error"])
     if "gpuetl" in ok and "pyarrow-memory" in ok:

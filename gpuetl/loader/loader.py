@@ -24,7 +24,7 @@ STATE_VERSION = 1
 class _Stats:
     def __init__(self):
         self.lock = threading.Lock()
-        self.wait_s = self.read_s = self.assemble_s = 0.0
+        self.wait_s = self.first_wait_s = self.read_s = self.assemble_s = 0.0
         self.rows_read = self.bytes_read = self.batches = self.groups_read = 0
 
     def add(self, **kw):
@@ -148,7 +148,8 @@ class Loader:
                     batch = next(produced)
                 except StopIteration:
                     break
-                self._stats.add(wait_s=time.perf_counter() - t0, batches=1)
+                waited = time.perf_counter() - t0
+                self._stats.add(wait_s=waited, batches=1, **({"first_wait_s": waited} if not self._yielded else {}))
                 self._yielded += 1
                 self._start = start + self._yielded * self.world_size * self.batch_size
                 yield batch
@@ -199,7 +200,7 @@ class Loader:
         and cutting and converting batches (summed over threads), rows and bytes (compressed) read."""
         s = self._stats
         with s.lock:
-            return {"wait_s": s.wait_s, "read_s": s.read_s, "assemble_s": s.assemble_s, "rows_read": s.rows_read,
+            return {"wait_s": s.wait_s, "first_wait_s": s.first_wait_s, "read_s": s.read_s, "assemble_s": s.assemble_s, "rows_read": s.rows_read,
                     "bytes_read": s.bytes_read, "row_groups_read": s.groups_read, "batches": s.batches}
 
     # -- making batches -------------------------------------------------------------------------
