@@ -65,7 +65,7 @@ def run_gpuetl(root: str, step_s: float = 0.0) -> dict:
     import gpuetl
 
     loader = gpuetl.Loader(root, split="train", columns=COLUMNS, batch_size=BATCH, shuffle_buffer=BUFFER,
-                           seed=0, drop_last=False, prefetch=4, num_workers=2)
+                           seed=0, drop_last=False, prefetch=8, num_workers=2)
     rows = 0
     t = time.perf_counter()
     for batch in loader:
