@@ -34,9 +34,11 @@ class Shard:
 class Dataset:
     """One split of a committed dataset (local folder or s3://… prefix)."""
 
-    def __init__(self, root, split: str | None, storage_options: dict | None = None):
+    def __init__(self, root, split: str | None, storage_options: dict | None = None, cache: dict | None = None):
         self.remote = is_remote(root)
         self.options = storage_options
+        self.local_copies: dict[str, str] = {}        # shard path -> its copy in the cache tier
+        self._inputs = None
         if self.remote:
             from ..sinks.objectstore import read_remote_manifest
             from ..storage import filesystem
@@ -77,9 +79,37 @@ class Dataset:
             if unsafe_reason(rel) or not all(isinstance(entry.get(k), int) for k in ("rows", "bytes")):
                 raise DataError(f"{self.root}/{MANIFEST}: a shard entry without a path inside the dataset, rows or bytes")
             self.shards.append(Shard(rel, entry["rows"], entry["bytes"], str(entry.get("sha256"))))
+        if cache is not None:
+            self._fill_cache(cache)
         self.schema = None
         for shard in self.shards:
             self._footer(shard)
+
+    def _fill_cache(self, cache) -> None:
+        """Copy the split's shards into the cache tier (the pipeline file's `cache` mapping), or
+        find them there (same ETag and size); shards are then read from those files."""
+        if not self.remote:
+            return
+        from pydantic import ValidationError
+
+        from ..cache import RemoteInputs
+        from ..spec.models import Cache
+        from ..storage import head, join
+
+        try:
+            spec = Cache.model_validate(cache)
+        except ValidationError as err:
+            raise SpecError(f"Loader: cache: {err.errors()[0]['msg']} (a mapping with path and max_bytes)") from None
+        objects = []
+        for shard in self.shards:
+            obj = head(join(self.root, shard.path), self.options)
+            if obj is None or obj.size != shard.bytes:
+                raise DataError(f"{self.where(shard)}: " + ("missing" if obj is None else f"{obj.size} bytes") +
+                                f", the manifest says {shard.bytes} bytes; run `gpuetl verify {self.root}`")
+            objects.append(obj)
+        self._inputs = RemoteInputs(self.options, os.path.expanduser(spec.path), spec.max_bytes)
+        copies = self._inputs.local_copies(objects)
+        self.local_copies = {shard.path: copies[obj.url] for shard, obj in zip(self.shards, objects)}
 
     @staticmethod
     def _local_success(folder: Path) -> bytes | None:
@@ -95,6 +125,8 @@ class Dataset:
         return f"{self.root}/{shard.path}"
 
     def _size(self, shard: Shard) -> int | None:
+        if shard.path in self.local_copies:
+            return os.stat(self.local_copies[shard.path]).st_size
         if self.remote:
             try:
                 return int(self.fs.info(self._key(shard))["size"])
@@ -120,6 +152,8 @@ class Dataset:
 
     def open(self, shard: Shard):
         """A binary file object of the shard (the caller closes it)."""
+        if shard.path in self.local_copies:
+            return open(self.local_copies[shard.path], "rb")
         if self.remote:
             return self.fs.open(self._key(shard), "rb", block_size=1 << 22)
         fd = os.open(os.path.join(self.root, shard.path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))

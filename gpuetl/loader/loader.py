@@ -74,10 +74,7 @@ class Loader:
             raise SpecError("Loader: decode_images gives numpy arrays or tensors: use output='numpy' or 'torch'")
         if device == "cuda":
             _refuse_cuda(output)
-        if cache is not None:
-            raise NotImplementedError("Loader: cache= (a local copy of an object-store dataset) is not implemented "
-                                      "yet; leave it out: shards are read in ranges from the store")
-        self.data = Dataset(dataset, split, storage_options)
+        self.data = Dataset(dataset, split, storage_options, cache)
         names = self.data.schema.names if self.data.schema is not None else []
         if columns is not None:
             columns = list(columns)

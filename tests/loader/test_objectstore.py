@@ -32,3 +32,17 @@ def test_a_store_dataset_without_success_is_refused(s3, loader_dataset):
     s3.fs.rm(f"{s3.bucket}/data/_SUCCESS")
     with pytest.raises(DataError, match=r"data/_SUCCESS: missing"):
         gpuetl.Loader(url)
+
+
+def test_with_a_cache_the_shards_are_fetched_once_and_read_from_it(s3, loader_dataset, tmp_path):
+    url = upload(s3, loader_dataset)
+    cache = {"path": str(tmp_path / "cache"), "max_bytes": "1GiB"}
+    want = batches(loader_dataset, seed=6)
+    first = gpuetl.Loader(url, columns=["_file", "_offset"], batch_size=100, seed=6, cache=cache)
+    assert first.data.local_copies and all(p.startswith(str(tmp_path / "cache")) for p in first.data.local_copies.values())
+    assert [(b["_file"].to_pylist(), b["_offset"].tolist()) for b in first] == want
+    assert first.data._inputs.summary()["remote_objects"] == len(first.data.shards)
+    again = gpuetl.Loader(url, columns=["_file", "_offset"], batch_size=100, seed=6, cache=cache)
+    summary = again.data._inputs.summary()
+    assert summary["remote_objects"] == 0 and summary["cache_objects"] == len(again.data.shards)
+    assert [(b["_file"].to_pylist(), b["_offset"].tolist()) for b in again] == want
