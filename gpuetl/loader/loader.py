@@ -3,17 +3,16 @@ function of (seed, epoch) only (order.py), split across ranks, read ahead by thr
 
 from __future__ import annotations
 
-
 import queue
-from collections import deque
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 
-from ..errors import SpecError
+from ..errors import DataError, SpecError
 from . import order as order_mod
 from .dataset import Dataset
 
@@ -205,8 +204,6 @@ class Loader:
     def _images(self, table: pa.Table, pool) -> np.ndarray:
         """The batch's images as one uint8 array, (B, H, W, C) or (B, C, H, W), decoded as the CPU
         image steps decode (backends/cpu_images.py); every image must have the same size."""
-        from ..errors import DataError
-
         w, h, c = (table.column(k).to_pylist() for k in ("width", "height", "channels"))
         sizes = set(zip(w, h, c))
         if len(sizes) > 1:
@@ -336,8 +333,6 @@ class Loader:
                 out[name] = column
                 continue
             if column.null_count:
-                from ..errors import DataError
-
                 raise DataError(f"{self.data.root}: column {name!r} holds nulls, which a {self.output} array of "
                                 f"{column.type} cannot: leave it out (columns=[...]), fill it in the pipeline, or "
                                 "use output='arrow'")
@@ -440,6 +435,3 @@ def _refuse_cuda(output: str) -> None:
                         "Use device='cpu'")
     raise NotImplementedError(f"Loader: device='cuda' (output={output!r}) is not implemented yet; use device='cpu' "
                               "and move the batches to the device")
-
-
-
