@@ -10,7 +10,7 @@ from gpuetl import Pipeline
 def make_loader_dataset(base):
     write_access_log_folder(base / "in")
     spec = access_spec(source__provenance=True, shard={"count": 4, "splits": {"train": 0.8, "val": 0.2}},
-                       columns={"status": "int16", "time": {"type": "timestamp", "format": "%d/%b/%Y:%H:%M:%S %z"}})
+                       columns={"status": "int16", "size": "int64", "time": {"type": "timestamp", "format": "%d/%b/%Y:%H:%M:%S %z"}})
     spec["sink"]["row_group_rows"] = 200
     Pipeline.from_dict(spec, base_dir=base).run(backend="cpu", scheduler="sync", report=False)
     return base / "out"

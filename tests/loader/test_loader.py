@@ -255,3 +255,14 @@ def test_a_rank_reads_ahead_only_the_row_groups_its_own_batches_need(loader_data
             needed.update(order.window_units(int(w)))
     assert loader.stats()["rows_read"] == sum(int(order.unit_rows[order.units[k]]) for k in needed)
     assert loader.stats()["rows_read"] < 0.75 * loader.rows
+
+
+def test_a_numeric_column_with_nulls_is_refused_for_numpy_and_read_as_arrow(loader_dataset):
+    from gpuetl.errors import DataError
+
+    sizes = [b.column("size") for b in gpuetl.Loader(loader_dataset, columns=["size"], batch_size=500,
+                                                     output="arrow", drop_last=False)]
+    assert sum(s.null_count for s in sizes) > 0                  # `-` sizes of the access logs
+    with pytest.raises(DataError, match="column 'size' holds nulls"):
+        for _ in gpuetl.Loader(loader_dataset, columns=["size"], batch_size=500, drop_last=False):
+            pass
