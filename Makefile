@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-images test test-fast browser venv sample-data bench bench-images clean gpu-api gpu-api-venv
+.PHONY: demo demo-images test test-fast browser venv sample-data bench bench-images clean gpu-api gpu-api-venv test-torch bench-loader
 
 $(BIN)/gpuetl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,8 +59,23 @@ gpu-api-venv: $(GPU_VENV)/bin/gpuetl
 gpu-api: $(GPU_VENV)/bin/gpuetl
 	RAPIDS_NO_INITIALIZE=1 $(GPU_VENV)/bin/python -m pytest -q -p no:cacheprovider -m gpu_api tests
 
+# The loader's torch outputs and adapter: torch (PyPI's wheel brings several GB of CUDA libraries)
+# in its own cached venv, then the tests marked `torch` (elsewhere they skip, saying why).
+TORCH_VENV := .venv-torch
+$(TORCH_VENV)/bin/gpuetl: pyproject.toml
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install -q --upgrade pip
+	$(TORCH_VENV)/bin/pip install -q -e '.[dev]' torch
+	touch $@
+
+test-torch: $(TORCH_VENV)/bin/gpuetl
+	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider -m torch tests/loader
+
+bench-loader: venv
+	$(BIN)/python benchmarks/bench_loader.py
+
 bench-images: venv
 	$(BIN)/python benchmarks/bench_images.py
 
 clean:
-	rm -rf $(VENV) $(GPU_VENV) pipelines/data pipelines/out
+	rm -rf $(VENV) $(GPU_VENV) $(TORCH_VENV) pipelines/data pipelines/out

@@ -13,11 +13,15 @@ def __getattr__(name: str):
         from . import api
 
         return getattr(api, name)
+    if name == "Loader":
+        from .loader import Loader
+
+        return Loader
     raise AttributeError(f"module 'gpuetl' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | {"Pipeline", "load"})
+    return sorted(set(globals()) | {"Pipeline", "load", "Loader"})
 
 
 def register_step(cls):
@@ -43,5 +47,5 @@ def register_sink(sink, *, replace: bool = False):
     return register(sink, replace=replace)
 
 
-__all__ = ["Pipeline", "load", "GpuetlError", "SpecError", "DataError", "SourceError", "OutputError",
+__all__ = ["Pipeline", "load", "Loader", "GpuetlError", "SpecError", "DataError", "SourceError", "OutputError",
            "register_step", "register_source", "register_sink", "__version__"]

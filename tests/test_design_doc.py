@@ -42,7 +42,7 @@ FOREIGN_CALLS = {
     "if_else", "list_element", "drop_duplicates", "unique", "extract_groups", "sink_parquet",
     "scan_lines", "str", "take", "Pool", "catch_warnings", "main", "fsync", "rmtree", "bind",
     "signature", "create", "lower", "upper", "now", "today", "freeze", "exit", "disable",
-    "read_parquet", "to_pylibcudf", "get_worker_info", *dir(builtins),
+    "read_parquet", "to_pylibcudf", "get_worker_info", "DataLoader", "SeedSequence", *dir(builtins),
 }
 
 
@@ -72,6 +72,9 @@ def definitions(path: Path) -> frozenset[str]:
             words = item.split()
             if words:
                 names.add(words[-1].split(".")[0])
+    # a package's lazily imported names (a module `__getattr__`) are the ones its __all__ lists
+    for listed in re.findall(r"^__all__\s*=\s*\[([^\]]*)\]", text, re.M):
+        names.update(re.findall(r"[\"']([A-Za-z_]\w*)[\"']", listed))
     return frozenset(names)
 
 

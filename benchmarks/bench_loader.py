@@ -1,0 +1,202 @@
+#!/usr/bin/env python
+"""Side-by-side benchmark of gpuetl.Loader (tabular part): one shuffled epoch of an access-log
+dataset, batch 1,024, numpy out, shuffle buffer 10,000 rows for everyone.
+
+    python benchmarks/bench_loader.py [--rows 1000000] [--rss-rows 4000000] [--data benchmarks/data]
+        [--json benchmarks/results/loader.json] [--only NAME ...]
+
+Makes the dataset once with a gpuetl run (cached by rows under --data), then runs each system in
+a fresh interpreter, one after the other, over the same shards (read from the manifest):
+
+- gpuetl: gpuetl.Loader(split="train", batch_size=1024, shuffle_buffer=10_000), numpy output.
+- pyarrow-memory: a plain script that reads the whole split into memory, permutes its rows with
+  numpy and slices batches (numeric columns to numpy, strings as Arrow arrays, as the Loader does).
+- hf-datasets: Hugging Face `datasets` streaming over the same Parquet files, `.shuffle(buffer_size=
+  10_000)`, batched by 1,024 (only when `datasets` is installed; it is not a dependency).
+- gpuetl-stub-step: the Loader feeding a stub training step (time.sleep per batch, sized so the
+  step alone runs at 1.1x the goal throughput); reports the fraction of wall time spent waiting.
+
+Reports rows/s, wall seconds and peak RSS; with --rss-rows, the Loader's peak RSS at that size too.
+Not a test; nothing here is imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+BATCH, BUFFER = 1024, 10_000
+COLUMNS = ["ip", "time", "method", "path", "status", "user_agent"]   # `size` holds nulls ('-')
+
+
+def make_dataset(data: Path, rows: int) -> Path:
+    folder = data / f"loader-{rows}"
+    if (folder / "out" / "_SUCCESS").exists():
+        return folder / "out"
+    sys.path.insert(0, str(ROOT))
+    from gpuetl import Pipeline
+    from gpuetl.samples import write_access_logs
+
+    (folder / "in").mkdir(parents=True, exist_ok=True)
+    write_access_logs(folder / "in" / "access.log", lines=rows, seed=0)
+    spec = {"version": 1, "name": "loader-bench",
+            "source": {"type": "text", "path": "in/*.log", "blocksize": "16MiB"},
+            "parse": {"preset": "apache_combined"},
+            "columns": {"status": "int16", "size": "int64",
+                        "time": {"type": "timestamp", "format": "%d/%b/%Y:%H:%M:%S %z"}},
+            "shard": {"count": 16, "splits": {"train": 0.98, "val": 0.02}},
+            "sink": {"path": "out", "mode": "overwrite", "row_group_rows": 65536}}
+    t = time.perf_counter()
+    Pipeline.from_dict(spec, base_dir=folder).run(backend="cpu", scheduler="threads", report=False)
+    print(f"dataset of {rows:,} lines made in {time.perf_counter() - t:.1f} s: {folder / 'out'}", flush=True)
+    return folder / "out"
+
+
+# ------------------------------------------------------------------ systems (each in a fresh interpreter)
+
+def run_gpuetl(root: str, step_s: float = 0.0) -> dict:
+    import gpuetl
+
+    loader = gpuetl.Loader(root, split="train", columns=COLUMNS, batch_size=BATCH, shuffle_buffer=BUFFER,
+                           seed=0, drop_last=False, prefetch=8, num_workers=2)
+    rows = 0
+    t = time.perf_counter()
+    for batch in loader:
+        rows += len(batch["status"])
+        if step_s:
+            time.sleep(step_s)
+    wall = time.perf_counter() - t
+    stats = loader.stats()
+    return {"rows": rows, "seconds": wall, "wait_fraction": stats["wait_s"] / wall,
+            "steady_wait_fraction": (stats["wait_s"] - stats["first_wait_s"]) / wall, "stats": stats}
+
+
+def _train_files(root: str) -> list[str]:
+    manifest = json.loads(Path(root, "_manifest.json").read_bytes())
+    return [str(Path(root, s["path"])) for s in manifest["shards"] if s["split"] == "train"]
+
+
+def run_pyarrow_memory(root: str) -> dict:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = time.perf_counter()
+    table = pa.concat_tables([pq.read_table(f, columns=COLUMNS) for f in _train_files(root)]).combine_chunks()
+    order = np.random.default_rng(0).permutation(table.num_rows)
+    rows = 0
+    for i in range(0, table.num_rows, BATCH):
+        part = table.take(pa.array(order[i:i + BATCH]))
+        batch = {}
+        for name in COLUMNS:
+            col = part.column(name).combine_chunks()
+            if pa.types.is_string(col.type):
+                batch[name] = col
+            elif pa.types.is_timestamp(col.type):
+                batch[name] = col.view(pa.int64()).to_numpy().view("datetime64[us]")
+            else:
+                batch[name] = col.to_numpy()
+        rows += len(batch["status"])
+    return {"rows": rows, "seconds": time.perf_counter() - t}
+
+
+def run_hf_datasets(root: str) -> dict:
+    import datasets
+
+    t = time.perf_counter()
+    ds = datasets.load_dataset("parquet", data_files={"train": _train_files(root)}, split="train", streaming=True)
+    ds = ds.select_columns(COLUMNS).shuffle(seed=0, buffer_size=BUFFER).with_format("numpy")
+    rows = 0
+    for batch in ds.iter(batch_size=BATCH):
+        rows += len(batch["status"])
+    return {"rows": rows, "seconds": time.perf_counter() - t}
+
+
+def child(name: str, root: str, step_s: float) -> None:
+    import resource
+
+    sys.path.insert(0, str(ROOT))
+    import pyarrow as pa
+
+    pa.table({"a": [1]}).take([0])           # pyarrow's lazy imports (pandas among them) before any clock starts
+    fn = {"gpuetl": run_gpuetl, "pyarrow-memory": run_pyarrow_memory, "hf-datasets": run_hf_datasets,
+          "gpuetl-stub-step": lambda r: run_gpuetl(r, step_s)}[name]
+    result = fn(root)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(result))
+
+
+def run_child(name: str, root: Path, step_s: float = 0.0) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child", name, str(root), str(step_s)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[7:])
+            r["rows_per_s"] = r["rows"] / r["seconds"]
+            return r
+    return {"error": (proc.stderr or proc.stdout)[-2000:]}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rss-rows", type=int, default=0, help="also the Loader's peak RSS at this many rows")
+    ap.add_argument("--data", type=Path, default=HERE / "data")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args()
+    root = make_dataset(args.data, args.rows)
+    names = ["gpuetl", "pyarrow-memory"]
+    try:
+        import datasets  # noqa: F401
+
+        names.append("hf-datasets")
+    except ImportError:
+        print("hf-datasets: skipped (`datasets` is not installed; it is not a dependency)")
+    names = [n for n in names if not args.only or n in args.only]
+    results = {}
+    for name in names:
+        results[name] = r = run_child(name, root)
+        print(f"{name:16s} " + (f"{r['rows']:>9,} rows  {r['seconds']:6.2f} s  {r['rows_per_s']:>12,.0f} rows/s  "
+                                 f"peak RSS {r['peak_rss_mb']:,.0f} MB" if "rows" in r
+                                 else "FAILED " + r["error"]), flush=True)
+    ok = {n: r for n, r in results.items() if "rows" in r}
+    if "gpuetl" in ok and (not args.only or "gpuetl-stub-step" in args.only or args.only == ["gpuetl"]):
+        goal = max(10 * ok["hf-datasets"]["rows_per_s"] if "hf-datasets" in ok else 600_000,
+                   ok["pyarrow-memory"]["rows_per_s"] / 2 if "pyarrow-memory" in ok else 0)
+        step_s = BATCH / (1.1 * goal)
+        r = results["gpuetl-stub-step"] = run_child("gpuetl-stub-step", root, step_s)
+        if "rows" in r:
+            print(f"gpuetl-stub-step step {step_s * 1e3:.2f} ms per batch (goal {goal:,.0f} rows/s): "
+                  f"{r['rows_per_s']:,.0f} rows/s, waited {100 * r['wait_fraction']:.1f}% of the wall time "
+                  f"({100 * r['steady_wait_fraction']:.1f}% after the first batch)", flush=True)
+        else:
+            print("gpuetl-stub-step FAILED " + r["error"])
+    if "gpuetl" in ok and "pyarrow-memory" in ok:
+        print(f"gpuetl / pyarrow-memory: {ok['gpuetl']['rows_per_s'] / ok['pyarrow-memory']['rows_per_s']:.2f}x")
+    if "gpuetl" in ok and "hf-datasets" in ok:
+        print(f"gpuetl / hf-datasets: {ok['gpuetl']['rows_per_s'] / ok['hf-datasets']['rows_per_s']:.1f}x")
+    if args.rss_rows:
+        big = make_dataset(args.data, args.rss_rows)
+        for name in ("gpuetl", "pyarrow-memory"):
+            if name in ok:
+                r = results[f"{name}@{args.rss_rows}"] = run_child(name, big)
+                print(f"{name} at {args.rss_rows:,} rows: peak RSS {r.get('peak_rss_mb', 0):,.0f} MB "
+                      f"(at {args.rows:,}: {ok[name]['peak_rss_mb']:,.0f} MB), {r.get('rows_per_s', 0):,.0f} rows/s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

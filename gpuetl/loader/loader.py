@@ -1,0 +1,437 @@
+"""gpuetl.Loader: one split of a finished dataset as training batches, in an order that is a
+function of (seed, epoch) only (order.py), split across ranks, read ahead by threads, resumable."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import DataError, SpecError
+from . import order as order_mod
+from .dataset import Dataset
+
+OUTPUTS = {"cpu": ("numpy", "arrow", "torch"), "cuda": ("cupy", "torch")}
+STATE_VERSION = 1
+
+
+class _Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.wait_s = self.first_wait_s = self.read_s = self.assemble_s = 0.0
+        self.rows_read = self.bytes_read = self.batches = self.groups_read = 0
+
+    def add(self, **kw):
+        with self.lock:
+            for k, v in kw.items():
+                setattr(self, k, getattr(self, k) + v)
+
+
+def _column_kind(t: pa.DataType) -> str:
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return "numeric"
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_duration(t):
+        return "time"
+    return "arrow"
+
+
+class Loader:
+    """Batches (dict of column name -> array) of one split of a committed gpuetl dataset.
+
+    Iterating the loader runs one epoch (from where a loaded state left off) and then moves to the
+    next epoch; `set_epoch` picks one. docs/consuming.md says what is guaranteed."""
+
+    def __init__(self, dataset, split: str | None = "train", columns=None, batch_size: int = 1024,
+                 shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
+                 drop_last: bool = True, prefetch: int = 2, device: str = "cpu", output: str | None = None,
+                 cache=None, verify: bool = False, shuffle_buffer: int = 10_000, num_workers: int = 2,
+                 storage_options: dict | None = None, decode_images: str | None = None,
+                 image_column: str = "image"):
+        output = output or ("numpy" if device == "cpu" else "torch")
+        for name, value in (("batch_size", batch_size), ("world_size", world_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"Loader: {name} must be a positive integer, not {value!r}")
+        for name, value in (("seed", seed), ("epoch", epoch), ("rank", rank), ("prefetch", prefetch),
+                            ("num_workers", num_workers), ("shuffle_buffer", shuffle_buffer)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"Loader: {name} must be an integer >= 0, not {value!r}")
+        if rank >= world_size:
+            raise SpecError(f"Loader: rank {rank} is not below world_size {world_size}")
+        if device not in OUTPUTS:
+            raise SpecError(f"Loader: device must be 'cpu' or 'cuda', not {device!r}")
+        if output not in OUTPUTS[device]:
+            raise SpecError(f"Loader: device={device!r} gives output {', '.join(map(repr, OUTPUTS[device]))}, "
+                            f"not {output!r}")
+        if decode_images not in (None, "hwc", "chw"):
+            raise SpecError(f"Loader: decode_images must be 'hwc', 'chw' or None, not {decode_images!r}")
+        if decode_images and output == "arrow":
+            raise SpecError("Loader: decode_images gives numpy arrays or tensors: use output='numpy' or 'torch'")
+        if device == "cuda":
+            _refuse_cuda(output)
+        self.data = Dataset(dataset, split, storage_options, cache)
+        names = self.data.schema.names if self.data.schema is not None else []
+        if columns is not None:
+            columns = list(columns)
+            unknown = [c for c in columns if c not in names]
+            if unknown:
+                raise SpecError(f"Loader: no column {', '.join(map(repr, unknown))} in {self.data.root} "
+                                f"(it has {', '.join(names)})")
+        self.columns = columns if columns is not None else names
+        self.decode_images, self.image_column = decode_images, image_column
+        self.read_columns = self.columns
+        if decode_images:
+            needed = [image_column, "width", "height", "channels", "format"]
+            missing = [c for c in needed if c not in names]
+            if missing:
+                raise SpecError(f"Loader: decode_images needs the image columns of an image dataset; "
+                                f"{self.data.root} has no {', '.join(missing)}")
+            if image_column not in self.columns:
+                raise SpecError(f"Loader: decode_images decodes {image_column!r}: keep it in columns=")
+            self.read_columns = self.columns + [c for c in needed[1:] if c not in self.columns]
+        self.kinds = {c: _column_kind(self.data.schema.field(c).type) for c in self.columns} if names else {}
+        if decode_images:
+            self.kinds[image_column] = "image"
+        if output == "torch":
+            refused = [c for c, k in self.kinds.items() if k == "arrow"]
+            if refused:
+                raise SpecError(f"Loader: output='torch' takes numeric, boolean and timestamp columns; leave out "
+                                f"{', '.join(refused)} (columns=[...])")
+        self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, epoch
+        self.rank, self.world_size, self.drop_last, self.prefetch = rank, world_size, drop_last, prefetch
+        self.device, self.output, self.verify = device, output, verify
+        self.shuffle_buffer, self.num_workers = shuffle_buffer, num_workers
+        # units: (shard index, row group) in manifest order
+        self.units = [(s, g) for s, shard in enumerate(self.data.shards) for g in range(len(shard.group_rows))]
+        self.unit_rows = [self.data.shards[s].group_rows[g] for s, g in self.units]
+        self.rows = int(sum(self.unit_rows))
+        self._start = 0                 # global position where the next pass begins
+        self._yielded = 0               # batches handed out in the current pass
+        self._pass_start = 0
+        self._active = False
+        self._stats = _Stats()
+        self._checked: set[int] = set()
+        self._check_lock = threading.Lock()
+
+    # -- what a pass yields ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches this rank gets in a whole epoch."""
+        return order_mod.steps(self.rows, 0, self.batch_size, self.world_size, self.drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self._start = int(epoch), 0
+
+    def order(self, epoch: int | None = None) -> order_mod.EpochOrder:
+        return order_mod.EpochOrder(self.unit_rows, self.seed, self.epoch if epoch is None else epoch,
+                                    self.shuffle, self.shuffle_buffer)
+
+    def __iter__(self):
+        start = self._start
+        n_steps = order_mod.steps(self.rows, start, self.batch_size, self.world_size, self.drop_last)
+        self._pass_start, self._yielded, self._active = start, 0, True
+        produced = self._produce(self.order(), start, n_steps)
+        if self.prefetch:
+            produced = _ahead(produced, max(self.prefetch - _assembling_depth(self.num_workers, self.prefetch), 1))
+        try:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    batch = next(produced)
+                except StopIteration:
+                    break
+                waited = time.perf_counter() - t0
+                self._stats.add(wait_s=waited, batches=1, **({"first_wait_s": waited} if not self._yielded else {}))
+                self._yielded += 1
+                self._start = start + self._yielded * self.world_size * self.batch_size
+                yield batch
+            self.epoch, self._start = self.epoch + 1, 0            # the epoch is done: the next pass is the next epoch
+        finally:
+            self._active = False
+            close = getattr(produced, "close", None)
+            if close:
+                close()
+
+    # -- resuming -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Where the consumer is: the global position after the batches handed out so far (the
+        same on every rank), with what fixes the order. Batches read ahead are not counted."""
+        return {"version": STATE_VERSION, "manifest_sha256": self.data.manifest_sha256, "split": self.data.split,
+                "seed": self.seed, "shuffle": self.shuffle, "shuffle_buffer": self.shuffle_buffer,
+                "epoch": self.epoch, "position": self._start, "rows": self.rows,
+                "batch_size": self.batch_size, "world_size": self.world_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state` (taken on any rank, with any world_size, batch size or number of
+        workers): the global order goes on from its position."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise SpecError("Loader.load_state_dict: not a state from Loader.state_dict()")
+        for key, mine in (("manifest_sha256", self.data.manifest_sha256), ("split", self.data.split),
+                          ("seed", self.seed), ("shuffle", self.shuffle), ("shuffle_buffer", self.shuffle_buffer)):
+            if state.get(key) != mine:
+                raise SpecError(f"Loader.load_state_dict: the state has {key}={state.get(key)!r}, this loader "
+                                f"{mine!r}: the order would not be the same one")
+        position = state.get("position")
+        if not isinstance(position, int) or position < 0:
+            raise SpecError("Loader.load_state_dict: the state's position is not an integer >= 0")
+        self.epoch, self._start = int(state["epoch"]), position
+        if not order_mod.steps(self.rows, position, self.batch_size, self.world_size, self.drop_last):
+            self.epoch, self._start = self.epoch + 1, 0        # nothing left of that epoch: the next one
+
+    def torch_dataset(self):
+        """This loader as a torch IterableDataset (torch_adapter.py)."""
+        from .torch_adapter import torch_dataset
+
+        return torch_dataset(self)
+
+    # -- seeing it ------------------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """Seconds the consumer waited for batches, seconds spent reading and decoding row groups
+        and cutting and converting batches (summed over threads), rows and bytes (compressed) read."""
+        s = self._stats
+        with s.lock:
+            return {"wait_s": s.wait_s, "first_wait_s": s.first_wait_s, "read_s": s.read_s, "assemble_s": s.assemble_s, "rows_read": s.rows_read,
+                    "bytes_read": s.bytes_read, "row_groups_read": s.groups_read, "batches": s.batches}
+
+    # -- making batches -------------------------------------------------------------------------
+
+    def _images(self, table: pa.Table, pool) -> np.ndarray:
+        """The batch's images as one uint8 array, (B, H, W, C) or (B, C, H, W), decoded as the CPU
+        image steps decode (backends/cpu_images.py); every image must have the same size."""
+        w, h, c = (table.column(k).to_pylist() for k in ("width", "height", "channels"))
+        sizes = set(zip(w, h, c))
+        if len(sizes) > 1:
+            raise DataError(f"{self.data.root}: the images of a batch differ in size ({sorted(sizes)[:3]}…): "
+                            "decode_images needs a dataset resized to one size (the resize step)")
+        items = list(zip(table.column(self.image_column).to_pylist(), table.column("format").to_pylist(), w, h, c))
+        try:
+            arrays = list(pool.map(_decode_one, items)) if pool else [_decode_one(i) for i in items]
+        except ValueError as err:
+            raise DataError(f"{self.data.root}: an image of column {self.image_column!r} cannot be decoded: {err}") from None
+        H, W, C = (h[0], w[0], c[0]) if items else (0, 0, 0)
+        stacked = np.stack(arrays) if arrays else np.zeros((0, H, W, C), np.uint8)
+        return np.ascontiguousarray(stacked.transpose(0, 3, 1, 2)) if self.decode_images == "chw" else stacked
+
+    def _read_unit(self, u: int) -> pa.Table:
+        s, g = self.units[u]
+        shard = self.data.shards[s]
+        if self.verify and s not in self._checked:
+            with self._check_lock:
+                if s not in self._checked:
+                    self.data.sha256(shard)
+                    self._checked.add(s)
+        t0 = time.perf_counter()
+        table = self.data.read_group(shard, g, self.read_columns)
+        self._stats.add(read_s=time.perf_counter() - t0, rows_read=table.num_rows,
+                        bytes_read=shard.group_bytes[g], groups_read=1)
+        return table
+
+    def _produce(self, order: order_mod.EpochOrder, start: int, n_steps: int):
+        """Batches of this rank, in order; row groups read by `num_workers` threads (or inline)."""
+        pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="gpuetl-loader") if self.num_workers else None
+        reads: dict[int, Future | pa.Table] = {}     # stream unit index -> its table (or the read under way)
+        windows: dict[int, pa.Table] = {}
+
+        def want(w: int) -> None:
+            if 0 <= w < order.windows:
+                for k in order.window_units(w):
+                    if k not in reads:
+                        u = int(order.units[k])
+                        reads[k] = pool.submit(self._read_unit, u) if pool else None
+
+        def table_of(k: int) -> pa.Table:
+            got = reads.get(k)
+            if isinstance(got, Future):
+                got = got.result()
+            elif got is None:
+                got = self._read_unit(int(order.units[k]))
+            reads[k] = got
+            return got
+
+        def window(w: int) -> pa.Table:
+            if w in windows:
+                return windows[w]
+            want(w)
+            lo, hi = order.window_span(w)
+            parts = []
+            for k in order.window_units(w):
+                a, b = int(order.starts[k]), int(order.starts[k + 1])
+                parts.append(table_of(k).slice(max(lo - a, 0), min(hi, b) - max(lo, a)))
+            table = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+            for k in [k for k in reads if int(order.starts[k + 1]) <= lo]:    # row groups behind this window
+                got = reads.pop(k)
+                if isinstance(got, Future):
+                    got.cancel()                          # read ahead for a window this rank skipped
+            windows.clear()
+            windows[w] = table
+            return table
+
+        assembling: deque[Future] = deque()
+        depth = _assembling_depth(self.num_workers, self.prefetch)
+        try:
+            B = self.batch_size
+            for j in range(n_steps):
+                pos = order_mod.batch_positions(order.n, start, j, B, self.world_size, self.rank)
+                if j + 1 < n_steps and pool:          # read ahead: the row groups of this rank's next batch
+                    after = order_mod.batch_positions(order.n, start, j + 1, B, self.world_size, self.rank)
+                    for w in np.unique(after // order.window):
+                        want(int(w))
+                w_of = pos // order.window
+                pieces = []
+                i = 0
+                while i < len(pos):                     # runs of positions in one window
+                    w = int(w_of[i])
+                    e = i + int(np.argmax(w_of[i:] != w)) if (w_of[i:] != w).any() else len(pos)
+                    pieces.append((window(w), order.stream_rows(w, pos[i:e] - w * order.window)))
+                    i = e
+                if pool:                                # batches are cut and converted by the threads too,
+                    assembling.append(pool.submit(self._assemble, pieces))     # handed out in order
+                    while len(assembling) > depth:
+                        yield assembling.popleft().result()
+                else:
+                    yield self._assemble(pieces, None)
+            while assembling:
+                yield assembling.popleft().result()
+        finally:
+            if pool:
+                for f in [*reads.values(), *assembling]:
+                    if isinstance(f, Future):
+                        f.cancel()
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def _assemble(self, pieces, pool=None):
+        """A batch from (window table, rows) pieces: rows taken, joined and converted."""
+        t0 = time.perf_counter()
+        taken = [table.take(pa.array(rows)) for table, rows in pieces]
+        batch = self._convert(taken[0] if len(taken) == 1 else pa.concat_tables(taken), pool)
+        self._stats.add(assemble_s=time.perf_counter() - t0)
+        return batch
+
+    def _convert(self, table: pa.Table, pool=None):
+        if self.decode_images:
+            pixels = self._images(table, pool)
+        if self.output == "arrow":
+            return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist(
+                [], schema=table.schema)
+        out = {}
+        for name in self.columns:
+            column = table.column(name).combine_chunks()
+            if self.kinds[name] == "image":
+                out[name] = pixels
+                if self.output == "torch":
+                    import torch
+
+                    out[name] = torch.from_numpy(pixels)
+                continue
+            if self.kinds[name] == "arrow":
+                out[name] = column
+                continue
+            if column.null_count:
+                raise DataError(f"{self.data.root}: column {name!r} holds nulls, which a {self.output} array of "
+                                f"{column.type} cannot: leave it out (columns=[...]), fill it in the pipeline, or "
+                                "use output='arrow'")
+            array = _to_numpy(column)
+            if self.output == "torch":
+                import torch
+
+                if array.dtype.kind in "mM":
+                    array = array.view(np.int64)
+                array = torch.from_numpy(np.ascontiguousarray(array))
+            out[name] = array
+        return out
+
+
+def _assembling_depth(workers: int, prefetch: int) -> int:
+    """Batches being cut by the reader threads at once (they count against `prefetch`)."""
+    return max(min(workers, prefetch - 1), 0) if workers else 0
+
+
+def _decode_one(item) -> np.ndarray:
+    data, fmt, w, h, c = item
+    from ..backends import cpu_images
+
+    if fmt == "raw":
+        pixels = data
+    else:
+        try:
+            pixels, dw, dh, dc = cpu_images.decode(data, cpu_images.MODES[c], 1)
+        except cpu_images.BadImage as err:
+            raise ValueError(str(err)) from None
+        if (dw, dh, dc) != (w, h, c):
+            raise ValueError(f"decodes to {dw}x{dh}x{dc}, its row says {w}x{h}x{c}")
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, c)
+
+
+def _to_numpy(column: pa.Array) -> np.ndarray:
+    """A null-free numeric, boolean or time column as numpy, in its declared dtype (times through
+    their integer storage: pyarrow would import pandas for them)."""
+    t = column.type
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t):
+        kind = "datetime64" if pa.types.is_timestamp(t) else "timedelta64"
+        return column.view(pa.int64()).to_numpy().view(f"{kind}[{t.unit}]")
+    if pa.types.is_date32(t):
+        return column.view(pa.int32()).to_numpy().astype("datetime64[D]")
+    if pa.types.is_date64(t):
+        return column.view(pa.int64()).to_numpy().view("datetime64[ms]")
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _ahead(batches, depth: int):
+    """Run the generator `batches` in a thread, at most `depth` batches ahead of the consumer."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def run():
+        try:
+            for b in batches:
+                while not stop.is_set():
+                    try:
+                        q.put((None, b), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    break
+            else:
+                q.put((None, done))
+        except BaseException as err:            # handed to the consumer, raised there
+            q.put((err, None))
+        finally:
+            batches.close()
+
+    thread = threading.Thread(target=run, name="gpuetl-loader-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            err, item = q.get()
+            if err is not None:
+                raise err
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                pass
+            thread.join(timeout=0.05)
+
+
+def _refuse_cuda(output: str) -> None:
+    from ..backends.gpu_support import gpu_count, rapids_available
+
+    if not (rapids_available() and gpu_count()):
+        raise SpecError(f"Loader: device='cuda' needs an NVIDIA GPU with RAPIDS installed (the GPU backend); "
+                        f"{'RAPIDS is not importable' if not rapids_available() else 'no GPU is visible'}. "
+                        "Use device='cpu'")
+    raise NotImplementedError(f"Loader: device='cuda' (output={output!r}) is not implemented yet; use device='cpu' "
+                              "and move the batches to the device")
