@@ -17,6 +17,7 @@ from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, OFFSET, RAW, READ_PINS
 from ..sources.frames import frame_schema, refuse_first_bad
 from ..sources.pins import RangePin, ReadPins
 from ..sources.ranges import Partition, with_decoded
+from ..sources.registry import PiecewiseRecordStage
 from ..sources.stage import SourceStage
 from ..plan.compile import Segment
 from ..steps.base import RowStep
@@ -35,12 +36,12 @@ def read_partition(partition: Partition, segment: Segment, backend, decoded=()):
     partition's compressed ranges, in order, decoded by the tasks before (runtime/graph.py)."""
     source = segment.source
     if not isinstance(source, SourceStage):     # a RecordStage: it makes its frames (sources/registry.py)
-        pieces = getattr(source, "read_pieces", None)
-        if pieces is None:
+        if not isinstance(source, PiecewiseRecordStage):
             df = source.read(partition, segment, backend)
             return _with_pins(run_steps(df, segment, backend), df.attrs.get(READ_PINS, ()))
         pins: list = []
-        return _with_pins(_frames_in_pieces(pieces(partition, segment, backend, pins), segment, backend), pins)
+        frames = source.read_pieces(partition, segment, backend, pins)
+        return _with_pins(_frames_in_pieces(frames, segment, backend), pins)
     if source.parquet:
         return _read_parquet_partition(partition, segment, backend)
     ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges

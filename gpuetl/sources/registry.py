@@ -32,10 +32,19 @@ class RecordStage(Protocol):
     default_key: tuple[str, ...]      # what splits and placement hash without shard.key; () = every column
 
     def read(self, partition: Any, segment: Any, backend: Any) -> Any:
-        """The partition's frame, before the segment's steps run on it. A stage may also offer
-        `read_pieces(partition, segment, backend)`: the same rows as frames, in order, each run
-        through the segment's row steps before the next is made (runtime/partition.py), so what a
-        task holds is bounded by a piece (images: by decoded pixels), not by the partition."""
+        """The partition's frame, before the segment's steps run on it."""
+        ...
+
+
+@runtime_checkable
+class PiecewiseRecordStage(RecordStage, Protocol):
+    """A RecordStage that also gives a partition's rows as frames, in order, each run through the
+    segment's row steps before the next is made (runtime/partition.py), so what a task holds is
+    bounded by a piece (images: by decoded pixels), not by the partition."""
+
+    def read_pieces(self, partition: Any, segment: Any, backend: Any, pins: list | None = None) -> Any:
+        """An iterator of the partition's frames; the hash of each span of input read is added
+        to `pins` (sources/pins.py)."""
         ...
 
 
