@@ -200,15 +200,14 @@ class Backend(ABC):
 
     def keep_rows(self, df: Any, split: np.ndarray) -> dict[int, Any] | None:
         """A streamed partition's live rows per split, as this backend's shard writer takes them,
-        kept in this process; None: set them aside as host Arrow (the CPU's writer reads Arrow)."""
+        kept in this process; None: set them aside as host Arrow (the CPU's encoder reads Arrow)."""
         return None
 
-    def shard_writer(self, path: str, schema: Schema, options: Any, task: Any) -> Any:
-        """The writer of one Parquet shard (shard_writer.ShardWriter's interface: write(rows),
-        close() -> ShardResult, abort()). The CPU's encodes with pyarrow."""
-        from .shard_writer import ShardWriter
-
-        return ShardWriter(path, schema, options, task)
+    @abstractmethod
+    def shard_encoder(self, schema: Schema, compression: str) -> Any:
+        """The encoder of one Parquet shard: the hooks (sinks/shard_writer.py's ShardEncoder:
+        conform, concat, slice, nbytes, empty, open, write_group, close, abort) under the one
+        shard-writer state machine of the sinks, in this backend's own form of rows."""
 
     # -- spill pieces (sinks/spill.py sets them aside, sinks/parquet.py reads them back) --------
     # A piece is one partition's rows of one split, held between the map tasks and the shard

@@ -15,6 +15,7 @@ from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
 from .cpu_text import extract_groups_polars, polars_regex
+from .host_parquet import HostShardEncoder
 from .cpu_values import BAD, FALSE_WORDS, INF_TEXT, TRUE_WORDS, as_arrow, exact_value, scratch_pool
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
@@ -40,6 +41,10 @@ class CpuBackend(Backend):
     counts_dropped_fields = True
     xp = np
     xd = pd
+
+    def shard_encoder(self, schema: Schema, compression: str) -> HostShardEncoder:
+        """pyarrow's Parquet writer (backends/host_parquet.py)."""
+        return HostShardEncoder(schema, compression)
 
     # -- frames --------------------------------------------------------------------------
     def dtype(self, type_name: str):
