@@ -244,10 +244,6 @@ class ParquetSink(CommittedFolder):
         return write_shard(task, pieces, **kwargs)
 
     def shard_writer(self, backend, path: str, schema: Schema, options: WriteOptions, task):
-        if backend is None:
-            from ..backends import get_backend
-
-            backend = get_backend("cpu")
         return shard_writer(backend, path, schema, options, task)
 
     def write_quarantine(self, pieces, tmp_dir, options) -> list[ShardResult]:
