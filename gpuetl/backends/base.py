@@ -44,6 +44,10 @@ class PlanningBackend(Protocol):
     name: str
     images_on_gpu: bool      # the switch for `type: images` on a GPU backend (Backend.images_on_gpu)
 
+    @property
+    def runs_images(self) -> bool:
+        """Whether a `type: images` source may run on this backend (sources/images.py asks)."""
+
     def check_regex(self, pattern: str) -> str | None: ...
 
     def regex_error(self, pattern: str) -> str | None: ...
@@ -57,6 +61,12 @@ class Backend(ABC):
     # `type: images` on a backend other than the CPU's is refused at plan time unless this is set
     # on the backend object: the GPU image path has not been checked on a GPU yet (docs/gpu.md).
     images_on_gpu: bool = False
+
+    @property
+    @abstractmethod
+    def runs_images(self) -> bool:
+        """Whether a `type: images` source may run on this backend (asked at plan time): the
+        CPU's always, another's once its image path is switched on (images_on_gpu)."""
 
     # -- frames --------------------------------------------------------------------------
     @abstractmethod

@@ -41,6 +41,7 @@ class CpuBackend(Backend):
     counts_dropped_fields = True
     xp = np
     xd = pd
+    runs_images = True          # Pillow (cpu_images.py)
 
     def shard_encoder(self, schema: Schema, compression: str) -> HostShardEncoder:
         """pyarrow's Parquet writer (backends/host_parquet.py)."""

@@ -229,6 +229,11 @@ def device_patterns() -> list[str]:
 class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     name = "gpu"
 
+    @property
+    def runs_images(self) -> bool:
+        """Only with the images_on_gpu switch on: the image path has not run on a GPU yet."""
+        return self.images_on_gpu
+
     xp = cp
     xd = cudf
 
