@@ -363,12 +363,34 @@ class Backend(ABC):
     def fixed_width(self, col: Any) -> tuple[Any, Any]:
         """(xp uint64 array of the values' bits, xp bool valid mask) for a non-string column."""
 
-    def image_step(self, step: str, df: Any, *args: Any) -> Any:
-        """The image step `step` (steps/images.py: decode, resize, center_crop, convert, encode,
-        phash) run on the backend's own form of the pixels, kept where the backend keeps them
-        between steps: (frame, bad mask or None, reasons or None) as the step's quarantine; None:
-        the step runs the per-image kernels on host bytes."""
-        return None
+    # -- images: the image steps (steps/images.py) on the backend's own form of the pixels, kept
+    # where it keeps them between steps. Each returns (frame, bad mask or None, reasons or None),
+    # the step's quarantine: an image a step cannot process is bad, with its reason.
+    @abstractmethod
+    def decode_images(self, df: Any, mode: str, *, resize_to: tuple | None = None,
+                      draft_for: tuple | None = None) -> tuple[Any, Any, Any]:
+        """Image bytes to raw pixels in `mode`, upright per the orientation column; resize_to
+        (how, W, H, filter): a resize fused into the decode; draft_for (how, W, H): the size a
+        later resize needs, for a decoder that can decode smaller."""
+
+    @abstractmethod
+    def resize_images(self, df: Any, how: str, width: int, height: int, filter: str) -> tuple[Any, Any, Any]:
+        """fit | fill | stretch to width x height with the named filter."""
+
+    @abstractmethod
+    def center_crop_images(self, df: Any, width: int, height: int) -> tuple[Any, Any, Any]: ...
+
+    @abstractmethod
+    def convert_images(self, df: Any, mode: str) -> tuple[Any, Any, Any]:
+        """To RGB or L."""
+
+    @abstractmethod
+    def encode_images(self, df: Any, fmt: str, quality: int) -> tuple[Any, Any, Any]:
+        """jpeg | png | webp | raw; `format` names the result."""
+
+    @abstractmethod
+    def phash_images(self, df: Any, column: str) -> tuple[Any, Any, Any]:
+        """A 64-bit perceptual hash (int64) of each image in a new `column`."""
 
     def image_file_bytes(self, values: list, keys: list[tuple[int, int]], decode_next: bool) -> Any:
         """The images source's `image` column: each record's file bytes (None: not read). keys:

@@ -43,6 +43,37 @@ class CpuBackend(Backend):
     xd = pd
     runs_images = True          # Pillow (cpu_images.py)
 
+    # -- images: Pillow and simplejpeg a row at a time (cpu_image_steps.py; imported when used) --
+    def decode_images(self, df, mode: str, *, resize_to=None, draft_for=None):
+        from . import cpu_image_steps
+
+        return cpu_image_steps.decode(self, df, mode, resize_to, draft_for)
+
+    def resize_images(self, df, how: str, width: int, height: int, filter: str):
+        from . import cpu_image_steps
+
+        return cpu_image_steps.resize(self, df, how, width, height, filter)
+
+    def center_crop_images(self, df, width: int, height: int):
+        from . import cpu_image_steps
+
+        return cpu_image_steps.center_crop(self, df, width, height)
+
+    def convert_images(self, df, mode: str):
+        from . import cpu_image_steps
+
+        return cpu_image_steps.convert(self, df, mode)
+
+    def encode_images(self, df, fmt: str, quality: int):
+        from . import cpu_image_steps
+
+        return cpu_image_steps.encode(self, df, fmt, quality)
+
+    def phash_images(self, df, column: str):
+        from . import cpu_image_steps
+
+        return cpu_image_steps.phash(self, df, column)
+
     def shard_encoder(self, schema: Schema, compression: str) -> HostShardEncoder:
         """pyarrow's Parquet writer (backends/host_parquet.py)."""
         return HostShardEncoder(schema, compression)

@@ -464,11 +464,37 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         return cudf.DataFrame({name: _from_arrow(table.column(name).combine_chunks(), type_name_of(table.column(name).type))
                                for name in table.column_names})
 
-    def image_step(self, step: str, df, *args):
-        """The pixels stay in the device column from decode to encode (backends/gpu_images.py)."""
+    # -- images: the pixels stay in the device column from decode to encode (gpu_images.py) ------
+    def decode_images(self, df, mode: str, *, resize_to=None, draft_for=None):
+        """draft_for is the CPU's (DCT-scaled JPEG decoding): nvImageCodec decodes at full size."""
         from . import gpu_images
 
-        return gpu_images.run_step(self, step, df, *args)
+        return gpu_images.decode_step(self, df, mode, resize_to)
+
+    def resize_images(self, df, how: str, width: int, height: int, filter: str):
+        from . import gpu_images
+
+        return gpu_images.resize_step(self, df, how, width, height, filter)
+
+    def center_crop_images(self, df, width: int, height: int):
+        from . import gpu_images
+
+        return gpu_images.center_crop_step(self, df, width, height)
+
+    def convert_images(self, df, mode: str):
+        from . import gpu_images
+
+        return gpu_images.convert_step(self, df, mode)
+
+    def encode_images(self, df, fmt: str, quality: int):
+        from . import gpu_images
+
+        return gpu_images.encode_step(self, df, fmt, quality)
+
+    def phash_images(self, df, column: str):
+        from . import gpu_images
+
+        return gpu_images.phash_step(self, df, column)
 
     def image_file_bytes(self, values: list, keys: list, decode_next: bool):
         """Where decode is next, the file bytes stay on the host for it (gpu_images.hold_file_bytes)."""
