@@ -45,34 +45,22 @@ class CpuBackend(Backend):
 
     # -- images: Pillow and simplejpeg a row at a time (cpu_image_steps.py; imported when used) --
     def decode_images(self, df, mode: str, *, resize_to=None, draft_for=None):
-        from . import cpu_image_steps
-
-        return cpu_image_steps.decode(self, df, mode, resize_to, draft_for)
+        return _image_steps().decode(self, df, mode, resize_to, draft_for)
 
     def resize_images(self, df, how: str, width: int, height: int, filter: str):
-        from . import cpu_image_steps
-
-        return cpu_image_steps.resize(self, df, how, width, height, filter)
+        return _image_steps().resize(self, df, how, width, height, filter)
 
     def center_crop_images(self, df, width: int, height: int):
-        from . import cpu_image_steps
-
-        return cpu_image_steps.center_crop(self, df, width, height)
+        return _image_steps().center_crop(self, df, width, height)
 
     def convert_images(self, df, mode: str):
-        from . import cpu_image_steps
-
-        return cpu_image_steps.convert(self, df, mode)
+        return _image_steps().convert(self, df, mode)
 
     def encode_images(self, df, fmt: str, quality: int):
-        from . import cpu_image_steps
-
-        return cpu_image_steps.encode(self, df, fmt, quality)
+        return _image_steps().encode(self, df, fmt, quality)
 
     def phash_images(self, df, column: str):
-        from . import cpu_image_steps
-
-        return cpu_image_steps.phash(self, df, column)
+        return _image_steps().phash(self, df, column)
 
     def shard_encoder(self, schema: Schema, compression: str) -> HostShardEncoder:
         """pyarrow's Parquet writer (backends/host_parquet.py)."""
@@ -638,3 +626,11 @@ def _read_one_csv_record(line: str, names, delimiter: str, null_values=("",)) ->
 def _gather_index(ok: np.ndarray) -> pa.Array:
     """For each record, the index of its row among the parsed (good) rows; 0 for bad ones."""
     return pa.array(np.maximum(np.cumsum(ok) - 1, 0))
+
+
+def _image_steps():
+    """backends/cpu_image_steps.py, imported when an image step first runs (Pillow and simplejpeg
+    are not loaded with the backend)."""
+    from . import cpu_image_steps
+
+    return cpu_image_steps

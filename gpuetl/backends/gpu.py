@@ -467,45 +467,29 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     # -- images: the pixels stay in the device column from decode to encode (gpu_images.py) ------
     def decode_images(self, df, mode: str, *, resize_to=None, draft_for=None):
         """draft_for is the CPU's (DCT-scaled JPEG decoding): nvImageCodec decodes at full size."""
-        from . import gpu_images
-
-        return gpu_images.decode_step(self, df, mode, resize_to)
+        return _gpu_images().decode_step(self, df, mode, resize_to)
 
     def resize_images(self, df, how: str, width: int, height: int, filter: str):
-        from . import gpu_images
-
-        return gpu_images.resize_step(self, df, how, width, height, filter)
+        return _gpu_images().resize_step(self, df, how, width, height, filter)
 
     def center_crop_images(self, df, width: int, height: int):
-        from . import gpu_images
-
-        return gpu_images.center_crop_step(self, df, width, height)
+        return _gpu_images().center_crop_step(self, df, width, height)
 
     def convert_images(self, df, mode: str):
-        from . import gpu_images
-
-        return gpu_images.convert_step(self, df, mode)
+        return _gpu_images().convert_step(self, df, mode)
 
     def encode_images(self, df, fmt: str, quality: int):
-        from . import gpu_images
-
-        return gpu_images.encode_step(self, df, fmt, quality)
+        return _gpu_images().encode_step(self, df, fmt, quality)
 
     def phash_images(self, df, column: str):
-        from . import gpu_images
-
-        return gpu_images.phash_step(self, df, column)
+        return _gpu_images().phash_step(self, df, column)
 
     def image_file_bytes(self, values: list, keys: list, decode_next: bool):
         """Where decode is next, the file bytes stay on the host for it (gpu_images.hold_file_bytes)."""
-        from . import gpu_images
-
-        return gpu_images.hold_file_bytes(self, values, keys, decode_next)
+        return _gpu_images().hold_file_bytes(self, values, keys, decode_next)
 
     def image_bytes(self, rows):
-        from . import gpu_images
-
-        return gpu_images.held_image_bytes(self, rows)
+        return _gpu_images().held_image_bytes(self, rows)
 
     def to_host(self, values):
         """For the shared code's bookkeeping (status and stage columns, split ids): counted."""
@@ -1062,3 +1046,11 @@ class GpuShardEncoder:
 
     def abort(self) -> None:
         self.writer.close([])
+
+
+def _gpu_images():
+    """backends/gpu_images.py, imported when an image step first runs (it loads Pillow for the
+    images the device does not decode)."""
+    from . import gpu_images
+
+    return gpu_images
