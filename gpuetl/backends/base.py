@@ -44,6 +44,10 @@ class PlanningBackend(Protocol):
     name: str
     images_on_gpu: bool      # the switch for `type: images` on a GPU backend (Backend.images_on_gpu)
 
+    @property
+    def runs_images(self) -> bool:
+        """Whether a `type: images` source may run on this backend (sources/images.py asks)."""
+
     def check_regex(self, pattern: str) -> str | None: ...
 
     def regex_error(self, pattern: str) -> str | None: ...
@@ -57,6 +61,12 @@ class Backend(ABC):
     # `type: images` on a backend other than the CPU's is refused at plan time unless this is set
     # on the backend object: the GPU image path has not been checked on a GPU yet (docs/gpu.md).
     images_on_gpu: bool = False
+
+    @property
+    @abstractmethod
+    def runs_images(self) -> bool:
+        """Whether a `type: images` source may run on this backend (asked at plan time): the
+        CPU's always, another's once its image path is switched on (images_on_gpu)."""
 
     # -- frames --------------------------------------------------------------------------
     @abstractmethod
@@ -200,15 +210,14 @@ class Backend(ABC):
 
     def keep_rows(self, df: Any, split: np.ndarray) -> dict[int, Any] | None:
         """A streamed partition's live rows per split, as this backend's shard writer takes them,
-        kept in this process; None: set them aside as host Arrow (the CPU's writer reads Arrow)."""
+        kept in this process; None: set them aside as host Arrow (the CPU's encoder reads Arrow)."""
         return None
 
-    def shard_writer(self, path: str, schema: Schema, options: Any, task: Any) -> Any:
-        """The writer of one Parquet shard (shard_writer.ShardWriter's interface: write(rows),
-        close() -> ShardResult, abort()). The CPU's encodes with pyarrow."""
-        from .shard_writer import ShardWriter
-
-        return ShardWriter(path, schema, options, task)
+    @abstractmethod
+    def shard_encoder(self, schema: Schema, compression: str) -> Any:
+        """The encoder of one Parquet shard: the hooks (sinks/shard_writer.py's ShardEncoder:
+        conform, concat, slice, nbytes, empty, open, write_group, close, abort) under the one
+        shard-writer state machine of the sinks, in this backend's own form of rows."""
 
     # -- spill pieces (sinks/spill.py sets them aside, sinks/parquet.py reads them back) --------
     # A piece is one partition's rows of one split, held between the map tasks and the shard
@@ -354,12 +363,34 @@ class Backend(ABC):
     def fixed_width(self, col: Any) -> tuple[Any, Any]:
         """(xp uint64 array of the values' bits, xp bool valid mask) for a non-string column."""
 
-    def image_step(self, step: str, df: Any, *args: Any) -> Any:
-        """The image step `step` (steps/images.py: decode, resize, center_crop, convert, encode,
-        phash) run on the backend's own form of the pixels, kept where the backend keeps them
-        between steps: (frame, bad mask or None, reasons or None) as the step's quarantine; None:
-        the step runs the per-image kernels on host bytes."""
-        return None
+    # -- images: the image steps (steps/images.py) on the backend's own form of the pixels, kept
+    # where it keeps them between steps. Each returns (frame, bad mask or None, reasons or None),
+    # the step's quarantine: an image a step cannot process is bad, with its reason.
+    @abstractmethod
+    def decode_images(self, df: Any, mode: str, *, resize_to: tuple | None = None,
+                      draft_for: tuple | None = None) -> tuple[Any, Any, Any]:
+        """Image bytes to raw pixels in `mode`, upright per the orientation column; resize_to
+        (how, W, H, filter): a resize fused into the decode; draft_for (how, W, H): the size a
+        later resize needs, for a decoder that can decode smaller."""
+
+    @abstractmethod
+    def resize_images(self, df: Any, how: str, width: int, height: int, filter: str) -> tuple[Any, Any, Any]:
+        """fit | fill | stretch to width x height with the named filter."""
+
+    @abstractmethod
+    def center_crop_images(self, df: Any, width: int, height: int) -> tuple[Any, Any, Any]: ...
+
+    @abstractmethod
+    def convert_images(self, df: Any, mode: str) -> tuple[Any, Any, Any]:
+        """To RGB or L."""
+
+    @abstractmethod
+    def encode_images(self, df: Any, fmt: str, quality: int) -> tuple[Any, Any, Any]:
+        """jpeg | png | webp | raw; `format` names the result."""
+
+    @abstractmethod
+    def phash_images(self, df: Any, column: str) -> tuple[Any, Any, Any]:
+        """A 64-bit perceptual hash (int64) of each image in a new `column`."""
 
     def image_file_bytes(self, values: list, keys: list[tuple[int, int]], decode_next: bool) -> Any:
         """The images source's `image` column: each record's file bytes (None: not read). keys:

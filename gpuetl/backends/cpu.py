@@ -15,6 +15,7 @@ from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
 from .base import Backend, Lines
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
 from .cpu_text import extract_groups_polars, polars_regex
+from .host_parquet import HostShardEncoder
 from .cpu_values import BAD, FALSE_WORDS, INF_TEXT, TRUE_WORDS, as_arrow, exact_value, scratch_pool
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
@@ -40,6 +41,30 @@ class CpuBackend(Backend):
     counts_dropped_fields = True
     xp = np
     xd = pd
+    runs_images = True          # Pillow (cpu_images.py)
+
+    # -- images: Pillow and simplejpeg a row at a time (cpu_image_steps.py; imported when used) --
+    def decode_images(self, df, mode: str, *, resize_to=None, draft_for=None):
+        return _image_steps().decode(self, df, mode, resize_to, draft_for)
+
+    def resize_images(self, df, how: str, width: int, height: int, filter: str):
+        return _image_steps().resize(self, df, how, width, height, filter)
+
+    def center_crop_images(self, df, width: int, height: int):
+        return _image_steps().center_crop(self, df, width, height)
+
+    def convert_images(self, df, mode: str):
+        return _image_steps().convert(self, df, mode)
+
+    def encode_images(self, df, fmt: str, quality: int):
+        return _image_steps().encode(self, df, fmt, quality)
+
+    def phash_images(self, df, column: str):
+        return _image_steps().phash(self, df, column)
+
+    def shard_encoder(self, schema: Schema, compression: str) -> HostShardEncoder:
+        """pyarrow's Parquet writer (backends/host_parquet.py)."""
+        return HostShardEncoder(schema, compression)
 
     # -- frames --------------------------------------------------------------------------
     def dtype(self, type_name: str):
@@ -601,3 +626,11 @@ def _read_one_csv_record(line: str, names, delimiter: str, null_values=("",)) ->
 def _gather_index(ok: np.ndarray) -> pa.Array:
     """For each record, the index of its row among the parsed (good) rows; 0 for bad ones."""
     return pa.array(np.maximum(np.cumsum(ok) - 1, 0))
+
+
+def _image_steps():
+    """backends/cpu_image_steps.py, imported when an image step first runs (Pillow and simplejpeg
+    are not loaded with the backend)."""
+    from . import cpu_image_steps
+
+    return cpu_image_steps

@@ -16,7 +16,6 @@ reason (the host-transfer ledger, `host_transfer()`). docs/gpu.md explains each 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from contextlib import contextmanager
 from typing import Any
@@ -28,7 +27,6 @@ import numpy as np
 import pyarrow as pa
 import pylibcudf as plc
 
-from ..durable import publish
 from ..sources.line_ends import record_ends
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is_nested
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
@@ -231,6 +229,11 @@ def device_patterns() -> list[str]:
 class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     name = "gpu"
 
+    @property
+    def runs_images(self) -> bool:
+        """Only with the images_on_gpu switch on: the image path has not run on a GPU yet."""
+        return self.images_on_gpu
+
     xp = cp
     xd = cudf
 
@@ -354,9 +357,9 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         where = cp.asarray(split)
         return {int(s): df[cudf.Series(where == s, index=df.index)] for s in present}
 
-    def shard_writer(self, path: str, schema: Schema, options, task):
+    def shard_encoder(self, schema: Schema, compression: str):
         """libcudf's Parquet writer: pages encoded and compressed on the device."""
-        return GpuShardWriter(path, schema, options, task)
+        return GpuShardEncoder(schema, compression)
 
     # -- frames --------------------------------------------------------------------------------
     def dtype(self, type_name: str):
@@ -461,22 +464,32 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         return cudf.DataFrame({name: _from_arrow(table.column(name).combine_chunks(), type_name_of(table.column(name).type))
                                for name in table.column_names})
 
-    def image_step(self, step: str, df, *args):
-        """The pixels stay in the device column from decode to encode (backends/gpu_images.py)."""
-        from . import gpu_images
+    # -- images: the pixels stay in the device column from decode to encode (gpu_images.py) ------
+    def decode_images(self, df, mode: str, *, resize_to=None, draft_for=None):
+        """draft_for is the CPU's (DCT-scaled JPEG decoding): nvImageCodec decodes at full size."""
+        return _gpu_images().decode_step(self, df, mode, resize_to)
 
-        return gpu_images.run_step(self, step, df, *args)
+    def resize_images(self, df, how: str, width: int, height: int, filter: str):
+        return _gpu_images().resize_step(self, df, how, width, height, filter)
+
+    def center_crop_images(self, df, width: int, height: int):
+        return _gpu_images().center_crop_step(self, df, width, height)
+
+    def convert_images(self, df, mode: str):
+        return _gpu_images().convert_step(self, df, mode)
+
+    def encode_images(self, df, fmt: str, quality: int):
+        return _gpu_images().encode_step(self, df, fmt, quality)
+
+    def phash_images(self, df, column: str):
+        return _gpu_images().phash_step(self, df, column)
 
     def image_file_bytes(self, values: list, keys: list, decode_next: bool):
         """Where decode is next, the file bytes stay on the host for it (gpu_images.hold_file_bytes)."""
-        from . import gpu_images
-
-        return gpu_images.hold_file_bytes(self, values, keys, decode_next)
+        return _gpu_images().hold_file_bytes(self, values, keys, decode_next)
 
     def image_bytes(self, rows):
-        from . import gpu_images
-
-        return gpu_images.held_image_bytes(self, rows)
+        return _gpu_images().held_image_bytes(self, rows)
 
     def to_host(self, values):
         """For the shared code's bookkeeping (status and stage columns, split ids): counted."""
@@ -971,114 +984,73 @@ def _matched_groups(col, matched):
 
 # -- Parquet on the device -----------------------------------------------------------------------
 
-class GpuShardWriter:
-    """One shard written by libcudf's chunked Parquet writer: pages encoded and compressed on
-    the device. libcudf cuts row groups within each write() call and never across two (its
-    writer_impl counts them per call), so each row group is exactly one write() of exactly
-    `rows_per_group` rows (the last one fewer): the bytes depend only on the rows, never on how
-    partitions arrived. Same contract as shard_writer.ShardWriter: a partial file renamed on
-    close, a sha256 of the bytes, abort() idempotent."""
+class GpuShardEncoder:
+    """One shard encoded by libcudf's chunked Parquet writer, behind the hooks of the sinks' one
+    shard-writer state machine (sinks/shard_writer.py: row groups, hash, durable publishing):
+    pages encoded and compressed on the device. libcudf cuts row groups within each write()
+    call and never across two (its writer_impl counts them per call), so each row group is
+    exactly one write() (write_group): the bytes depend only on the rows, never on how
+    partitions arrived. The dictionary choice is libcudf's ADAPTIVE policy."""
 
-    def __init__(self, path: str, schema: Schema, options, task):
-        from .shard_writer import GroupSizing
-
-        self.path, self.task, self.options, self.schema = path, task, options, dict(schema)
-        self.sizing = GroupSizing.of(options)
-        self.rows_per_group = self.sizing.rows
-        self.sized = self.rows_per_group is not None
-        self.pending: list = []
-        self.pending_rows = 0
-        self.rows = 0
-        self.closed = False
+    def __init__(self, schema: Schema, compression: str):
+        self.schema, self.compression = dict(schema), compression
         self.writer = None
-        os.makedirs(os.path.dirname(path), exist_ok=True)
 
-    def _frame(self, rows):
+    def conform(self, rows):
         """A cuDF frame of the output columns, in order, with the output types."""
-        if isinstance(rows, pa.Table):      # a spilled piece: one host -> device copy
-            names = list(self.schema)
-            rows = GpuBackend().from_arrow(rows.select(names))
         backend = GpuBackend()
+        if isinstance(rows, pa.Table):      # a spilled piece: one host -> device copy
+            rows = backend.from_arrow(rows.select(list(self.schema)))
         return backend.conform(rows[[n for n in self.schema if n in rows.columns]], self.schema).reset_index(drop=True)
 
-    def write(self, rows) -> None:
-        if len(rows) == 0:
-            return
-        self.pending.append(self._frame(rows))
-        self.pending_rows += len(rows)
-        if not self.sized and self.pending_rows >= self.sizing.sample_rows:
-            self._size_groups()
-        if self.sized and self.pending_rows >= self.rows_per_group:
-            self._flush(final=False)
+    def concat(self, pieces: list):
+        return cudf.concat(pieces, ignore_index=True)
 
-    def _size_groups(self) -> None:
-        """Rows per group from the shard's first rows (shard_writer.GroupSizing, as the CPU's)."""
-        sample = cudf.concat(self.pending, ignore_index=True).iloc[:self.sizing.sample_rows]
-        self.rows_per_group = self.sizing.rows_for(float(sample.memory_usage(index=False).sum()), len(sample))
-        self.sized = True
+    def slice(self, rows, start: int, stop: int):
+        return rows.iloc[start:stop]
+
+    def nbytes(self, rows) -> float:
+        return float(rows.memory_usage(index=False).sum())
+
+    def empty(self):
+        return GpuBackend().empty(self.schema)
 
     def _table(self, frame):
         """The frame's output columns as a pylibcudf table (views, no copy)."""
         return plc.Table([frame[name].to_pylibcudf()[0] for name in self.schema])
 
-    def _open(self, first):
+    def open(self, path: str, first, rows_per_group: int, dictionary) -> None:
         """libcudf's chunked writer, every column and nested child named and declared nullable
         as pyarrow writes them (gpu_spill.writer_metadata): the Arrow schema read back is the
-        CPU backend's, and a later chunk with nulls is accepted."""
-        from .shard_writer import DEFAULT_ROW_GROUP_ROWS
-
-        rows = self.rows_per_group or DEFAULT_ROW_GROUP_ROWS       # None: an empty shard, no rows judged
+        CPU backend's, and a later chunk with nulls is accepted. `dictionary` (the sink's
+        choice for Arrow tables) is not taken: libcudf chooses per column chunk (ADAPTIVE)."""
         meta = writer_metadata(self._table(first), list(self.schema), arrow_schema(self.schema).types, nullable=True)
         kinds = plc.io.types.CompressionType
-        compression = kinds.NONE if self.options.compression == "none" else getattr(kinds, self.options.compression.upper())
-        options = (plc.io.parquet.ChunkedParquetWriterOptions.builder(plc.io.SinkInfo([self.path + ".partial"]))
+        compression = kinds.NONE if self.compression == "none" else getattr(kinds, self.compression.upper())
+        options = (plc.io.parquet.ChunkedParquetWriterOptions.builder(plc.io.SinkInfo([path]))
                    .metadata(meta).compression(compression)
                    .stats_level(plc.io.types.StatisticsFreq.STATISTICS_ROWGROUP)
-                   .row_group_size_rows(rows)
-                   .max_page_size_rows(min(20_000, rows))
+                   .row_group_size_rows(rows_per_group)
+                   .max_page_size_rows(min(20_000, rows_per_group))
                    .build())
         options.set_dictionary_policy(plc.io.types.DictionaryPolicy.ADAPTIVE)
         # No Arrow schema is stored (libcudf's types strings as Utf8View): readers take the
         # Parquet logical types (string, timestamp[us, tz=UTC] as libcudf marks UTC, int16...).
         self.writer = plc.io.parquet.ChunkedParquetWriter.from_options(options)
-        return self.writer
 
-    def _flush(self, final: bool) -> None:
-        frame = self.pending[0] if len(self.pending) == 1 else cudf.concat(self.pending, ignore_index=True)
-        size = self.rows_per_group
-        full = len(frame) if final else len(frame) - len(frame) % size
-        writer = self.writer or self._open(frame)
-        for start in range(0, full, size):
-            chunk = frame.iloc[start:min(start + size, full)]
-            writer.write(self._table(chunk))
-        rest = frame.iloc[full:]
-        self.pending = [rest] if len(rest) else []
-        self.pending_rows = len(rest)
-        self.rows += full
+    def write_group(self, rows) -> None:
+        self.writer.write(self._table(rows))
+
+    def close(self) -> None:
+        self.writer.close([])
 
     def abort(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if self.writer is not None:
-                self.writer.close([])
-
-    def close(self):
-        from .shard_writer import ShardResult
-
-        if self.pending:
-            if not self.sized:
-                self._size_groups()
-            self._flush(final=True)
-        if self.writer is None:           # no rows: an empty file with the schema
-            empty = GpuBackend().empty(self.schema)
-            self._open(empty).write(self._table(empty))
         self.writer.close([])
-        self.closed = True
-        digest = hashlib.sha256()
-        with open(self.path + ".partial", "rb") as fh:
-            while block := fh.read(1 << 20):
-                digest.update(block)
-        # libcudf closed the file: flushed to the disk before the rename that publishes it
-        publish(self.path + ".partial", self.path, durable=getattr(self.options, "durable", True))
-        return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
-                           digest.hexdigest())
+
+
+def _gpu_images():
+    """backends/gpu_images.py, imported when an image step first runs (it loads Pillow for the
+    images the device does not decode)."""
+    from . import gpu_images
+
+    return gpu_images

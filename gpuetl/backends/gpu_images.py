@@ -7,7 +7,7 @@ encoder). A problem with one image is a BadImage in its place, never an exceptio
 Between steps the pixels are the frame's `image` column as the GPU backend holds it: a cuDF
 binary column in device memory (HWC uint8, described by `width`, `height`, `channels`, `format`
 "raw"), so a step reads each image as a CuPy view of that column's bytes and writes its results
-as one new device column (`run_step`, called through `GpuBackend.image_step`). What crosses to
+as one new device column (`decode_step`, `resize_step`, ...: `GpuBackend.decode_images`, `resize_images`, ...). What crosses to
 the host, each through the host-transfer ledger with its reason: file bytes in a device column
 that nvImageCodec decodes (it reads host memory only: `CodeStream` takes bytes or a numpy array),
 staged in pinned memory one batch at a time (when decode comes right after the images source,
@@ -616,7 +616,7 @@ def _each(arrays: list, func) -> list:
     return [a if isinstance(a, Exception) else func(a) for a in arrays]
 
 
-def _decode_step(backend, df, mode: str, resize_to=None):
+def decode_step(backend, df, mode: str, resize_to=None):
     """Batches of file bytes (BATCH_IMAGES, BATCH_BYTES): those the images source kept on the
     host read where they are; those in the device column staged in pinned memory, the next
     batch's copy queued on its own stream while this batch decodes."""
@@ -707,13 +707,13 @@ def _pixel_result(frame: _Frame, pixels: list, results: list):
     return frame.result(results)
 
 
-def _resize_step(backend, df, how: str, tw: int, th: int, filter: str):
+def resize_step(backend, df, how: str, tw: int, th: int, filter: str):
     frame = _Frame(backend, df)
     pixels = frame.pixels("resize")
     return _pixel_result(frame, pixels, _resize_on_device_checked(pixels, how, tw, th, filter))
 
 
-def _center_crop_step(backend, df, tw: int, th: int):
+def center_crop_step(backend, df, tw: int, th: int):
     import cupy as cp
 
     frame = _Frame(backend, df)
@@ -721,7 +721,7 @@ def _center_crop_step(backend, df, tw: int, th: int):
     return frame.result(_each(pixels, lambda a: center_crop_array(a, tw, th, cp)))
 
 
-def _convert_step(backend, df, mode: str):
+def convert_step(backend, df, mode: str):
     import cupy as cp
 
     frame = _Frame(backend, df)
@@ -729,7 +729,7 @@ def _convert_step(backend, df, mode: str):
     return _pixel_result(frame, pixels, _each(pixels, lambda a: convert_array(a, mode, cp)))
 
 
-def _encode_step(backend, df, fmt: str, quality: int):
+def encode_step(backend, df, fmt: str, quality: int):
     """As the CPU step: raw hands the bytes on as they are (no copy: the column already holds
     them); a JPEG of four channels is refused before its bytes are checked."""
     frame = _Frame(backend, df)
@@ -744,7 +744,7 @@ def _encode_step(backend, df, fmt: str, quality: int):
     return frame.result(_encode_device(pixels, fmt, quality), keep_format=fmt)
 
 
-def _phash_step(backend, df, column: str):
+def phash_step(backend, df, column: str):
     """Raw rows hashed from the column; encoded rows decoded to L first (as the CPU step)."""
     import cupy as cp
 
@@ -766,13 +766,3 @@ def _phash_step(backend, df, column: str):
         values = values.where(backend.series([not isinstance(a, Exception) for a in arrays], "bool", index=df.index))
     reasons = [str(a) if isinstance(a, Exception) else None for a in arrays]
     return _verdict(backend, df.assign(**{column: values}), reasons)
-
-
-STEPS = {"decode": _decode_step, "resize": _resize_step, "center_crop": _center_crop_step,
-         "convert": _convert_step, "encode": _encode_step, "phash": _phash_step}
-
-
-def run_step(backend, step: str, df, *args):
-    """steps/images.py's `step` on the frame, the pixels kept in the device column
-    (GpuBackend.image_step): (frame, bad mask or None, reasons or None)."""
-    return STEPS[step](backend, df, *args)

@@ -124,6 +124,10 @@ class GpuPlanning:
     name = "gpu"
     images_on_gpu = False       # base.Backend.images_on_gpu
 
+    @property
+    def runs_images(self) -> bool:
+        return self.images_on_gpu
+
     def check_regex(self, pattern: str) -> str | None:
         return check_regex(pattern)
 

@@ -29,8 +29,8 @@ Public API (imported from ``gpuetl.expr``)
 ``Expr.columns() -> set[str]``
 ``Expr.infer_type(schema) -> str``            (plan-time type checking)
 ``Expr.check_predicate(schema) -> None``      (raises unless the type is bool)
-``Expr.evaluate(df, backend=None)``           (-> Series of len(df))
-``Expr.evaluate_predicate(df, backend=None)`` (-> non-null bool Series)
+``Expr.evaluate(df, backend)``                (-> Series of len(df); the frame's backend)
+``Expr.evaluate_predicate(df, backend)``      (-> non-null bool Series)
 ``FUNCTIONS: dict[str, FunctionSpec]``        (for generated docs)
 ``ExprError(ValueError)``, ``ExprTypeError(ExprError)``
 

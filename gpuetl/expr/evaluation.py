@@ -17,12 +17,6 @@ from .nodes import BinOp, BoolOp, Call, Column, Compare, InList, IsNull, Literal
 from .inference import TypeEnv
 
 
-def cpu_backend():
-    from ..backends.cpu import CpuBackend
-
-    return CpuBackend()
-
-
 def _is_scalar(v: Any) -> bool:
     return v is None or isinstance(v, (bool, int, float, str, pd.Timestamp, np.generic))
 

@@ -10,7 +10,7 @@ from .typenames import BOOL, NULL, dtype_to_type
 from .nodes import BinOp, Call, Column, Neg, Node, walk
 from .parser import parse_tree
 from .inference import TypeEnv
-from .evaluation import EvalContext, cpu_backend
+from .evaluation import EvalContext
 
 
 class Expr:
@@ -94,12 +94,11 @@ class Expr:
         return any(isinstance(n, (BinOp, Neg)) or (isinstance(n, Call) and n.name in ("abs", "replace", "round"))
                    for n in walk(self.root))
 
-    def evaluate(self, df, backend=None, refusals: Refusals | None = None):
+    def evaluate(self, df, backend, refusals: Refusals | None = None):
         """Evaluate on a pandas/cuDF DataFrame; returns a Series aligned with ``df.index``.
 
-        ``backend``: the frame's backend (gpuetl.backends), the CPU backend when None.
+        ``backend``: the frame's backend (gpuetl.backends), handed in: the language builds none.
         """
-        backend = backend if backend is not None else cpu_backend()
         env = self._env_for(df)
         typ = env.type_of(self.root)
         if typ == NULL:
@@ -107,9 +106,8 @@ class Expr:
         ctx = EvalContext(df, backend, env, refusals)
         return ctx.finalize(ctx.eval(self.root), typ)
 
-    def evaluate_predicate(self, df, backend=None, refusals: Refusals | None = None):
+    def evaluate_predicate(self, df, backend, refusals: Refusals | None = None):
         """Evaluate a bool expression as a filter mask: plain bool Series, null -> False."""
-        backend = backend if backend is not None else cpu_backend()
         env = self._env_for(df)
         t = env.type_of(self.root)
         if t != BOOL:

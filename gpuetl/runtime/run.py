@@ -26,7 +26,7 @@ from ..sources.files import check_objects_unchanged
 from ..sources.pins import FilePin, Identity
 from ..storage import bare, is_remote
 from ..sinks.base import get_sink
-from ..backends.shard_writer import ShardResult
+from ..sinks.shard_writer import ShardResult
 from ..sinks.parquet import ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
 from ..sources.formats.jsonl import dropped_fields_summary, empty_declared_columns

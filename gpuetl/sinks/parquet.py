@@ -15,13 +15,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..backends.host_spill import read_ipc, row_bytes
-from ..backends.shard_writer import DEFAULT_ROW_GROUP_ROWS, ShardResult, ShardWriter, dictionary_columns
+from ..backends.host_parquet import HostShardEncoder
 from ..columns import FILE_INDEX, OFFSET
 from ..placement import BUCKETS, ORDER, PLACE, hash_range
 from ..storage import is_remote
 from ..types import Schema, arrow_schema
 from .base import CommittedFolder
 from .layout import Layout
+from .parquet_policy import DEFAULT_ROW_GROUP_ROWS, dictionary_columns
+from .shard_writer import ShardResult, ShardWriter
 from .spill import QUARANTINE_SCHEMA
 
 QUARANTINE_ROWS_PER_FILE = 1_000_000
@@ -62,7 +64,7 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
         from ..backends import get_backend
 
         backend = get_backend("cpu")
-    writer = backend.shard_writer(os.path.join(tmp_dir, "data", task.relpath), schema, options, task)
+    writer = shard_writer(backend, os.path.join(tmp_dir, "data", task.relpath), schema, options, task)
     if layout.in_input_order:               # one shard per split: each piece is in input order
         for path in pieces:
             writer.write(backend.read_spill(path))
@@ -140,8 +142,16 @@ def _range_of(backend, piece, task: ShardTask, ranged: bool):
     return backend.spill_range(piece, task.lo_bucket, task.hi_bucket)
 
 
+def shard_writer(backend, path: str, schema: Schema, options: WriteOptions, task: ShardTask) -> ShardWriter:
+    """The one shard writer (sinks/shard_writer.py) with the backend's encoder."""
+    return ShardWriter(path, schema, options, task, backend.shard_encoder(schema, options.compression))
+
+
 def write_parquet(table: pa.Table, path: str, options: WriteOptions, relpath: str = "") -> ShardResult:
-    writer = ShardWriter(path, _schema_of(table), options, ShardTask(0, "", 0, 0, 0, relpath))
+    """A host table as one Parquet file (the quarantine's), with the host's encoder."""
+    schema = _schema_of(table)
+    writer = ShardWriter(path, schema, options, ShardTask(0, "", 0, 0, 0, relpath),
+                         HostShardEncoder(schema, options.compression))
     writer.write(table)
     return writer.close()
 
@@ -216,8 +226,8 @@ def compression_ratio(pieces: list[str], histogram: np.ndarray, schema: Schema, 
 
 
 class ParquetSink(CommittedFolder):
-    """The Parquet sink: shards with exact row-group boundaries (ShardWriter, or the backend's own
-    Parquet writer), the quarantine as Parquet, the shared commit protocol."""
+    """The Parquet sink: shards with exact row-group boundaries (ShardWriter, with the backend's
+    own Parquet encoder), the quarantine as Parquet, the shared commit protocol."""
 
     name = "parquet"
     suffix = ".parquet"
@@ -234,7 +244,7 @@ class ParquetSink(CommittedFolder):
         return write_shard(task, pieces, **kwargs)
 
     def shard_writer(self, backend, path: str, schema: Schema, options: WriteOptions, task):
-        return (backend.shard_writer if backend is not None else ShardWriter)(path, schema, options, task)
+        return shard_writer(backend, path, schema, options, task)
 
     def write_quarantine(self, pieces, tmp_dir, options) -> list[ShardResult]:
         return write_quarantine(pieces, tmp_dir, options)

@@ -41,7 +41,7 @@ TAR_TAIL_CHECKED = 1 << 20      # bytes after a tar's last member checked to be 
 PIECE_PIXEL_BYTES = 128 << 20   # decoded pixels (width x height x 4) a task runs through its steps at once
 PIXEL_BUDGET_BYTES = 384 << 20  # decoded pixels in flight in a process, all tasks together (PixelBudget)
 # The backend's switch (base.Backend.images_on_gpu) that lets an images source run on its image
-# path (backends/gpu_images.py); off, planning one for a backend other than the CPU is refused:
+# path (backends/gpu_images.py); off, the backend's runs_images is False and planning is refused:
 # that path has not been checked on a GPU yet (docs/gpu.md, "Images"). Named in the message.
 GPU_IMAGES_SWITCH = "images_on_gpu"
 _FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -276,7 +276,7 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
     """(partitions, the source stage, what the manifest records: the label list)."""
     src = loaded.spec.source
     where = f"{loaded.path}: source"
-    if backend is not None and backend.name != "cpu" and not backend.images_on_gpu:
+    if backend is not None and not backend.runs_images:
         # docs/gpu.md ("Images") says why: the GPU image path has not been checked on a GPU yet
         raise SpecError(f"{where}.type: images run on the CPU backend unless the {backend.name} backend's "
                         f"`{GPU_IMAGES_SWITCH}` switch is on (its image path, nvImageCodec and CV-CUDA, has not "

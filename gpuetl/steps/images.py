@@ -2,15 +2,15 @@
 
 Between `decode` and `encode` the `image` column holds raw pixels: HWC uint8 bytes, described by
 `width`, `height` and `channels` (1, 3 or 4), with `format` "raw". The pixel work is the
-backend's (backends/cpu_images.py: Pillow; backends/gpu_images.py: nvImageCodec and CV-CUDA,
-not run on a GPU yet); these steps only move columns. An image a step cannot process is quarantined with the reason
+backend's, through its typed image methods (`Backend.decode_images`, `resize_images`, ...:
+backends/cpu_image_steps.py with Pillow; backends/gpu_images.py with nvImageCodec and CV-CUDA,
+not run on a GPU yet); these steps only check columns and hand over their parameters. An image a step cannot process is quarantined with the reason
 and its bytes as they reached the step.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 from typing import Literal
 
 from pydantic import Field, RootModel, field_validator
@@ -19,116 +19,12 @@ from ..types import Schema
 from .base import Params, Binding, RowStep, StepError, register
 
 PIXELS = {"width": "int32", "height": "int32", "channels": "int32", "format": "string"}
-KERNELS = {"gpu": "gpuetl.backends.gpu_images"}     # backend name -> module with batch functions
-
-
-def _kernel(backend, name: str):
-    """The backend's batch function `name`_many, or the CPU's per-image function in a loop."""
-    from ..backends import cpu_images      # Pillow: imported when an image step runs, not with the registry
-
-    module = KERNELS.get(backend.name)
-    if module:
-        batch = getattr(importlib.import_module(module), f"{name}_many", None)
-        if batch is not None:
-            return batch
-    one = getattr(cpu_images, name)
-
-    def each(items, *args):
-        out = []
-        for item in items:
-            try:
-                out.append(one(*item, *args))
-            except cpu_images.BadImage as err:
-                out.append(err)
-        return out
-    return each
 
 
 def _needs(schema: Schema, names, hint: str) -> None:
     missing = [n for n in names if n not in schema]
     if missing:
         raise StepError(f"needs the column(s) {', '.join(missing)}; {hint}")
-
-
-def _columns(df, backend, names: dict) -> dict[str, list]:
-    """The columns as Python lists; binary values as memoryviews into the Arrow buffer (no copy:
-    pixels are large, and Pillow reads them in place)."""
-    table = backend.to_arrow(df, names)
-    return {n: _views(table.column(n)) if t == "binary" else table.column(n).to_pylist() for n, t in names.items()}
-
-
-def _views(col) -> list:
-    import numpy as np
-
-    out: list = []
-    for chunk in col.chunks:
-        validity, offsets, data = chunk.buffers()
-        ends = np.frombuffer(offsets, np.int32, len(chunk) + 1, chunk.offset * 4)
-        view = memoryview(data) if data is not None else memoryview(b"")
-        valid = chunk.is_valid().to_numpy(zero_copy_only=False) if chunk.null_count else None
-        out += [view[ends[i]:ends[i + 1]] if valid is None or valid[i] else None for i in range(len(chunk))]
-    return out
-
-
-def _apply(df, backend, results, keep_format: str | None = "raw"):
-    """(frame with the results' pixels, bad mask, reasons) from one result per row: a tuple
-    (pixels, width, height, channels) or a BadImage."""
-    cols = _columns(df, backend, {"image": "binary", **PIXELS})
-    reasons = [str(r) if isinstance(r, Exception) else None for r in results]
-    for i, r in enumerate(results):
-        if reasons[i] is None:
-            cols["image"][i], cols["width"][i], cols["height"][i], cols["channels"][i] = r
-            if keep_format:
-                cols["format"][i] = keep_format
-    out = df.assign(image=_binary(cols["image"], backend, df.index),
-                    **{n: backend.series(cols[n], t, index=df.index) for n, t in PIXELS.items()})
-    return _verdict(out, reasons, backend)
-
-
-def _binary(values: list, backend, index):
-    """A binary column that wraps each value's buffer (one chunk per image) instead of copying
-    them all into one: decoded pixels are large, and the Parquet writer joins each row group's
-    chunks once anyway."""
-    import numpy as np
-    import pyarrow as pa
-
-    chunks = [pa.BinaryArray.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, len(v)], np.int32)),
-                                                            pa.py_buffer(v)])
-              if v is not None else pa.nulls(1, pa.binary()) for v in values]
-    return backend.series(pa.chunked_array(chunks, pa.binary()), "binary", index=index)
-
-
-def _verdict(df, reasons: list, backend):
-    if not any(reasons):
-        return df, None, None
-    bad = backend.series([r is not None for r in reasons], "bool", index=df.index)
-    return df, bad, backend.series(reasons, "string", index=df.index)
-
-
-def _raw_pixels(df, backend, step: str) -> tuple[list, list]:
-    """The rows as (pixels, w, h, c) items, and a reason for rows that are not raw pixels."""
-    cols = _columns(df, backend, {"image": "binary", **PIXELS})
-    items, reasons = [], []
-    for px, w, h, c, fmt in zip(cols["image"], cols["width"], cols["height"], cols["channels"], cols["format"]):
-        items.append((px, w, h, c))
-        reasons.append(None if fmt == "raw" else f"{step} needs decoded pixels (this image is {fmt}): "
-                                                 "put decode before it")
-    return items, reasons
-
-
-def _pixel_step(df, backend, step: str, name: str, *args):
-    from ..backends import cpu_images
-
-    on_backend = backend.image_step(name, df, *args)      # the GPU keeps the pixels on the device
-    if on_backend is not None:
-        return on_backend
-    items, reasons = _raw_pixels(df, backend, step)
-    todo = [i for i, r in enumerate(reasons) if r is None]
-    done = _kernel(backend, name)([items[i] for i in todo], *args)
-    results: list = [cpu_images.BadImage(r) if r else None for r in reasons]
-    for i, r in zip(todo, done):
-        results[i] = r
-    return _apply(df, backend, results)
 
 
 class _ImageRaw:
@@ -218,20 +114,7 @@ class Decode(_ImageRaw, RowStep):
         return Binding({**out, **PIXELS})
 
     def quarantine(self, df, backend):
-        from ..backends import cpu_images
-
-        done = backend.image_step("decode", df, self.params.mode, self.resize_to)
-        if done is not None:
-            return done
-        cols = _columns(df, backend, {"image": "binary", "orientation": "int8", "orig_width": "int32",
-                                      "orig_height": "int32"})
-        drafts = [cpu_images.draft_size(w, h, o, self.target) if self.target and w else None
-                  for w, h, o in zip(cols["orig_width"], cols["orig_height"], cols["orientation"])]
-        items = [(data, self.params.mode, o or 1, d) for data, o, d in zip(cols["image"], cols["orientation"], drafts)]
-        fused = (self.resize_to,) if self.resize_to else ()    # gpu_images.decode_many resizes on the device
-        results = _kernel(backend, "decode")(items, *fused)
-        out = df.assign(**{n: backend.nulls(len(df), t, index=df.index) for n, t in PIXELS.items()})
-        return _apply(out, backend, results)
+        return backend.decode_images(df, self.params.mode, resize_to=self.resize_to, draft_for=self.target)
 
     def transform(self, df, backend):
         return df.drop(columns=["orientation"])
@@ -270,7 +153,7 @@ class Resize(_ImageRaw, RowStep):
 
     def quarantine(self, df, backend):
         p = self.params
-        return _pixel_step(df, backend, "resize", "resize", p.mode, *p.size, p.filter)
+        return backend.resize_images(df, p.mode, *p.size, p.filter)
 
 
 class CropParams(Params):
@@ -301,7 +184,7 @@ class CenterCrop(_ImageRaw, RowStep):
         return Binding(dict(schema))
 
     def quarantine(self, df, backend):
-        return _pixel_step(df, backend, "center_crop", "center_crop", *self.params.size)
+        return backend.center_crop_images(df, *self.params.size)
 
 
 class ConvertParams(RootModel[Literal["RGB", "L"]]):
@@ -322,7 +205,7 @@ class Convert(_ImageRaw, RowStep):
         return Binding(dict(schema))
 
     def quarantine(self, df, backend):
-        return _pixel_step(df, backend, "convert", "convert", self.params.root)
+        return backend.convert_images(df, self.params.root)
 
 
 # -- encode ----------------------------------------------------------------------------------
@@ -353,18 +236,7 @@ class Encode(_ImageRaw, RowStep):
         return Binding(dict(schema))
 
     def quarantine(self, df, backend):
-        from ..backends import cpu_images
-
-        done = backend.image_step("encode", df, self.params.format, self.params.quality)
-        if done is not None:
-            return done
-        items, reasons = _raw_pixels(df, backend, "encode")
-        todo = [i for i, r in enumerate(reasons) if r is None]
-        done = _kernel(backend, "encode")([items[i] for i in todo], self.params.format, self.params.quality)
-        results: list = [cpu_images.BadImage(r) if r else None for r in reasons]
-        for i, r in zip(todo, done):
-            results[i] = r if isinstance(r, Exception) else (r, *items[i][1:])
-        return _apply(df, backend, results, keep_format=self.params.format)
+        return backend.encode_images(df, self.params.format, self.params.quality)
 
 
 # -- phash -----------------------------------------------------------------------------------
@@ -396,23 +268,4 @@ class Phash(_ImageRaw, RowStep):
         return Binding({**schema, self.params.column: "int64"})
 
     def quarantine(self, df, backend):
-        from ..backends import cpu_images
-
-        done = backend.image_step("phash", df, self.params.column)
-        if done is not None:
-            return done
-        cols = _columns(df, backend, {"image": "binary", **PIXELS})
-        items, todo = [], []
-        for px, w, h, c, fmt in zip(cols["image"], cols["width"], cols["height"], cols["channels"], cols["format"]):
-            items.append((px, w, h, c) if fmt == "raw" else px)
-        results: list = [None] * len(items)
-        for i, item in enumerate(items):
-            try:
-                pixels = item if isinstance(item, tuple) else cpu_images.decode(item, "L", 1)
-                results[i] = cpu_images.phash(*pixels)
-            except cpu_images.BadImage as err:
-                results[i] = err
-        reasons = [str(r) if isinstance(r, Exception) else None for r in results]
-        values = [None if isinstance(r, Exception) else r for r in results]
-        out = df.assign(**{self.params.column: backend.series(values, "int64", index=df.index)})
-        return _verdict(out, reasons, backend)
+        return backend.phash_images(df, self.params.column)

@@ -259,7 +259,7 @@ def test_minhash_null_rows_and_nfkc_on_the_device(gpu):
 
 
 def test_shard_writer_cuts_row_groups_at_fixed_counts_however_rows_arrive(gpu, tmp_path):
-    from gpuetl.sinks.parquet import ShardTask, WriteOptions
+    from gpuetl.sinks.parquet import ParquetSink, ShardTask, WriteOptions
 
     schema = {"k": "int64", "s": "string", "t": "timestamp"}
     n = 2500
@@ -269,8 +269,8 @@ def test_shard_writer_cuts_row_groups_at_fixed_counts_however_rows_arrive(gpu, t
     options = WriteOptions("zstd", 1000, None)
     digests = []
     for cuts in ([n], [1, 999, 1000, 500], [700, 700, 700, 400]):
-        writer = gpu.shard_writer(str(tmp_path / f"{len(cuts)}" / "part-00000.parquet"), schema, options,
-                                  ShardTask(0, "", 0, 0, 0, "part-00000.parquet"))
+        writer = ParquetSink().shard_writer(gpu, str(tmp_path / f"{len(cuts)}" / "part-00000.parquet"), schema,
+                                            options, ShardTask(0, "", 0, 0, 0, "part-00000.parquet"))
         at = 0
         for size in cuts:
             writer.write(frame.iloc[at:at + size])
@@ -386,15 +386,15 @@ def test_matches_patterns_go_through_the_dialect(gpu):
 
 def test_binary_columns_are_binary_in_the_shard(gpu, tmp_path):
     """libcudf writes a binary column unannotated (set_output_as_binary), not as UTF8 text."""
-    from gpuetl.sinks.parquet import ShardTask, WriteOptions
+    from gpuetl.sinks.parquet import ParquetSink, ShardTask, WriteOptions
     from gpuetl.types import arrow_schema
 
     schema = {"k": "int64", "image": "binary"}
     raw = [b"\xff\xd8\xff\x00", None, b"\x80abc"]
     frame = cudf.DataFrame({"k": cp.arange(3, dtype=cp.int64)})
     frame["image"] = gpu.series(pa.array(raw, pa.binary()), "binary")
-    writer = gpu.shard_writer(str(tmp_path / "part-00000.parquet"), schema, WriteOptions("zstd", 1000, None),
-                              ShardTask(0, "", 0, 0, 0, "part-00000.parquet"))
+    writer = ParquetSink().shard_writer(gpu, str(tmp_path / "part-00000.parquet"), schema,
+                                        WriteOptions("zstd", 1000, None), ShardTask(0, "", 0, 0, 0, "part-00000.parquet"))
     writer.write(frame)
     writer.close()
     table = pq.read_table(tmp_path / "part-00000.parquet")

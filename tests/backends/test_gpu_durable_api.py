@@ -1,7 +1,9 @@
-"""The GPU shard writer publishes as the CPU's does (gpuetl/durable.py): libcudf writes and closes
-the partial file, then gpuetl flushes it (fsync), renames it, and flushes its folder. Checked on a
-machine with RAPIDS but no GPU (`make gpu-api`): libcudf's chunked writer is stood in for by one
-that writes the file's bytes when closed, as libcudf does; the rest is the real GpuShardWriter."""
+"""A GPU shard is written by the sinks' one shard-writer state machine (sinks/shard_writer.py)
+with the GPU's encoder hooks (GpuShardEncoder), and so publishes as the CPU's does
+(gpuetl/durable.py): libcudf writes and closes the partial file, then gpuetl flushes it (fsync),
+renames it, and flushes its folder. Checked on a machine with RAPIDS but no GPU (`make
+gpu-api`): libcudf's chunked writer is stood in for by one that writes the file's bytes when
+closed, as libcudf does, and the empty frame by a placeholder; the rest is the real writer."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ pytestmark = pytest.mark.gpu_api
 
 try:                                        # RAPIDS installed: import it without touching CUDA
     os.environ.setdefault("RAPIDS_NO_INITIALIZE", "1")
-    from gpuetl.backends.gpu import GpuShardWriter
+    from gpuetl.backends.gpu import GpuBackend, GpuShardEncoder
 except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a broken install)
     pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
                 allow_module_level=True)
 
-from gpuetl.sinks.parquet import ShardTask, WriteOptions  # noqa: E402
+from gpuetl.backends.host_parquet import HostShardEncoder  # noqa: E402
+from gpuetl.sinks.parquet import ParquetSink, ShardTask, WriteOptions  # noqa: E402
+from gpuetl.sinks.shard_writer import ShardWriter  # noqa: E402
 
 BYTES = b"PAR1 stand-in for the bytes libcudf wrote PAR1"
 
@@ -35,12 +39,38 @@ class ClosingWriter:
             fh.write(BYTES)
 
 
-def _writer(tmp_path, durable: bool) -> GpuShardWriter:
+def _writer(tmp_path, durable: bool, monkeypatch) -> ShardWriter:
+    """The sink's writer for a GPU run, with libcudf's writer and the device's empty frame stood in."""
     path = str(tmp_path / "train" / "part-00000.parquet")
-    writer = GpuShardWriter(path, {"k": "int64"}, WriteOptions("zstd", 1000, None, durable),
-                            ShardTask(0, "train", 0, 0, 0, "train/part-00000.parquet"))
-    writer.writer = ClosingWriter(path + ".partial")
+    writer = ParquetSink().shard_writer(GpuBackend.__new__(GpuBackend), path, {"k": "int64"},
+                                        WriteOptions("zstd", 1000, None, durable),
+                                        ShardTask(0, "train", 0, 0, 0, "train/part-00000.parquet"))
+    encoder = writer.encoder
+
+    def open_(partial, first, rows_per_group, dictionary):
+        encoder.writer = ClosingWriter(partial)
+
+    monkeypatch.setattr(encoder, "empty", lambda: "no rows")
+    monkeypatch.setattr(encoder, "open", open_)
+    monkeypatch.setattr(encoder, "write_group", lambda rows: None)
     return writer
+
+
+def test_both_backends_shards_go_through_the_one_state_machine(tmp_path):
+    """One shard writer: the sink gives a GPU run and a CPU run the same ShardWriter, which differ
+    only in their encoder's hooks; no encoder has a state machine or publishing of its own."""
+    from gpuetl.backends.cpu import CpuBackend
+
+    task = ShardTask(0, "", 0, 0, 0, "part-00000.parquet")
+    writers = {name: ParquetSink().shard_writer(backend, str(tmp_path / name / "part-00000.parquet"),
+                                                {"k": "int64"}, WriteOptions("zstd", 1000, None), task)
+               for name, backend in (("gpu", GpuBackend.__new__(GpuBackend)), ("cpu", CpuBackend()))}
+    assert type(writers["gpu"]) is type(writers["cpu"]) is ShardWriter
+    assert type(writers["gpu"].encoder) is GpuShardEncoder and type(writers["cpu"].encoder) is HostShardEncoder
+    hooks = {"conform", "concat", "slice", "nbytes", "empty", "open", "write_group", "close", "abort"}
+    for encoder in (GpuShardEncoder, HostShardEncoder):
+        assert hooks <= set(vars(encoder)), encoder
+        assert not {"write", "_flush", "_size_groups", "_hash_written"} & set(vars(encoder)), encoder
 
 
 def _trace(monkeypatch) -> list[tuple]:
@@ -61,7 +91,8 @@ def _trace(monkeypatch) -> list[tuple]:
 
 
 def test_gpu_shard_is_flushed_after_libcudf_closes_it_before_it_is_renamed(tmp_path, monkeypatch):
-    writer = _writer(tmp_path, durable=True)
+    writer = _writer(tmp_path, True, monkeypatch)
+    assert type(writer) is ShardWriter and type(writer.encoder) is GpuShardEncoder
     events = _trace(monkeypatch)
     result = writer.close()
     monkeypatch.undo()
@@ -72,7 +103,7 @@ def test_gpu_shard_is_flushed_after_libcudf_closes_it_before_it_is_renamed(tmp_p
 
 
 def test_gpu_shard_of_a_scratch_sink_is_renamed_unflushed(tmp_path, monkeypatch):
-    writer = _writer(tmp_path, durable=False)
+    writer = _writer(tmp_path, False, monkeypatch)
     events = _trace(monkeypatch)
     writer.close()
     monkeypatch.undo()

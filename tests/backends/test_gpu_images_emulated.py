@@ -8,7 +8,7 @@ when it is synchronized), while nvImageCodec's real header parser and parameter 
 kernels' byte for byte, so the routing, batching, ROI order, the orientation and mode conversion,
 the crop and phash, the copies to and from the device and the fallback counting are checked
 before the first GPU run: the host-item kernels (`decode_many`...) and the steps' frame path
-(`run_step`, on a CPU backend whose image_step is the GPU's), row for row against the CPU steps
+(`decode_step`, ..., on a CPU backend whose image methods are the GPU's), row for row against the CPU steps
 with the host-transfer ledger holding no pixels. The device's own pixels are
 tests/backends/test_gpu_images.py's."""
 
@@ -160,11 +160,26 @@ def _strings_from_buffers(buf, bounds, n):
 
 
 class EmulatedGpu(CpuBackend):
-    """The CPU backend (pandas frames) running the image steps through gpu_images.run_step, as
-    GpuBackend.image_step does: the frame path's code with numpy for CuPy."""
+    """The CPU backend (pandas frames) running the image steps through gpu_images' step functions,
+    as GpuBackend's typed image methods do: the frame path's code with numpy for CuPy."""
 
-    def image_step(self, step, df, *args):
-        return gpu_images.run_step(self, step, df, *args)
+    def decode_images(self, df, mode, *, resize_to=None, draft_for=None):
+        return gpu_images.decode_step(self, df, mode, resize_to)
+
+    def resize_images(self, df, how, width, height, filter):
+        return gpu_images.resize_step(self, df, how, width, height, filter)
+
+    def center_crop_images(self, df, width, height):
+        return gpu_images.center_crop_step(self, df, width, height)
+
+    def convert_images(self, df, mode):
+        return gpu_images.convert_step(self, df, mode)
+
+    def encode_images(self, df, fmt, quality):
+        return gpu_images.encode_step(self, df, fmt, quality)
+
+    def phash_images(self, df, column):
+        return gpu_images.phash_step(self, df, column)
 
     def image_file_bytes(self, values, keys, decode_next):
         return gpu_images.hold_file_bytes(self, values, keys, decode_next)

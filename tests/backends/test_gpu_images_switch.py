@@ -17,6 +17,10 @@ class GpuPlanningStandIn:
     name = "gpu"
     images_on_gpu = False
 
+    @property
+    def runs_images(self):
+        return self.images_on_gpu
+
     def check_regex(self, pattern):
         return None
 
@@ -47,6 +51,26 @@ def test_every_backend_and_planning_view_declares_the_switch_off():
     for entry in BACKENDS.values():
         assert entry.plan().images_on_gpu is False
     assert GPU_IMAGES_SWITCH == "images_on_gpu"
+    assert BACKENDS["cpu"].plan().runs_images is True and BACKENDS["gpu"].plan().runs_images is False
+
+
+def test_the_source_asks_the_backend_whether_it_runs_images_not_its_name(tmp_path):
+    """The refusal follows the backend's capability (runs_images), whatever it is called: a third
+    backend that runs images is planned, one named "cpu" that does not is refused."""
+    photo_folder(tmp_path / "photos", n=2)
+    pipeline = Pipeline.from_dict(image_spec(), base_dir=tmp_path)
+
+    class Runs(GpuPlanningStandIn):
+        name = "third"
+        runs_images = True
+
+    class DoesNot(GpuPlanningStandIn):
+        name = "cpu"
+        runs_images = False
+
+    assert pipeline.plan(Runs()).partitions
+    with pytest.raises(SpecError, match=GPU_IMAGES_SWITCH):
+        pipeline.plan(DoesNot())
 
 
 def test_the_cpu_backend_needs_no_switch(tmp_path):

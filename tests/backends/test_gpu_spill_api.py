@@ -142,7 +142,7 @@ def _arrow_names(arrow_type):
 
 @pytest.mark.parametrize("writer", ["shard", "spill"])
 def test_both_writers_name_nested_children_as_the_cpu_writes_them(tmp_path, writer):
-    """The shard writer (GpuShardWriter: from the pipeline's schema) and the spill writer
+    """The shard writer (GpuShardEncoder: from the pipeline's schema) and the spill writer
     (write_spill: from the cuDF dtypes) name every struct field and list element in libcudf's
     writer metadata as the CPU's Parquet reads back: an unnamed struct field would be written
     with an empty name, a different Arrow schema from the CPU backend's."""
@@ -150,7 +150,8 @@ def test_both_writers_name_nested_children_as_the_cpu_writes_them(tmp_path, writ
     import pyarrow.parquet as pq
     import pylibcudf as plc
 
-    from gpuetl.backends.shard_writer import ShardWriter
+    from gpuetl.backends.host_parquet import HostShardEncoder
+    from gpuetl.sinks.shard_writer import ShardWriter
     from gpuetl.types import arrow_schema
 
     schema = arrow_schema(NESTED_SCHEMA)
@@ -170,7 +171,8 @@ def test_both_writers_name_nested_children_as_the_cpu_writes_them(tmp_path, writ
     class Task:
         relpath, split_name = "shard.parquet", "train"
 
-    cpu = ShardWriter(str(tmp_path / "cpu" / "shard.parquet"), NESTED_SCHEMA, Options(), Task())
+    cpu = ShardWriter(str(tmp_path / "cpu" / "shard.parquet"), NESTED_SCHEMA, Options(), Task(),
+                      HostShardEncoder(NESTED_SCHEMA, "none"))
     cpu.close()
     written = pq.read_schema(tmp_path / "cpu" / "shard.parquet")
     assert [c.get_name() for c in meta.column_metadata] == written.names
@@ -234,7 +236,7 @@ def test_binary_columns_are_written_as_binary_not_utf8():
     """libcudf holds a `binary` column (image bytes, the quarantine's `_raw`) as a strings column
     and annotates it UTF8 unless its metadata says `set_output_as_binary`: the shard's schema
     would say `string` where the CPU's says `binary`, and reading image bytes back as text fails.
-    Both writers' metadata (writer_metadata: GpuShardWriter and the spill piece) mark every binary
+    Both writers' metadata (writer_metadata: GpuShardEncoder and the spill piece) mark every binary
     column and nested binary child, and nothing else."""
     import pylibcudf as plc
 

@@ -1,11 +1,19 @@
-"""The shard writer: dictionary encoding only where values repeat, decided from the rows alone."""
+"""The shard writer (sinks/shard_writer.py with the host's encoder) and the sink's Parquet policy
+(sinks/parquet_policy.py): dictionary encoding only where values repeat, decided from the rows
+alone; row groups sized from the shard's first rows."""
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpuetl.backends.shard_writer import ShardWriter, dictionary_columns
+from gpuetl.backends.host_parquet import HostShardEncoder
+from gpuetl.sinks import shard_writer
 from gpuetl.sinks.parquet import ShardTask, WriteOptions, sha256_of
+from gpuetl.sinks.parquet_policy import dictionary_columns
+
+
+def ShardWriter(path, schema, options, task):
+    return shard_writer.ShardWriter(path, schema, options, task, HostShardEncoder(schema, options.compression))
 
 
 def _table(n):
@@ -42,7 +50,7 @@ def test_wide_text_and_binary_values_are_not_judged_even_when_they_repeat():
                       "short": pa.array([b"ab", b"cd"] * (n // 2), pa.binary())})
     assert dictionary_columns(table) == ["label", "short"]
     # at the limit: a value of exactly WIDE_VALUE_BYTES on average is still judged
-    from gpuetl.backends.shard_writer import WIDE_VALUE_BYTES
+    from gpuetl.sinks.parquet_policy import WIDE_VALUE_BYTES
     edge = pa.table({"v": pa.array([b"a" * WIDE_VALUE_BYTES, b"b" * WIDE_VALUE_BYTES] * 50, pa.binary())})
     assert dictionary_columns(edge) == ["v"]
 
@@ -91,9 +99,9 @@ def test_without_options_wide_rows_get_row_groups_of_about_the_default_bytes(tmp
     """Images: 131,072 rows a group would be gigabytes held before the first write. With no
     sink option the group is kept to about DEFAULT_ROW_GROUP_BYTES, judged on the first 1,024
     rows; written while later rows arrive, and the same bytes however the rows arrive."""
-    from gpuetl.backends import shard_writer
+    from gpuetl.sinks import parquet_policy
 
-    monkeypatch.setattr(shard_writer, "DEFAULT_ROW_GROUP_BYTES", 1 << 20)      # 1 MiB: a small test
+    monkeypatch.setattr(parquet_policy, "DEFAULT_ROW_GROUP_BYTES", 1 << 20)      # 1 MiB: a small test
     table = _wide_table(3_000, 10_000)
     result, written = _write(tmp_path / "a.parquet", table, WriteOptions("none", None, None), 250)
     meta = pq.ParquetFile(tmp_path / "a.parquet").metadata
@@ -116,9 +124,9 @@ def test_without_options_narrow_rows_keep_the_default_row_count(tmp_path):
 
 
 def test_a_shard_shorter_than_the_sample_is_judged_on_its_rows(tmp_path, monkeypatch):
-    from gpuetl.backends import shard_writer
+    from gpuetl.sinks import parquet_policy
 
-    monkeypatch.setattr(shard_writer, "DEFAULT_ROW_GROUP_BYTES", 1 << 20)
+    monkeypatch.setattr(parquet_policy, "DEFAULT_ROW_GROUP_BYTES", 1 << 20)
     table = _wide_table(300, 10_000)
     result, written = _write(tmp_path / "s.parquet", table, WriteOptions("none", None, None), 100)
     assert written == [0, 0, 0]                   # not judged before close: fewer than 1,024 rows

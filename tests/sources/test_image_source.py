@@ -189,6 +189,7 @@ def test_the_gpu_backend_is_refused_with_a_clear_message(tmp_path):
     class NotCpu:
         name = "gpu"
         images_on_gpu = False
+        runs_images = False
 
     with pytest.raises(SpecError, match="--backend cpu|CPU backend"):
         Pipeline.from_dict(image_spec(), base_dir=tmp_path).plan(NotCpu())

@@ -87,6 +87,9 @@ SCHEMA = {
 }
 
 
+CPU = CpuBackend()
+
+
 def ev(text, df, backend=None):
     return parse_expression(text).evaluate(df, backend=backend or CountingBackend())
 
@@ -126,7 +129,7 @@ def test_expr_pickles_for_dask(df):
     e = parse_expression("hour(time) + 1")
     e2 = pickle.loads(pickle.dumps(e))
     assert e2 == e
-    assert values(e2.evaluate(df)) == [6, 24, None, 1, 13]
+    assert values(e2.evaluate(df, CPU)) == [6, 24, None, 1, 13]
 
 
 def test_functions_table_is_documented():
@@ -154,7 +157,7 @@ def test_functions_table_is_documented():
 def test_comparison_and_in(df, backend):
     r = ev("status >= 200 and method in ['GET', 'post']", df, backend)
     assert values(r) == [True, True, None, False, False]
-    assert parse_expression("status >= 200 and method in ['GET', 'post']").evaluate_predicate(df).tolist() == [
+    assert parse_expression("status >= 200 and method in ['GET', 'post']").evaluate_predicate(df, CPU).tolist() == [
         True, True, False, False, False,
     ]
 
@@ -171,7 +174,7 @@ def test_literal_on_left(df):
 
 
 def test_not_in_with_nulls(df):
-    r = parse_expression("status not in [200, 500]").evaluate_predicate(df)
+    r = parse_expression("status not in [200, 500]").evaluate_predicate(df, CPU)
     # null status -> null -> filtered out (SQL semantics)
     assert r.tolist() == [False, True, False, False, True]
     assert r.dtype == bool
@@ -190,13 +193,13 @@ def test_null_checks(df):
 
 
 def test_null_comparisons_are_false_in_filter(df):
-    p = parse_expression("status != 200").evaluate_predicate(df)
+    p = parse_expression("status != 200").evaluate_predicate(df, CPU)
     assert p.tolist() == [False, True, True, False, True]
-    p = parse_expression("lat != 1.5").evaluate_predicate(df)
+    p = parse_expression("lat != 1.5").evaluate_predicate(df, CPU)
     assert p.tolist() == [False, True, False, True, True]
-    p = parse_expression("path != '/a/b'").evaluate_predicate(df)  # default str dtype, NaN nulls
+    p = parse_expression("path != '/a/b'").evaluate_predicate(df, CPU)  # default str dtype, NaN nulls
     assert p.tolist() == [False, True, False, True, True]
-    p = parse_expression("not (status > 300)").evaluate_predicate(df)
+    p = parse_expression("not (status > 300)").evaluate_predicate(df, CPU)
     assert p.tolist() == [True, False, False, False, False]
 
 
@@ -316,8 +319,8 @@ def test_hash_uses_backend(df, backend):
     assert bucket.dtype == bool and len(bucket) == len(df)
 
 
-def test_hash_default_backend_is_the_cpu_backend(df):
-    r = parse_expression("hash(path)").evaluate(df)
+def test_hash_on_the_cpu_backend_is_its_hash64(df):
+    r = parse_expression("hash(path)").evaluate(df, CPU)
     assert type_of(r) == "uint64" and len(r) == len(df)
     assert r.tolist() == CpuBackend().hash64([df["path"]], 0).tolist()
 
@@ -336,8 +339,8 @@ def test_hash_equals_the_backends_hash64(df, text, columns, seed):
 
 def test_works_on_plain_numpy_and_str_dtypes():
     d = pd.DataFrame({"a": [1, 2, 3], "s": ["x", "yy", "zzz"]})
-    assert parse_expression("a > 1 and len(s) < 3").evaluate_predicate(d).tolist() == [False, True, False]
-    assert parse_expression("a * 2").evaluate(d).tolist() == [2, 4, 6]
+    assert parse_expression("a > 1 and len(s) < 3").evaluate_predicate(d, CPU).tolist() == [False, True, False]
+    assert parse_expression("a * 2").evaluate(d, CPU).tolist() == [2, 4, 6]
 
 
 def test_evaluate_non_default_index(df):
@@ -411,7 +414,7 @@ def test_unknown_column_has_hint():
 
 def test_unknown_column_at_evaluate(df):
     with pytest.raises(ExprTypeError, match="unknown column 'pth'.*did you mean 'path'"):
-        parse_expression("len(pth)").evaluate(df)
+        parse_expression("len(pth)").evaluate(df, CPU)
 
 
 @pytest.mark.parametrize(
@@ -460,7 +463,7 @@ def test_check_predicate():
 
 def test_evaluate_predicate_requires_bool(df):
     with pytest.raises(ExprTypeError):
-        parse_expression("code + 1").evaluate_predicate(df)
+        parse_expression("code + 1").evaluate_predicate(df, CPU)
 
 
 def test_unsupported_schema_type():
@@ -731,3 +734,25 @@ def test_case_and_white_space_have_one_meaning():
     assert values(ev("lower(s)", df)) == ["istanbul", "straße", "ﬁle", "\u3000 x\u00a0", "\x01x\x1f", None]
     assert values(ev("upper(s)", df))[:3] == ["İSTANBUL", "STRAẞE", "ﬁLE"]
     assert values(ev("strip(s)", df))[3:] == ["x", "\x01x", None]
+
+
+def test_the_language_is_handed_its_backend_and_builds_none():
+    """No module of gpuetl/expr imports a backend (an import inside a function counts): the
+    frame's backend is an argument of evaluate and evaluate_predicate, never a default."""
+    import ast
+
+    import gpuetl.expr
+
+    folder = Path(gpuetl.expr.__file__).parent
+    imported = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                imported.add("." * node.level + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+    assert not [m for m in imported if "backends" in m.split(".")], sorted(imported)
+    df = pd.DataFrame({"a": [1, 2]})
+    with pytest.raises(TypeError):
+        parse_expression("a > 1").evaluate_predicate(df)
+    assert parse_expression("a > 1").evaluate_predicate(df, CPU).tolist() == [False, True]

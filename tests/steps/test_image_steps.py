@@ -367,3 +367,47 @@ def test_jpeg_encode_is_turbojpeg_420_below_95_and_444_from_95():
         assert out == cpu_images.encode(memoryview(rgb.tobytes()), 48, 32, 3, "jpeg", quality)   # deterministic
     grey = cpu_images.encode(rgb[:, :, 0].tobytes(), 48, 32, 1, "jpeg", 90)
     assert Image.open(io.BytesIO(grey)).mode == "L"
+
+
+def test_image_steps_call_the_backends_typed_methods_and_import_no_backend():
+    """Each image step hands its parameters to one typed method of the backend (no step name
+    passed as a string, no None meaning "do it yourself"), and steps/images.py imports no
+    backend module (an import inside a function counts)."""
+    import ast
+    import inspect
+
+    import pandas as pd
+
+    from gpuetl.backends.base import Backend
+    from gpuetl.backends.cpu import CpuBackend
+    from gpuetl.steps import images
+
+    imported = set()
+    for node in ast.walk(ast.parse(inspect.getsource(images))):
+        if isinstance(node, ast.ImportFrom):
+            imported.add("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+    assert not [m for m in imported if "backends" in m.split(".")], sorted(imported)
+    methods = ["decode_images", "resize_images", "center_crop_images", "convert_images", "encode_images",
+               "phash_images"]
+    assert set(methods) <= Backend.__abstractmethods__ and not hasattr(Backend, "image_step")
+
+    calls = []
+
+    class Recording(CpuBackend):
+        pass
+
+    for name in methods:
+        setattr(Recording, name, lambda self, df, *args, _name=name, **kwargs: calls.append((_name, args, kwargs))
+                or (df, None, None))
+    df = pd.DataFrame({"image": [b"x"]})
+    steps = [images.Decode.from_raw({"mode": "L"}), images.Resize.from_raw({"size": [8, 6], "mode": "fill"}),
+             images.CenterCrop.from_raw(4), images.Convert.from_raw("RGB"), images.Encode.from_raw("png"),
+             images.Phash.from_raw({"column": "h"})]
+    for step in steps:
+        assert step.quarantine(df, Recording()) == (df, None, None)
+    assert calls == [("decode_images", ("L",), {"resize_to": None, "draft_for": None}),
+                     ("resize_images", ("fill", 8, 6, "bicubic"), {}), ("center_crop_images", (4, 4), {}),
+                     ("convert_images", ("RGB",), {}), ("encode_images", ("png", 90), {}),
+                     ("phash_images", ("h",), {})]
