@@ -48,6 +48,6 @@ def test_a_section_that_does_not_fit_the_budget_is_skipped_and_says_so(tmp_path)
     out = tmp_path / "out"
     assert check.main(["--smoke", "--tests", "", "--budget", "1", "--out", str(out), "--data", str(tmp_path)]) == 1
     written = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
-    assert set(written) == {"00_machine", "02_inputs"}
+    assert set(written) == {"00_machine", "00_setup", "02_inputs"}
     assert written["02_inputs"]["skipped"].startswith("needs about")
     assert not (tmp_path / "out" / "04_gpu_100KB.json").exists()
