@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NEEDS = ROOT / "gpu" / "device-needs.txt"
 IMAGE = ROOT / "gpu" / "device-image.txt"
 sys.path.insert(0, str(ROOT / "gpu"))
-from stage import PLATFORMS, normalize, requirements  # noqa: E402  (gpu/ is scripts, not a package)
+from stage import PLATFORMS, download_failed, normalize, requirements  # noqa: E402  (gpu/ is scripts, not a package)
 
 
 def run(step: str, cmd: list[str], env: dict | None = None, timings: dict | None = None,
@@ -74,8 +74,11 @@ def build(python: str, venv: Path, timings: dict) -> Path:
         return py
     run("venv", [python, "-m", "venv", "--clear", str(venv)], timings=timings)
     files = ["-r", str(NEEDS), "-r", str(IMAGE)]
-    run("download (pip's cache reused)", [str(py), "-m", "pip", "download", "-q", "--only-binary=:all:",
-                                          "-d", str(wheels), *files], timings=timings)
+    try:
+        run("download (pip's cache reused)", [str(py), "-m", "pip", "download", "-q", "--only-binary=:all:",
+                                              "-d", str(wheels), *files], timings=timings)
+    except SystemExit as err:
+        download_failed(ROOT / ".device", f"the rehearsal's download failed: {err}")
     run("install --no-index", [str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
                                *files], timings=timings)
     stamp.write_text(stamp_of(version))
