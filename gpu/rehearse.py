@@ -9,7 +9,9 @@ cheap) and installed with `pip install --no-index` from there, and then, with
 RAPIDS_NO_INITIALIZE=1 and the repository on PYTHONPATH as on the device:
 
 1. checks the venv holds nothing the two files do not name (`pip check`, and no package pulled
-   in that neither file lists);
+   in that neither file lists). The layout is the device's: the image's packages in the venv,
+   the needs installed over them with `--no-deps --target .venv-rehearsal/site`, which is put
+   in front on PYTHONPATH as install.sh puts /tmp/site;
 2. imports every gpuetl module;
 3. collects every `gpu`-marked test: zero collection errors;
 4. runs the `gpu_api` tier;
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -37,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NEEDS = ROOT / "gpu" / "device-needs.txt"
 IMAGE = ROOT / "gpu" / "device-image.txt"
 sys.path.insert(0, str(ROOT / "gpu"))
-from stage import PLATFORMS, download_failed, normalize, requirements  # noqa: E402  (gpu/ is scripts, not a package)
+from stage import PLATFORMS, SITECUSTOMIZE, download_failed, normalize, requirements  # noqa: E402  (gpu/ is scripts, not a package)
 
 
 def run(step: str, cmd: list[str], env: dict | None = None, timings: dict | None = None,
@@ -58,7 +61,7 @@ def run(step: str, cmd: list[str], env: dict | None = None, timings: dict | None
 
 
 def stamp_of(python: str) -> str:
-    return hashlib.sha256(NEEDS.read_bytes() + IMAGE.read_bytes() + python.encode()).hexdigest()
+    return hashlib.sha256(NEEDS.read_bytes() + IMAGE.read_bytes() + python.encode() + b"overlay").hexdigest()
 
 
 def build(python: str, venv: Path, timings: dict) -> Path:
@@ -79,10 +82,28 @@ def build(python: str, venv: Path, timings: dict) -> Path:
                                               "-d", str(wheels), *files], timings=timings)
     except SystemExit as err:
         download_failed(ROOT / ".device", f"the rehearsal's download failed: {err}")
-    run("install --no-index", [str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
-                               *files], timings=timings)
+    # as on the device: the image's packages in the interpreter's site-packages, what is carried
+    # installed over them with --no-deps --target and put in front on PYTHONPATH (install.sh)
+    run("install the image's packages --no-index", [str(py), "-m", "pip", "install", "-q", "--no-index",
+                                                    "--find-links", str(wheels), "-r", str(IMAGE)], timings=timings)
+    run("install the needs --no-index --no-deps --target", [
+        str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--find-links", str(wheels),
+        "--target", str(overlay(venv)), "-r", str(NEEDS)], timings=timings)
+    (overlay(venv) / "sitecustomize.py").write_text(SITECUSTOMIZE)        # as install.sh writes it
     stamp.write_text(stamp_of(version))
     return py
+
+
+def overlay(venv: Path) -> Path:
+    """The rehearsal's /tmp/site: the carried wheels, in front of the image's packages."""
+    return venv / "site"
+
+
+def device_env(py: Path) -> dict:
+    env = {**os.environ, "RAPIDS_NO_INITIALIZE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": f"{ROOT}:{overlay(py.parent.parent)}"}
+    env.pop("VIRTUAL_ENV", None)
+    return env
 
 
 def closed(py: Path, timings: dict) -> None:
@@ -91,13 +112,14 @@ def closed(py: Path, timings: dict) -> None:
                              capture_output=True, text=True, check=True).stdout.strip()
     listed = {name for path in (NEEDS, IMAGE) for name, _ in requirements(path, version)}
     listed |= {"pip", "setuptools", "wheel"}
-    freeze = run("pip list", [str(py), "-m", "pip", "list", "--format=freeze"], timings=timings).stdout
+    env = device_env(py)
+    freeze = run("pip list", [str(py), "-m", "pip", "list", "--format=freeze"], env, timings).stdout
     have = {normalize(line.split("==")[0]) for line in freeze.splitlines() if "==" in line}
     extra, missing = sorted(have - listed), sorted(listed - have - {"pip", "setuptools", "wheel"})
     if extra or missing:
         raise SystemExit(f"rehearsal FAILED: the venv holds {extra} that neither gpu/device-needs.txt nor "
                          f"gpu/device-image.txt names, and lacks {missing}")
-    run("pip check", [str(py), "-m", "pip", "check"], timings=timings)
+    run("pip check", [str(py), "-m", "pip", "check"], env, timings)
 
 
 IMPORT_ALL = """
@@ -127,8 +149,7 @@ def no_collection_errors(proc: subprocess.CompletedProcess) -> bool:
 
 
 def checks(py: Path, timings: dict) -> None:
-    env = {**os.environ, "RAPIDS_NO_INITIALIZE": "1", "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
-    env.pop("VIRTUAL_ENV", None)
+    env = device_env(py)
     run("import every gpuetl module", [str(py), "-c", IMPORT_ALL], env, timings)
     run("collect the gpu tests", [str(py), "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                                   "-m", "gpu", "tests"], env, timings, check=no_collection_errors)
@@ -155,15 +176,30 @@ def measure_install(python: str, timings: dict) -> float | None:
     """Seconds the device's install (install.sh: --no-index --no-deps --target) takes here, for
     the staged wheels, where this Python can install them (pip installs any wheel with --target
     when told its platform; the device's are cp312)."""
-    wheels = sorted((ROOT / ".device" / "wheels").glob("*.whl"))
-    if not wheels:
+    parts = sorted((ROOT / ".device" / "parts").glob("p*/part*"))
+    if not parts:
         return None
     target = ROOT / ".device" / "install-measure"
     subprocess.run(["rm", "-rf", str(target)], check=True)
-    cmd = [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
-           "--target", str(target), "--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:",
-           *[a for p in PLATFORMS for a in ("--platform", p)], *map(str, wheels)]
+    (target / "whl").mkdir(parents=True)
     started = time.perf_counter()
+    # install.sh's join, check and unpack, then its pip install
+    digest = hashlib.sha256()
+    with open(target / "stage.tar", "wb") as joined:
+        for part in parts:
+            data = part.read_bytes()
+            digest.update(data)
+            joined.write(data)
+    staged = json.loads((ROOT / ".device" / "parts" / "plan.json").read_text())
+    if digest.hexdigest() != staged["sha256"]:
+        raise SystemExit("rehearsal FAILED: the staged parts do not join to the tar stage.py packed")
+    subprocess.run(["tar", "xf", str(target / "stage.tar"), "-C", str(target / "whl")], check=True)
+    (target / "stage.tar").unlink()
+    wheels = sorted((target / "whl").glob("*.whl"))
+    joined_seconds = time.perf_counter() - started
+    cmd = [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
+           "--target", str(target / "site"), "--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:",
+           *[a for p in PLATFORMS for a in ("--platform", p)], *map(str, wheels)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     subprocess.run(["rm", "-rf", str(target)], check=True)
@@ -171,7 +207,8 @@ def measure_install(python: str, timings: dict) -> float | None:
         print(f"rehearsal: the staged install could not be measured here ({proc.stderr.strip()[-300:]})")
         return None
     timings["install the staged wheels (--target)"] = seconds
-    print(f"rehearsal: the staged wheels install in {seconds:.1f} s here (--no-deps --target)", flush=True)
+    print(f"rehearsal: the staged parts install in {seconds:.1f} s here (joined, checked and unpacked in "
+          f"{joined_seconds:.1f} s, then pip install --no-deps --target)", flush=True)
     return seconds
 
 

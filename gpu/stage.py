@@ -142,10 +142,24 @@ cat /tmp/stage/part* > /tmp/stage.tar
 echo "{sha256}  /tmp/stage.tar" | sha256sum -c --quiet -
 tar xf /tmp/stage.tar -C /tmp/whl && rm -f /tmp/stage.tar
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site /tmp/whl/*.whl
+cat > /tmp/site/sitecustomize.py <<'PY'
+{sitecustomize}PY
 export PYTHONPATH=$PWD:/tmp/site${{PYTHONPATH:+:$PYTHONPATH}}
 # what the image has, for the record (device-image.txt lists some without a version)
-python3 -m pip list --format=freeze > "${{OUT:-/tmp}}/device-image-seen.txt" 2>/dev/null || true
+PYTHONPATH= python3 -m pip list --format=freeze > "${{OUT:-/tmp}}/device-image-seen.txt" 2>/dev/null || true
 python3 -c "import cudf, dask_cudf, dask_cuda, kvikio; print('RAPIDS ready: cudf', cudf.__version__, 'kvikio', kvikio.__version__)"
+"""
+
+
+# A folder on PYTHONPATH is not a site folder: its .pth files are not read. numba-cuda's is
+# (`_numba_cuda_redirector.pth`: without it `numba.cuda` is numba's own old CUDA target, and cuDF
+# fails to import), so the carried folder gets this sitecustomize, which Python imports at start
+# from the front of sys.path: it reads the folder's .pth files (addsitedir does not add the folder
+# twice, so the carried packages stay in front of the image's).
+SITECUSTOMIZE = """import os
+import site
+
+site.addsitedir(os.path.dirname(os.path.abspath(__file__)))
 """
 
 
@@ -169,7 +183,8 @@ def pack(wheels: list[Path], parts_dir: Path, part_size: int) -> dict:
     tar_path.unlink()
     last = f"p{len(sizes) - 1:02d}"
     install = parts_dir / last / "install.sh"
-    install.write_text(INSTALL.format(last=last, parts=len(sizes), sha256=digest.hexdigest()))
+    install.write_text(INSTALL.format(last=last, parts=len(sizes), sha256=digest.hexdigest(),
+                                      sitecustomize=SITECUSTOMIZE))
     install.chmod(0o755)
     plan = {"parts": [{"folder": f"p{i:02d}", "bytes": n} for i, n in enumerate(sizes)],
             "part_size": part_size, "wheels": len(wheels),

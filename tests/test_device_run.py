@@ -155,3 +155,32 @@ def test_a_plan_that_cannot_fit_says_so_and_names_the_sections_it_skips():
     assert plan["skipped"][-1] == "09_images" and "02_inputs" not in plan["skipped"]
     assert plan["tests_timeout"] == check.MIN_TESTS_TIMEOUT
     assert plan["staging_seconds"] + 60 + sum(plan["sections"].values()) <= check.PLAN_SECONDS
+
+
+def test_the_carried_folder_reads_its_pth_files_and_stays_in_front(tmp_path):
+    """On the device the carried wheels are a --target folder on PYTHONPATH, where Python reads no
+    .pth file; numba-cuda's (`_numba_cuda_redirector.pth`) must be read or cuDF fails to import
+    (`numba.cuda.core` missing). install.sh writes stage.SITECUSTOMIZE into the folder, and the
+    rehearsal does the same."""
+    import os
+    import subprocess
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "marker_hook.pth").write_text("import os; os.environ['GPUETL_PTH_READ'] = '1'\n")
+    probe = "import os, sys; print(os.environ.get('GPUETL_PTH_READ'), sys.path.index(%r), sys.path.count(%r))" % (
+        str(site), str(site))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    env.pop("GPUETL_PTH_READ", None)
+    without = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert without.stdout.split()[0] == "None"
+    (site / "sitecustomize.py").write_text(stage.SITECUSTOMIZE)
+    read, index, count = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                                        check=True).stdout.split()
+    assert read == "1" and count == "1" and int(index) <= 1       # read, and still in front, once
+    wheels = [tmp_path / "w" / "pkg-1.0-py3-none-any.whl"]
+    wheels[0].parent.mkdir()
+    wheels[0].write_bytes(b"x" * 100)
+    plan = stage.pack(wheels, tmp_path / "parts", part_size=1 << 20)
+    install = (tmp_path / "parts" / plan["parts"][-1]["folder"] / "install.sh").read_text()
+    assert "cat > /tmp/site/sitecustomize.py" in install and stage.SITECUSTOMIZE in install
