@@ -34,7 +34,7 @@ DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml", "cupy": "cupy-cuda13x", "cupy
                 "cvcuda": "cvcuda-cu13", "dateutil": "python-dateutil", "_pytest": "pytest"}
 # modules of the repository itself that tests import by their top-level name
 LOCAL = {"gpuetl", "conftest", "hostile", "imagedata", "objectstore_server", "peak_memory", "textdata",
-         "watched_logs", "gallery"}
+         "watched_logs", "gallery", "loaderdata"}
 
 
 def _imports(path: Path, top_level_only: bool) -> set[str]:
@@ -89,11 +89,12 @@ def test_needs_are_exact_pins_and_agree_with_the_gpu_extra():
 
 
 def test_the_rehearsal_reads_the_same_files_for_its_python():
-    """The rehearsal venv (Python 3.11) installs the same names; only a marker may change a pin
-    (numpy 2.5 needs Python 3.12: the rehearsal stands in with 2.4)."""
+    """The rehearsal venv (Python 3.11) installs the same names at the same pins, but for dask's
+    backports before 3.12 and the image's torch (its tests skip without it)."""
     device = _device_packages("3.12.3")
     rehearsal = _device_packages("3.11.7")
-    assert set(device[1]) == set(rehearsal[1])
+    assert set(device[1]) - set(rehearsal[1]) == {"torch"}       # the image's, too large to rehearse with
+    assert set(rehearsal[1]) <= set(device[1])
     assert set(device[0]) - set(rehearsal[0]) == set()
     assert set(rehearsal[0]) - set(device[0]) <= {"importlib-metadata", "lazy-importer"}   # dask's, before 3.12
     assert {k: v for k, v in device[0].items()} == {k: v for k, v in rehearsal[0].items() if k in device[0]}
