@@ -84,16 +84,25 @@ def label(size: int) -> str:
 
 
 class Report:
-    """Sections written as they finish: <out>/<name>.json."""
+    """Sections written as they finish: <out>/<name>.json; with `single`, every section so far in
+    one file, <out>/gpu_check.json, rewritten as each finishes (the device tool brings back at
+    most 8 files from $OUT, and the check writes more sections than that)."""
 
-    def __init__(self, out: Path):
-        self.out = out
+    SINGLE = "gpu_check.json"
+
+    def __init__(self, out: Path, single: bool = False):
+        self.out, self.single = out, single
         out.mkdir(parents=True, exist_ok=True)
         self.sections: dict[str, dict] = {}
 
     def write(self, name: str, data: dict) -> dict:
         self.sections[name] = data
-        (self.out / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))
+        if self.single:
+            tmp = self.out / f".{self.SINGLE}.tmp"
+            tmp.write_text(json.dumps(self.sections, indent=2, default=str))
+            tmp.replace(self.out / self.SINGLE)
+        else:
+            (self.out / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))
         status = "ERROR " + str(data["error"]).strip().splitlines()[-1][:120] if "error" in data else "ok"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {status}", flush=True)
         return data
@@ -601,7 +610,7 @@ def last_call_command(last: str, plan: dict) -> str:
     """The check call: install, then this script with --budget set from what the install left."""
     cap = plan["check_budget"] + int(plan["install_seconds"])
     return (f"t0=$SECONDS; . .device/parts/{last}/install.sh && PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py "
-            f"--out $OUT --budget $(({cap} - (SECONDS - t0))) --timeout {plan['tests_timeout']}")
+            f"--out $OUT --single-file --budget $(({cap} - (SECONDS - t0))) --timeout {plan['tests_timeout']}")
 
 
 def print_plan(staged: dict, install_seconds: float | None) -> dict:
@@ -669,6 +678,8 @@ def main(argv=None) -> int:
     ap.add_argument("--records-size", default="128MB", help="JSON lines and CSV files for the record readers' section")
     ap.add_argument("--images", type=int, default=10_000, help="photos generated for 09_images (0: skip it)")
     ap.add_argument("--image-copies", type=int, default=10, help="times the photos are listed (09_images)")
+    ap.add_argument("--single-file", action="store_true",
+                    help="every section in <out>/gpu_check.json (the device call: at most 8 files come back)")
     ap.add_argument("--strict-setup", action="store_true",
                     help="with --smoke: a package a section's GPU set-up imports must be installed (the rehearsal)")
     ap.add_argument("--plan", default=None, metavar="PLAN_JSON",
@@ -687,7 +698,7 @@ def main(argv=None) -> int:
         sizes, compare = [size_of(x) for x in args.sizes.split(",") if x], size_of(args.compare_size)
         records, n_images, copies = size_of(args.records_size), args.images, args.image_copies
     out = Path(args.out or os.environ.get("OUT") or HERE / "results" / "gpu_check")
-    report = Report(out)
+    report = Report(out, single=args.single_file)
     budget = Budget(args.budget, report)
     plan = estimates(sizes, compare, records, n_images, copies, args.timeout)
     report.write("00_machine", {**machine(), "backend": backend, "sizes": sizes, "compare_size": compare,

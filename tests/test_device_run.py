@@ -148,6 +148,17 @@ def test_the_device_plan_fits_in_twelve_minutes_and_gives_the_check_what_the_ins
     command = check.last_call_command("p13", plan)
     assert f"--budget $(({plan['check_budget'] + 60} - (SECONDS - t0)))" in command
     assert command.startswith("t0=$SECONDS; . .device/parts/p13/install.sh && ") and len(command) < 2000
+    assert "--single-file" in command        # at most 8 files come back from $OUT
+
+
+def test_the_check_call_brings_every_section_back_in_one_file(tmp_path):
+    """The device tool returns at most 8 files from $OUT; the check writes a dozen sections."""
+    report = check.Report(tmp_path, single=True)
+    for i in range(12):
+        report.write(f"{i:02d}_section", {"n": i})
+    assert [p.name for p in tmp_path.iterdir()] == ["gpu_check.json"]
+    import json
+    assert json.loads((tmp_path / "gpu_check.json").read_text()) == {f"{i:02d}_section": {"n": i} for i in range(12)}
 
 
 def test_a_plan_that_cannot_fit_says_so_and_names_the_sections_it_skips():
