@@ -630,7 +630,7 @@ def print_plan(staged: dict, install_seconds: float | None) -> dict:
         lines.append(f"    run(carry=['.device/parts/{part['folder']}'], command='mkdir -p /tmp/stage && "
                      f"cp .device/parts/{part['folder']}/part* /tmp/stage/')")
     lines.append(f"  install   {plan['install_seconds']:.0f} s "
-                 + ("(measured here: pip install --no-deps --target of the staged wheels)"
+                 + ("(measured here: install.sh's join, SHA-256 check, unpack and pip install --no-deps --target of the parts)"
                     if install_seconds is not None else "(ESTIMATE: not measured here)"))
     lines.append(f"  check     --budget {plan['check_budget']} s (what is left after the install, in the call "
                  f"and in the 12 minutes), --timeout {plan['tests_timeout']} s for the tests:")
