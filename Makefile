@@ -44,6 +44,22 @@ test-fast: venv
 bench: venv
 	$(BIN)/python benchmarks/bench_access_logs.py
 
+# The device run rehearsed here (docs/gpu.md, "On a lent GPU"): gpu/stage.py downloads what the
+# lent machine needs beyond its image (gpu/device-needs.txt) for its Python 3.12 and cuts it into
+# parts one call can carry (.device/parts, git-ignored); gpu/rehearse.py builds .venv-rehearsal
+# from only the image's packages (gpu/device-image.txt) and the same pins (downloaded first,
+# installed with --no-index), imports every module, collects the gpu tests, runs the gpu_api
+# tier, plans every pipeline for the GPU, runs gpu_check.py --smoke and prints the device plan.
+# `rm -rf .venv-rehearsal .device` starts it afresh.
+.PHONY: gpu-stage gpu-rehearsal
+REHEARSAL_PYTHON ?= python3.11
+
+gpu-stage:
+	$(PYTHON) gpu/stage.py
+
+gpu-rehearsal: gpu-stage
+	$(PYTHON) gpu/rehearse.py --python $(REHEARSAL_PYTHON)
+
 # The GPU code checked without a GPU: the real RAPIDS extra (~3.7 GB) in its own cached venv,
 # then the tests that need RAPIDS importable but no device (regexes compile in libcudf, the
 # backend's RAPIDS calls exist and take the keywords used).

@@ -42,8 +42,16 @@ image wheels of the gpu extra: nvidia-nvimgcodec-cu13 with nvidia-nvjpeg, and cv
 (benchmarks/README.md, staging); 09_images reports what it found (image_libraries).
 
 --smoke runs every section on the CPU backend at a tiny size with a plain host read for the
-bandwidth section, so the script itself is tested in `make test` (tests/test_gpu_check.py) and
-cannot fail on first contact with a GPU. Not imported by the package.
+bandwidth section, so the script itself is tested in `make test` (tests/backends/test_gpu_check.py)
+and cannot fail on first contact with a GPU. It also walks each section's GPU set-up without a
+device (00_setup.json: every `gpu` test collected with no error, the read's, the cluster's, the
+records' and the images' libraries importable and gpuetl's LocalCUDACluster arguments taken);
+`make gpu-rehearsal` runs it in a venv of the device's packages alone. Not imported by the package.
+
+    python3 benchmarks/gpu_check.py --plan .device/parts/plan.json --install-seconds 40
+
+prints the device plan (device_plan(): the staging calls, the install, each section's estimate,
+the --budget and --timeout of the check call) for the parts gpu/stage.py wrote.
 """
 
 from __future__ import annotations
@@ -77,16 +85,25 @@ def label(size: int) -> str:
 
 
 class Report:
-    """Sections written as they finish: <out>/<name>.json."""
+    """Sections written as they finish: <out>/<name>.json; with `single`, every section so far in
+    one file, <out>/gpu_check.json, rewritten as each finishes (the device tool brings back at
+    most 8 files from $OUT, and the check writes more sections than that)."""
 
-    def __init__(self, out: Path):
-        self.out = out
+    SINGLE = "gpu_check.json"
+
+    def __init__(self, out: Path, single: bool = False):
+        self.out, self.single = out, single
         out.mkdir(parents=True, exist_ok=True)
         self.sections: dict[str, dict] = {}
 
     def write(self, name: str, data: dict) -> dict:
         self.sections[name] = data
-        (self.out / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))
+        if self.single:
+            tmp = self.out / f".{self.SINGLE}.tmp"
+            tmp.write_text(json.dumps(self.sections, indent=2, default=str))
+            tmp.replace(self.out / self.SINGLE)
+        else:
+            (self.out / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))
         status = "ERROR " + str(data["error"]).strip().splitlines()[-1][:120] if "error" in data else "ok"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {status}", flush=True)
         return data
@@ -420,6 +437,72 @@ def pixels_stayed_on_device(image_bytes: dict[str, int]) -> bool:
     return set(image_bytes) <= {gpu_images.SENT_CONTROL, gpu_images.SENT_FILE_BYTES, gpu_images.SENT_ENCODED}
 
 
+def _importable(name: str) -> str:
+    """'ok', 'MISSING: ...' (not installed: would fail on the device too) or 'needs a device: ...'
+    (installed, but its import wants a driver this machine does not have)."""
+    import importlib
+
+    try:
+        importlib.import_module(name)
+        return "ok"
+    except ModuleNotFoundError as err:
+        return f"MISSING: {err}"
+    except Exception as err:               # noqa: BLE001 (no CUDA driver here)
+        return f"needs a device: {type(err).__name__}: {str(err)[:160]}"
+
+
+def setups(tests: str, strict: bool) -> dict:
+    """What each section builds before it touches a device, walked on the CPU (--smoke): the test
+    section's collection of every `gpu` test (zero errors: a module that fails to import makes
+    pytest run nothing), the read section's and the cluster's libraries and arguments, the
+    records' and images' modules. An entry 'MISSING ...' or an error fails the smoke run;
+    'needs a device' is what this machine cannot show. A missing package fails only when
+    `strict` (--strict-setup: the environment claims to hold the device's packages, as the
+    rehearsal's venv does); elsewhere RAPIDS is simply not installed."""
+    import inspect
+
+    out: dict = {"01_tests": {"skipped": "--tests ''"}}
+    if tests:
+        cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+               *tests.split()]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        last = [line for line in proc.stdout.splitlines() if line.strip()][-1:] or [proc.stderr[-300:]]
+        collected = {"returncode": proc.returncode, "summary": last[0],
+                     "errors": [line for line in proc.stdout.splitlines() if line.startswith("ERROR")]}
+        if proc.returncode or collected["errors"]:
+            collected["error"] = f"collecting the gpu tests failed: {last[0]}"
+        out["01_tests"] = collected
+    out["03_read"] = {name: _importable(name) for name in ("cupy", "kvikio")}
+    if out["03_read"]["kvikio"] == "ok":
+        import kvikio
+
+        out["03_read"]["calls"] = {name: hasattr(kvikio, name) for name in ("CuFile", "SummaryMonitor")}
+        if not all(out["03_read"]["calls"].values()):
+            out["03_read"]["error"] = f"kvikio lacks {out['03_read']['calls']}"
+    cluster: dict = {"dask_cuda": _importable("dask_cuda"), "gpuetl.backends.gpu": _importable("gpuetl.backends.gpu")}
+    if cluster["dask_cuda"] == "ok":
+        from dask_cuda import LocalCUDACluster
+
+        from gpuetl.backends.gpu_support import cluster_settings
+
+        settings = cluster_settings([(141 << 30, 143 << 30)])       # an H200's (free, total)
+        try:
+            inspect.signature(LocalCUDACluster).bind(**settings, CUDA_VISIBLE_DEVICES="0",
+                                                     dashboard_address="127.0.0.1:0", silence_logs=40)
+            cluster["LocalCUDACluster"] = {k: str(v) for k, v in settings.items()}
+        except TypeError as err:
+            cluster["error"] = f"LocalCUDACluster does not take gpuetl's settings: {err}"
+    out["04_gpu"] = cluster
+    out["08_records"] = {name: _importable(name) for name in ("gpuetl.backends.gpu_records", "gpuetl.backends.gpu_spill")}
+    out["09_images"] = {name: _importable(name) for name in ("nvidia.nvimgcodec", "cvcuda", "simplejpeg",
+                                                              "gpuetl.backends.gpu_images")}
+    for name, entry in out.items():
+        missing = [k for k, v in entry.items() if isinstance(v, str) and v.startswith("MISSING")]
+        if missing and strict and "error" not in entry:
+            entry["error"] = f"not installed: {missing}"
+    return out
+
+
 def machine() -> dict:
     info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
@@ -484,6 +567,92 @@ def estimates(sizes: list[int], compare: int, records: int, images: int, copies:
     }
 
 
+# ------------------------------------------------------------------------------- device plan
+# The lent machine's limits (docs/gpu.md, "On a lent GPU"): 15 minutes of device time in all, the
+# whole run planned to fit in 12 of them; one call runs at most 600 s and carries at most 64 MiB.
+# MACHINE_START and CALL_OVERHEAD are ESTIMATES (no machine has been lent yet): a fresh machine
+# starts in "a minute or more"; a call's overhead is sending the tree and a 56 MiB part (~64 MiB)
+# and starting its command. Replace them with what the first lent machine shows.
+DEVICE_SECONDS = 15 * 60
+PLAN_SECONDS = 12 * 60
+CALL_LIMIT = 600
+CALL_MARGIN = 30              # kept back in the check call: the install's own variance, the JSON
+MACHINE_START = 60            # estimate
+CALL_OVERHEAD = 15            # estimate, per call
+MIN_TESTS_TIMEOUT = 60
+SECTION_ORDER = ["01_tests", "02_inputs", "03_read", "04_gpu", "05_cpu", "06_polars", "08_records", "09_images"]
+
+
+def device_plan(parts: int, install_seconds: float, sections: dict[str, float],
+                start: float = MACHINE_START, per_call: float = CALL_OVERHEAD) -> dict:
+    """The device run as calls: one staging call per part (the machine's start in the first),
+    the last part's call installing and then running this script with --budget set from what is
+    left, in that call and in PLAN_SECONDS. The test section's --timeout is what the other
+    sections leave of the budget (at least MIN_TESTS_TIMEOUT); sections that then do not fit,
+    last first, are listed as skipped. `sections` holds estimates() of the run, 01_tests
+    included (its value is replaced by the chosen timeout)."""
+    staging = start + parts * per_call                     # every call carries one part
+    before_check = staging + install_seconds
+    budget = int(min(CALL_LIMIT - CALL_MARGIN - per_call - install_seconds, PLAN_SECONDS - before_check))
+    others = {k: v for k, v in sections.items() if k != "01_tests"}
+    timeout = int(max(MIN_TESTS_TIMEOUT, min(sections.get("01_tests", 240), budget - sum(others.values()))))
+    planned, used, skipped = {"01_tests": timeout}, timeout, []
+    for name in SECTION_ORDER[1:]:
+        if name not in others:
+            continue
+        if used + others[name] <= budget:
+            planned[name] = others[name]
+            used += others[name]
+        else:
+            skipped.append(name)
+    total = before_check + used
+    return {"parts": parts, "staging_seconds": staging, "install_seconds": install_seconds,
+            "check_budget": budget, "tests_timeout": timeout, "sections": planned, "skipped": skipped,
+            "check_seconds": used, "total_seconds": total, "plan_seconds": PLAN_SECONDS,
+            "fits": budget > 0 and total <= PLAN_SECONDS and not skipped,
+            "estimated": {"machine_start": start, "per_call": per_call}}
+
+
+def last_call_command(last: str, plan: dict) -> str:
+    """The check call: install, then this script with --budget set from what the install left."""
+    cap = plan["check_budget"] + int(plan["install_seconds"])
+    return (f"t0=$SECONDS; . .device/parts/{last}/install.sh && PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py "
+            f"--out $OUT --single-file --budget $(({cap} - (SECONDS - t0))) --timeout {plan['tests_timeout']}")
+
+
+def print_plan(staged: dict, install_seconds: float | None) -> dict:
+    parts = len(staged["parts"])
+    install = install_seconds if install_seconds is not None else 60.0
+    sections = estimates([size_of(x) for x in "1GB,4GB,8GB".split(",")], size_of("4GB"), size_of("128MB"),
+                         10_000, 10, 240)
+    plan = device_plan(parts, install, sections)
+    last = staged["parts"][-1]["folder"]
+    mib = staged["wheel_bytes"] / 2**20
+    lines = ["", "DEVICE PLAN (15 min of device time; this plan must fit in 12)",
+             f"  staging   {parts} calls x {plan['estimated']['per_call']:.0f} s + machine start "
+             f"{plan['estimated']['machine_start']:.0f} s = {plan['staging_seconds']:.0f} s "
+             f"(ESTIMATES: no machine lent yet; {mib:.0f} MiB of wheels in parts of "
+             f"{staged['part_size'] / 2**20:.1f} MiB, back to back: an idle machine goes back after ~30 s)"]
+    for part in staged["parts"][:-1]:
+        lines.append(f"    run(carry=['.device/parts/{part['folder']}'], command='mkdir -p /tmp/stage && "
+                     f"cp .device/parts/{part['folder']}/part* /tmp/stage/')")
+    lines.append(f"  install   {plan['install_seconds']:.0f} s "
+                 + ("(measured here: install.sh's join, SHA-256 check, unpack and pip install --no-deps --target of the parts)"
+                    if install_seconds is not None else "(ESTIMATE: not measured here)"))
+    lines.append(f"  check     --budget {plan['check_budget']} s (what is left after the install, in the call "
+                 f"and in the 12 minutes), --timeout {plan['tests_timeout']} s for the tests:")
+    for name, seconds in plan["sections"].items():
+        lines.append(f"    {name:<11} {seconds:6.0f} s")
+    for name in plan["skipped"]:
+        lines.append(f"    {name:<11} skipped: does not fit")
+    lines.append(f"    run(carry=['.device/parts/{last}'], timeout_s={CALL_LIMIT}, command="
+                 f"'{last_call_command(last, plan)}')")
+    lines.append(f"  total     {plan['total_seconds']:.0f} s of {PLAN_SECONDS} s: "
+                 + ("FITS" if plan["fits"] else "DOES NOT FIT"))
+    print("\n".join(lines), flush=True)
+    return plan
+
+
 class Budget:
     """What is left of --budget seconds, from the start of the script."""
 
@@ -516,8 +685,18 @@ def main(argv=None) -> int:
     ap.add_argument("--records-size", default="128MB", help="JSON lines and CSV files for the record readers' section")
     ap.add_argument("--images", type=int, default=10_000, help="photos generated for 09_images (0: skip it)")
     ap.add_argument("--image-copies", type=int, default=10, help="times the photos are listed (09_images)")
+    ap.add_argument("--single-file", action="store_true",
+                    help="every section in <out>/gpu_check.json (the device call: at most 8 files come back)")
+    ap.add_argument("--strict-setup", action="store_true",
+                    help="with --smoke: a package a section's GPU set-up imports must be installed (the rehearsal)")
+    ap.add_argument("--plan", default=None, metavar="PLAN_JSON",
+                    help="print the device plan for the parts gpu/stage.py wrote (.device/parts/plan.json) and exit")
+    ap.add_argument("--install-seconds", type=float, default=None, help="the install's seconds, for --plan")
     args = ap.parse_args(argv)
 
+    if args.plan:
+        plan = print_plan(json.loads(Path(args.plan).read_text()), args.install_seconds)
+        return 0 if plan["fits"] else 1
     backend = "cpu" if args.smoke else "gpu"
     if args.smoke:
         sizes, compare, records = [100_000, 200_000], 200_000, 100_000
@@ -526,11 +705,18 @@ def main(argv=None) -> int:
         sizes, compare = [size_of(x) for x in args.sizes.split(",") if x], size_of(args.compare_size)
         records, n_images, copies = size_of(args.records_size), args.images, args.image_copies
     out = Path(args.out or os.environ.get("OUT") or HERE / "results" / "gpu_check")
-    report = Report(out)
+    report = Report(out, single=args.single_file)
     budget = Budget(args.budget, report)
     plan = estimates(sizes, compare, records, n_images, copies, args.timeout)
     report.write("00_machine", {**machine(), "backend": backend, "sizes": sizes, "compare_size": compare,
                                 "smoke": args.smoke, "budget_seconds": args.budget, "estimated_seconds": plan})
+    setup_ok = True
+    if args.smoke:
+        walked = setups(args.tests, args.strict_setup)
+        report.write("00_setup", {**walked, **({"error": "; ".join(f"{k}: {v['error']}" for k, v in walked.items()
+                                                                   if "error" in v)}
+                                               if any("error" in v for v in walked.values()) else {})})
+        setup_ok = not any("error" in v for v in walked.values())
     # smoke: the section's code runs, on one small module (the whole suite is `make test`'s job)
     tests = "tests/backends/test_gpu_support.py" if args.smoke and args.tests == "tests/" else args.tests
     if tests:
@@ -582,7 +768,7 @@ def main(argv=None) -> int:
         except Exception as err:           # noqa: BLE001 (reported in its JSON)
             report.write("09_images", {"error": f"{type(err).__name__}: {err}"})
             images_ok = False
-    return 0 if tests_ok and images_ok and "gpu_gbps" in result else 1
+    return 0 if setup_ok and tests_ok and images_ok and "gpu_gbps" in result else 1
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ def test_gpu_check_smoke_writes_every_section(tmp_path):
     for name in SECTIONS:
         assert name in written and "error" not in written[name], (name, written.get(name))
     assert written["01_tests"]["ok"] is True
+    # each section's GPU set-up walked: every gpu test collected with no error (RAPIDS may be absent here)
+    setup = written["00_setup"]
+    assert setup["01_tests"]["returncode"] == 0 and not setup["01_tests"]["errors"], setup["01_tests"]
+    assert "collected" in setup["01_tests"]["summary"] and set(setup) >= {"03_read", "04_gpu", "09_images"}
     assert written["04_gpu_200KB"]["counts"]["rows_in"] > 0
     assert written["04_gpu_200KB"]["counts"] == written["05_cpu"]["counts"]
     summary = written["07_summary"]
@@ -48,6 +52,6 @@ def test_a_section_that_does_not_fit_the_budget_is_skipped_and_says_so(tmp_path)
     out = tmp_path / "out"
     assert check.main(["--smoke", "--tests", "", "--budget", "1", "--out", str(out), "--data", str(tmp_path)]) == 1
     written = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
-    assert set(written) == {"00_machine", "02_inputs"}
+    assert set(written) == {"00_machine", "00_setup", "02_inputs"}
     assert written["02_inputs"]["skipped"].startswith("needs about")
     assert not (tmp_path / "out" / "04_gpu_100KB.json").exists()
