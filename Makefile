@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-images test test-fast browser venv sample-data bench bench-images clean gpu-api gpu-api-venv test-torch bench-loader
+.PHONY: demo demo-images test test-fast browser venv sample-data bench bench-images clean gpu-api gpu-api-venv test-torch torch-venv bench-loader
 
 $(BIN)/gpuetl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,8 @@ $(TORCH_VENV)/bin/gpuetl: pyproject.toml
 	$(TORCH_VENV)/bin/pip install -q --upgrade pip
 	$(TORCH_VENV)/bin/pip install -q -e '.[dev]' torch
 	touch $@
+
+torch-venv: $(TORCH_VENV)/bin/gpuetl
 
 test-torch: $(TORCH_VENV)/bin/gpuetl
 	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider -m torch tests/loader

@@ -342,7 +342,10 @@ class Loader:
 
                 if array.dtype.kind in "mM":
                     array = array.view(np.int64)
-                array = torch.from_numpy(np.ascontiguousarray(array))
+                # a tensor the training loop may write in place: Arrow's buffers are read-only, so
+                # those are copied (one copy a batch); a writable contiguous array is shared
+                writable = array.flags.writeable and array.flags.c_contiguous
+                array = torch.from_numpy(array if writable else np.array(array, copy=True, order="C"))
             out[name] = array
         return out
 

@@ -19,6 +19,9 @@ def test_torch_output_gives_cpu_tensors_of_the_numpy_values(loader_dataset):
     assert got["status"].dtype == torch.int16 and got["status"].device.type == "cpu"
     assert np.array_equal(got["status"].numpy(), ref["status"])
     assert np.array_equal(got["time"].numpy(), ref["time"].view(np.int64))
+    before = got["status"].clone()
+    got["status"].add_(1)                      # a training loop may write in place: its own memory
+    assert torch.equal(got["status"], before + 1)
 
 
 def test_the_adapter_feeds_a_dataloader_and_resumes_through_its_state(loader_dataset):
