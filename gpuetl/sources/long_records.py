@@ -98,14 +98,14 @@ def long_lines(path: str, size: int, limit: int) -> list[tuple[int, int]]:
         known = -1                   # a newline at or before which every line has been judged
         k = 0
         while k + block <= size:
-            p = _find(fd, k, k + block)
+            p = find_newline(fd, k, k + block)
             if p is not None:
                 known = p
                 k = (p // block + 1) * block
                 continue
-            back = _rfind(fd, known + 1, k)
+            back = rfind_newline(fd, known + 1, k)
             start = (known if back is None else back) + 1
-            nl = _find(fd, k + block, size)
+            nl = find_newline(fd, k + block, size)
             stop = size if nl is None else nl + 1
             if (size if nl is None else nl) - start > limit:
                 out.append((start, stop))
@@ -130,7 +130,7 @@ def _scan(fd, size: int, limit: int) -> list[tuple[int, int]]:
     return tracker.finish(pos)
 
 
-def _find(fd, lo: int, hi: int) -> int | None:
+def find_newline(fd, lo: int, hi: int) -> int | None:
     """The first newline in [lo, hi), read PROBE bytes at a time."""
     pos = lo
     while pos < hi:
@@ -144,7 +144,7 @@ def _find(fd, lo: int, hi: int) -> int | None:
     return None
 
 
-def _rfind(fd, lo: int, hi: int) -> int | None:
+def rfind_newline(fd, lo: int, hi: int) -> int | None:
     """The last newline in [lo, hi), read backwards PROBE bytes at a time."""
     pos = hi
     while pos > lo:

@@ -16,7 +16,8 @@ from . import compressed
 from .compressed import Limits
 from .files import InputFile
 from .pins import RangePin, pin_bytes
-from .long_records import DEFAULT_MAX_RECORD, HEAD_BYTES, head_of, long_lines, stretches, too_long
+from .long_records import (DEFAULT_MAX_RECORD, HEAD_BYTES, find_newline, head_of, long_lines, rfind_newline, stretches,
+                           too_long)
 
 
 class Whole(tuple):
@@ -340,7 +341,7 @@ def read_head(f: InputFile, limit: int, window: int | None = None,
                 return got.start, bytes(got.data)
             fd = os.open(f.path, os.O_RDONLY)
             try:
-                nl = _find_newline(fd, at, f.size)
+                nl = find_newline(fd, at, f.size)
             finally:
                 os.close(fd)
             if nl is None:
@@ -400,7 +401,7 @@ def record_span(path: str, offset: int, length: int, reach: int | None = None) -
     try:
         size = os.fstat(fd).st_size
         if offset > 0:
-            p = _find_newline(fd, offset - 1, min(size, offset + length))
+            p = find_newline(fd, offset - 1, min(size, offset + length))
             if p is None or p + 1 >= offset + length:
                 return offset, offset, 0
             start = p + 1
@@ -409,9 +410,9 @@ def record_span(path: str, offset: int, length: int, reach: int | None = None) -
         if start >= size:
             return start, start, 0
         stop = size if reach is None else min(size, offset + length + reach)
-        q = _find_newline(fd, max(start, offset + length - 1), stop)
+        q = find_newline(fd, max(start, offset + length - 1), stop)
         if q is None and stop < size:          # the last record runs on past `reach`: leave it out
-            q = _rfind_newline(fd, start, max(start, offset + length - 1))
+            q = rfind_newline(fd, start, max(start, offset + length - 1))
             end = start if q is None else q + 1
             return start, end, 0
         end = size if q is None else q + 1
@@ -457,17 +458,6 @@ def _read_in_store(f: InputFile, offset: int, length: int, reach: int | None = N
     return RangeData(buf[start - first:end - first], start)
 
 
-def _rfind_newline(fd, lo: int, hi: int):
-    """The last newline in [lo, hi), read backwards a peek at a time."""
-    while hi > lo:
-        a = max(lo, hi - _PEEK)
-        k = os.pread(fd, hi - a, a).rfind(b"\n")
-        if k >= 0:
-            return a + k
-        hi = a
-    return None
-
-
 def _long_in_store(f: InputFile, buf: bytes, first: int, start: int, end: int, reach: int) -> RangeData:
     """The records of buf[start - first:] before its last one, which starts before `end` and
     runs on more than `reach` bytes past it: that one is reported with its first bytes."""
@@ -477,15 +467,3 @@ def _long_in_store(f: InputFile, buf: bytes, first: int, start: int, end: int, r
     why = (f"{f.display}: a record longer than source.max_record_bytes ({format_size(reach)}; it runs on more "
            f"than that past its range); not read: _raw holds its first {HEAD_BYTES:,} bytes only")
     return RangeData(buf[start - first:at - first], start, long=(at, head, why))
-
-
-def _find_newline(fd, pos: int, size: int):
-    while pos < size:
-        chunk = os.pread(fd, min(_PEEK, size - pos), pos)
-        if not chunk:
-            return None
-        k = chunk.find(b"\n")
-        if k >= 0:
-            return pos + k
-        pos += len(chunk)
-    return None
