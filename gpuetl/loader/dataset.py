@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from ..errors import DataError, SpecError
 from ..sinks.commit import MANIFEST, SUCCESS, success_bytes, unsafe_reason
-from ..sinks.dataset import read_manifest
+from ..sinks.dataset import read_manifest, regular_file
 from ..storage import is_remote
 
 
@@ -132,18 +132,10 @@ class Dataset:
                 return int(self.fs.info(self._key(shard))["size"])
             except FileNotFoundError:
                 return None
-        path = Path(self.root)
-        for part in shard.path.split("/"):            # never through a link
-            path = path / part
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                return None
-            if stat.S_ISLNK(st.st_mode):
-                raise DataError(f"{path}: a symbolic link; gpuetl does not follow links in a dataset")
-        if not stat.S_ISREG(st.st_mode):
-            raise DataError(f"{path}: not a regular file")
-        return st.st_size
+        st = regular_file(Path(self.root), shard.path)          # never through a link
+        if isinstance(st, str):
+            raise DataError(f"{self.where(shard)}: {st}")
+        return None if st is None else st.st_size
 
     def _key(self, shard: Shard) -> str:
         from ..storage import bare, join

@@ -73,7 +73,7 @@ def leftovers(out: str | Path) -> list:
     return commit_protocol.leftovers(dataset_folder(out))
 
 
-def _regular_file(out: Path, rel: str) -> os.stat_result | None | str:
+def regular_file(out: Path, rel: str) -> os.stat_result | None | str:
     """lstat of out/rel, or why it cannot be read safely (a link on the way, not a file)."""
     why = commit_protocol.unsafe_reason(rel)
     if why:
@@ -110,7 +110,7 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
     problems: list[Problem] = []
     for name in commit_protocol.pending_journals(out):
         problems.append(Problem(f"{TMP}/{name}", commit_protocol.interrupted_commit(out, name, out)))
-    success = _regular_file(out, SUCCESS)
+    success = regular_file(out, SUCCESS)
     if success is None:
         problems.append(Problem(SUCCESS, "missing: the dataset was not committed completely"))
     elif isinstance(success, str):
@@ -121,7 +121,7 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
             problems.append(Problem(SUCCESS, "does not hold the manifest's sha256: the manifest was edited "
                                              "after the commit (or written by an older gpuetl)"))
     def size_of(rel: str):
-        st = _regular_file(out, rel)
+        st = regular_file(out, rel)
         return st.st_size if isinstance(st, os.stat_result) else st
 
     listed, found = check_listed_files(manifest, size_of, lambda rel: _sha256(out / rel))
@@ -156,14 +156,14 @@ def inspect_dataset(out: str | Path, sample_rows: int = 3) -> dict:
     splits = _splits(manifest)
     sample = []
     for shard in manifest["shards"]:
-        if shard["rows"] and not isinstance(_regular_file(out, shard["path"]), (str, type(None))):
+        if shard["rows"] and not isinstance(regular_file(out, shard["path"]), (str, type(None))):
             try:
                 sample = sink_of_manifest(manifest).sample(out / shard["path"], sample_rows)
             except (OSError, pa.ArrowException, ValueError) as err:
                 sample = [{"(unreadable shard)": f"{shard['path']}: {err}"}]
             break
     pending = commit_protocol.pending_journals(out)
-    complete = not pending and isinstance(_regular_file(out, SUCCESS), os.stat_result)
+    complete = not pending and isinstance(regular_file(out, SUCCESS), os.stat_result)
     return {"path": str(out), "complete": complete, "manifest": manifest, "splits": splits, "sample": sample,
             "interrupted_commits": pending}
 
