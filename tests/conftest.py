@@ -49,6 +49,22 @@ def access_spec(**overrides):
     return spec
 
 
+@pytest.fixture(scope="session")
+def loader_dataset(tmp_path_factory):
+    """One finished dataset per session for the loader's tests (tests/loaderdata.py); they only read it."""
+    from loaderdata import make_loader_dataset
+
+    return make_loader_dataset(tmp_path_factory.mktemp("loader"))
+
+
+@pytest.fixture
+def dataset_copy(loader_dataset, tmp_path):
+    """A copy of the session's loader dataset that a test may damage."""
+    import shutil
+
+    return shutil.copytree(loader_dataset, tmp_path / "data")
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests need a GPU as well as RAPIDS: skipped cleanly where NVML sees none (a machine
     with the RAPIDS extra but no device runs the `gpu_api` tier instead)."""

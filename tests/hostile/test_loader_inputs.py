@@ -11,19 +11,18 @@ import pytest
 
 import gpuetl
 from gpuetl.errors import DataError
-from loaderdata import make_loader_dataset
 
 from .conftest import snapshot
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return make_loader_dataset(tmp_path_factory.mktemp("loader-hostile"))
+@pytest.fixture
+def built(loader_dataset):
+    return loader_dataset
 
 
 @pytest.fixture
-def data(built, tmp_path):
-    return shutil.copytree(built, tmp_path / "data")
+def data(dataset_copy):
+    return dataset_copy
 
 
 def first_train_shard(root):
