@@ -483,7 +483,7 @@ def setups(tests: str, strict: bool) -> dict:
     if cluster["dask_cuda"] == "ok":
         from dask_cuda import LocalCUDACluster
 
-        from gpuetl.backends.gpu_support import cluster_settings
+        from gpuetl.backends.gpu_detect import cluster_settings
 
         settings = cluster_settings([(141 << 30, 143 << 30)])       # an H200's (free, total)
         try:
@@ -506,7 +506,7 @@ def setups(tests: str, strict: bool) -> dict:
 def machine() -> dict:
     info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
-        from gpuetl.backends.gpu_support import gpu_memory
+        from gpuetl.backends.gpu_detect import gpu_memory
 
         import pynvml
 
@@ -718,7 +718,7 @@ def main(argv=None) -> int:
                                                if any("error" in v for v in walked.values()) else {})})
         setup_ok = not any("error" in v for v in walked.values())
     # smoke: the section's code runs, on one small module (the whole suite is `make test`'s job)
-    tests = "tests/backends/test_gpu_support.py" if args.smoke and args.tests == "tests/" else args.tests
+    tests = "tests/backends/test_gpu_rules.py" if args.smoke and args.tests == "tests/" else args.tests
     if tests:
         # the tests first, but never so long that the GPU job (02-04) no longer fits after them
         after = plan["02_inputs"] + plan["03_read"] + plan["04_gpu"]

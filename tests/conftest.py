@@ -71,7 +71,7 @@ def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
-    from gpuetl.backends.gpu_support import gpu_count, rapids_available
+    from gpuetl.backends.gpu_detect import gpu_count, rapids_available
 
     if gpu_count() and rapids_available():
         return

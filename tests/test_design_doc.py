@@ -114,7 +114,7 @@ def resolve_path(cited: str) -> list[str]:
 
 
 def module_files(dotted: str) -> list[Path]:
-    """Files a dotted module citation may mean (`backends.base`, `gpu_support`, `gpuetl.cli`)."""
+    """Files a dotted module citation may mean (`backends.base`, `gpu_regex`, `gpuetl.cli`)."""
     parts = dotted.split(".")
     if parts[0] == "gpuetl":
         parts = parts[1:]

@@ -81,13 +81,13 @@ def _gpu() -> Backend:
 
 
 def _gpu_planning() -> PlanningBackend:
-    from .gpu_support import GpuPlanning
+    from .gpu_detect import GpuPlanning
 
     return GpuPlanning()
 
 
 def _gpu_unavailable() -> Unavailable | None:
-    from .gpu_support import gpu_count, rapids_available
+    from .gpu_detect import gpu_count, rapids_available
 
     if gpu_count() == 0:
         return Unavailable("no NVIDIA GPU is visible (NVML reports none, or CUDA_VISIBLE_DEVICES hides them)",

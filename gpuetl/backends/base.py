@@ -39,7 +39,7 @@ class Lines:
 @runtime_checkable
 class PlanningBackend(Protocol):
     """What planning asks of a backend: it never touches data or a device, so a plan for the GPU
-    can be checked where RAPIDS is not installed (gpu_support.GpuPlanning). Every Backend is one."""
+    can be checked where RAPIDS is not installed (gpu_detect.GpuPlanning). Every Backend is one."""
 
     name: str
     images_on_gpu: bool      # the switch for `type: images` on a GPU backend (Backend.images_on_gpu)

@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .civil import civil_to_days, days_in_month
+
 REQUEST_RE = r'^(?P<method>[A-Z]+) (?P<path>(?:[^ \t"\\]|\\.)+) (?P<protocol>[A-Za-z0-9./]+)$'
 REQUEST_PARTS = ("method", "path", "protocol")
 
@@ -173,7 +175,6 @@ CLF_TIME_FORMAT = "%d/%b/%Y:%H:%M:%S %z"
 _MONTHS = [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"]
 _MONTH_CODES = np.array([(m[0] << 16) | (m[1] << 8) | m[2] for m in _MONTHS], dtype=np.int64)
 _MONTH_ORDER = np.argsort(_MONTH_CODES)
-_DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 _DIGIT_COLUMNS = np.array([0, 1, 7, 8, 9, 10, 12, 13, 15, 16, 18, 19, 22, 23, 24, 25])
 _SEPARATOR_COLUMNS = np.array([2, 6, 11, 14, 17, 20])
 _SEPARATORS = np.array([47, 47, 58, 58, 58, 32], dtype=np.uint8)         # / / : : : space
@@ -222,18 +223,9 @@ def parse_clf_time(arr: pa.Array, slow=None) -> pa.Array:
     day, year = num(0, 2), num(7, 4)
     hour, minute, second = num(12, 2), num(15, 2), num(18, 2)
     zone_h, zone_m = num(22, 2), num(24, 2)
-    leap = ((year % 4 == 0) & (year % 100 != 0)) | (year % 400 == 0)
-    dim = _DAYS_IN_MONTH[month - 1] + ((month == 2) & leap)
-    ok &= (day >= 1) & (day <= dim) & (hour <= 23) & (minute <= 59) & (second <= 59)
+    ok &= (day >= 1) & (day <= days_in_month(np, year, month)) & (hour <= 23) & (minute <= 59) & (second <= 59)
     ok &= (zone_h <= 23) & (zone_m <= 59)
-    # days from civil (H. Hinnant): proleptic Gregorian, no Python loop
-    y = year - (month <= 2)
-    era = np.floor_divide(y, 400)
-    yoe = y - era * 400
-    mp = (month + 9) % 12
-    doy = (153 * mp + 2) // 5 + day - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    days = (era * 146097 + doe - 719468).astype(np.int64)
+    days = civil_to_days(np, year, month, day).astype(np.int64)
     offset = (zone_h * 3600 + zone_m * 60) * np.where(m[:, 21] == 45, -1, 1)
     seconds = days * 86400 + (hour * 3600 + minute * 60 + second - offset)
     micros = np.zeros(n, dtype=np.int64)

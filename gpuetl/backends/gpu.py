@@ -2,8 +2,10 @@
 
 Only gpuetl/backends/gpu* import cudf, cupy, kvikio, rmm, dask_cudf, dask_cuda or pylibcudf
 (tests/test_import_rule.py). This module imports them plainly: it is loaded only for a GPU run
-(`backends.get_backend`), never by `import gpuetl` or by planning (`gpu_support.GpuPlanning`).
-Detection, cluster sizing, the regex dialect and the tallies are in gpu_support.py (no RAPIDS).
+(`backends.get_backend`), never by `import gpuetl` or by planning (`gpu_detect.GpuPlanning`).
+The rules that need no RAPIDS are modules of their own, one job each: gpu_detect.py (NVML,
+cluster sizing), gpu_tallies.py, gpu_regex.py (the regex dialect), gpu_values.py, gpu_formats.py
+(device JSON/CSV), gpu_kvikio.py, gpu_pieces.py, and civil.py (the calendar, shared with the CPU).
 The device helpers this module shares with its facets (gpu_records, gpu_spill, gpu_text,
 gpu_images) are in gpu_device.py, which they import; none of them imports this module.
 
@@ -31,11 +33,13 @@ from ..sources.line_ends import record_ends
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is_nested
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
-from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
-                          count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
-                          host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
-                          remote_record_span, reset_tallies, span_gather_index,
-                          sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
+from .civil import civil_to_micros, days_in_month
+from .gpu_detect import cluster_settings, gpu_memory
+from .gpu_kvikio import kvikio_s3_arguments, remote_record_span
+from .gpu_regex import Unsupported, check_regex, leading_dotall, to_cudf_regex
+from .gpu_tallies import (count_fallback, count_host_bytes, count_read, host_transfer_report, reset_tallies,
+                          sum_tallies, worker_tallies)
+from .gpu_values import MONTHS, STRIP, integer_cast_loses, span_gather_index, timestamp_plan, utf8_bad_bytes
 from .gpu_device import (any_true, device_values, regex_matches, regex_program, scatter, span_bytes, strings_from_buffers,
                          to_host_copy, utc_timestamps, with_index)
 from .gpu_records import GpuRecordsMixin
@@ -211,11 +215,11 @@ def device_patterns() -> list[str]:
     """Every fixed regex this backend hands to libcudf (the user's go through to_cudf_regex)."""
     from ..parsing import preset
     from .cpu_clf import REQUEST_RE, outer_regex
-    from .gpu_support import case_differs_pattern
+    from .gpu_regex import case_differs_pattern
     from .gpu_text import NON_ASCII, WHITESPACE_RUN
 
     clf = [to_cudf_regex(outer_regex(preset(name).regex)) for name in ("apache_common", "apache_combined")]
-    from . import gpu_support as rules
+    from . import gpu_formats as rules
 
     records = [rules.JSON_INT_TOKEN, rules.JSON_DECIMAL_TOKEN, rules.JSON_TEXT_LITERAL, rules.JSON_DOUBTFUL_RECORD,
                rules.JSON_OPENINGS, rules.CSV_QUOTED_FIELD]
@@ -576,7 +580,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     def _kvikio_remote(self, f):
         """KvikIO's arguments for an s3:// object (the CPU client's endpoint and credentials), or
         None where it cannot read it (no remote support in this KvikIO build, or settings only the
-        CPU client reads: gpu_support.kvikio_s3_arguments); that object is then read by the CPU
+        CPU client reads: gpu_kvikio.kvikio_s3_arguments); that object is then read by the CPU
         client, counted."""
         from kvikio.remote_file import is_remote_file_available
 
@@ -623,7 +627,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         (sources/line_ends.record_ends, the CPU's index arithmetic). The strings column is built
         over the same device bytes (offsets child + chars, pylibcudf) as pieces: record, line
         ending, record, ...; the records are gathered from it (one copy, as a trim makes).
-        UTF-8 is validated on the device (gpu_support.utf8_bad_bytes); only the lines that are
+        UTF-8 is validated on the device (gpu_values.utf8_bad_bytes); only the lines that are
         not valid go to the host, where Python's decoder gives them the CPU kernel's U+FFFD."""
         buf = data if isinstance(data, cp.ndarray) else cp.asarray(np.frombuffer(data, dtype=np.uint8))
         n = len(buf)
@@ -659,7 +663,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         Lines.raw.
 
         Two copies whatever the number of lines: their spans (24 bytes a line), then every
-        line's bytes in one gather on the device (gpu_support.span_gather_index), not a copy and
+        line's bytes in one gather on the device (gpu_values.span_gather_index), not a copy and
         a sync per line (a Latin-1 log is invalid on most of its lines)."""
         count_fallback("split_lines: invalid UTF-8 lines decoded on the host", len(rows))
         lo = starts[rows].astype(cp.int64)
@@ -909,7 +913,7 @@ def _to_arrow(s, reason: str) -> pa.Array:
 
 def _numbers_lost(col, type_name: str) -> bool:
     """Arrow's safe-cast rule between typed numbers, decided on the device: integers by their
-    range (gpu_support.integer_cast_loses); floats to integers must be whole and in range;
+    range (gpu_values.integer_cast_loses); floats to integers must be whole and in range;
     anything else by a round trip."""
     kind = col.dtype.kind
     present = col.dropna()

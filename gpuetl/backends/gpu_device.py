@@ -12,7 +12,7 @@ import cupy as cp
 import pyarrow as pa
 import pylibcudf as plc
 
-from .gpu_support import count_host_bytes
+from .gpu_tallies import count_host_bytes
 
 
 def to_host_copy(values, reason: str):

@@ -15,7 +15,7 @@ the source keeps the file bytes on the host for it instead: hold_file_bytes); th
 `CodeStream`s); the rows' offsets and sizes; and the pixels of the few images Pillow handles.
 
 What the device does not do the same way as Pillow goes to Pillow (backends/cpu_images.py), one
-image at a time, counted in the backend's fallbacks (`gpu_support.count_fallback`) so a test that
+image at a time, counted in the backend's fallbacks (`gpu_tallies.count_fallback`) so a test that
 expects the device path sees it: PNG and WebP (nvImageCodec has no GPU decoder for them), CMYK and
 12-bit JPEGs, a JPEG whose bytes do not end with its end-of-image marker (truncated: Pillow decides,
 so the quarantine reason is the CPU backend's), anything nvJPEG could not decode, PNG and WebP
@@ -120,7 +120,7 @@ def _codecs():
 
 
 def _count(why: str, n: int = 1) -> None:
-    from .gpu_support import count_fallback
+    from .gpu_tallies import count_fallback
 
     count_fallback(why, n)
 
@@ -364,7 +364,7 @@ def _encode_device(arrays: list, fmt: str, quality: int) -> list:
     for one channel, as the CPU encodes; baseline, standard Huffman tables), its output counted in
     the ledger; PNG and WebP by Pillow, counted."""
     from .gpu_device import to_host_copy
-    from .gpu_support import count_host_bytes
+    from .gpu_tallies import count_host_bytes
 
     out: list = list(arrays)
     if fmt != "jpeg":
@@ -528,7 +528,7 @@ class _Frame:
         import cupy as cp
         import numpy as np
 
-        from .gpu_support import count_host_bytes
+        from .gpu_tallies import count_host_bytes
 
         runs: list[list[int]] = []
         for i in rows:

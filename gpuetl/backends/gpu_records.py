@@ -4,7 +4,7 @@ Mixed into GpuBackend (gpu.py); like gpu.py it imports RAPIDS plainly and is loa
 GPU run. The rule is the backend's: the device keeps a value only where it is sure to give the
 CPU kernel's value; a record it cannot be sure of is read on the host by the CPU kernel (which
 also gives a bad record its reason), counted in fallbacks and in the host-transfer ledger.
-The patterns and the rules that need no device are in gpu_support.py (tested on every commit).
+The patterns and the rules that need no device are in gpu_formats.py (tested on every commit).
 
 JSON: libcudf's reader (recovery mode: a record it cannot read is null, not an error for the
 batch; strict validation; every value as its token text, quotes kept) reads each record wrapped
@@ -23,10 +23,11 @@ import numpy as np
 import pyarrow as pa
 import pylibcudf as plc
 
-from .gpu_support import (CSV_QUOTED_FIELD, JSON_DECIMAL_TOKEN, JSON_DOUBTFUL_RECORD, JSON_INT_TOKEN,
-                          JSON_MAX_OPENINGS, JSON_OPENINGS, JSON_TEXT_LITERAL, JSON_WRAPPER, count_fallback,
-                          csv_delimiter_pattern, csv_device_refusal, csv_quoted_empty_pattern, csv_record_pattern,
-                          json_device_refusal, json_key_literal, json_read_tree, json_tree_keys)
+from .gpu_formats import (CSV_QUOTED_FIELD, JSON_DECIMAL_TOKEN, JSON_DOUBTFUL_RECORD, JSON_INT_TOKEN,
+                          JSON_MAX_OPENINGS, JSON_OPENINGS, JSON_TEXT_LITERAL, JSON_WRAPPER, csv_delimiter_pattern,
+                          csv_device_refusal, csv_quoted_empty_pattern, csv_record_pattern, json_device_refusal,
+                          json_key_literal, json_read_tree, json_tree_keys)
+from .gpu_tallies import count_fallback
 
 FEW_FIELDS = "CSV record does not have {} fields"
 

@@ -12,7 +12,7 @@ hash's span, each piece's histogram of bytes per placement bucket and where its 
 groups start (docs/gpu.md).
 
 A shard task reads only its stretch of a ranged piece: the piece's writer stores where each
-placement group starts (gpu_support.piece_stretch_rows) and cuts the file into small row groups,
+placement group starts (gpu_pieces.piece_stretch_rows) and cuts the file into small row groups,
 and the reader asks libcudf for those rows alone (skip_rows/nrows: only the row groups they
 cross are read). A piece without that entry (a run begun before, or a CPU's piece) is read
 whole and sliced, as before.
@@ -30,8 +30,8 @@ import pylibcudf as plc
 
 from ..placement import BUCKET_BITS, BUCKETS, COARSE_BITS, NESTED_ROW_BYTES, PLACE, hash_range
 from ..types import ARROW_TYPES, Schema, is_nested
-from .gpu_support import (PIECE_GROUPS_KEY, count_host_bytes, encode_group_starts, group_starts, piece_file_stretch,
-                          piece_group_rows)
+from .gpu_pieces import PIECE_GROUPS_KEY, encode_group_starts, group_starts, piece_file_stretch, piece_group_rows
+from .gpu_tallies import count_host_bytes
 from .host_spill import local_piece, read_ipc
 
 

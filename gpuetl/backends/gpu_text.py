@@ -52,21 +52,22 @@ class GpuTextMixin:
         return self._simple_case(col, "upper")
 
     def text_strip(self, col):
-        """Arrow's white space (gpu_support.UNICODE_SPACE), named: libcudf's strip() without
+        """Arrow's white space (gpu_regex.UNICODE_SPACE), named: libcudf's strip() without
         characters strips every code point up to U+0020."""
-        from .gpu_support import UNICODE_SPACE
+        from .gpu_regex import UNICODE_SPACE
 
         return col.str.strip(UNICODE_SPACE)
 
     def _simple_case(self, col, how: str):
         """libcudf's lower/upper, except the rows holding a code point it maps otherwise than
-        Arrow's simple case mapping (gpu_support.CASE_DIFFERS: full mappings such as 'ß' -> 'SS',
+        Arrow's simple case mapping (gpu_regex.CASE_DIFFERS: full mappings such as 'ß' -> 'SS',
         letters past U+FFFF): those rows are mapped on the host by Arrow, counted."""
         import cudf
         import pyarrow.compute as pc
 
         from .gpu_device import any_true, to_host_copy
-        from .gpu_support import case_differs_pattern, count_fallback
+        from .gpu_regex import case_differs_pattern
+        from .gpu_tallies import count_fallback
 
         out = getattr(col.str, how)()
         differs = col.str.contains(case_differs_pattern(how), regex=True).fillna(False)
@@ -84,7 +85,8 @@ class GpuTextMixin:
     def contains_regex(self, col, pattern):
         """matches(): the pattern in libcudf's dialect, or RE2 on the host (counted)."""
         from .gpu_device import to_host_copy
-        from .gpu_support import Unsupported, count_fallback, to_cudf_regex
+        from .gpu_regex import Unsupported, to_cudf_regex
+        from .gpu_tallies import count_fallback
 
         try:
             return col.str.contains(to_cudf_regex(pattern), regex=True)
@@ -99,10 +101,11 @@ class GpuTextMixin:
             return hit
 
     def replace_regex(self, col, pattern, replacement):
-        """The pattern in libcudf's dialect (gpu_support.to_cudf_regex); one libcudf cannot run
+        """The pattern in libcudf's dialect (gpu_regex.to_cudf_regex); one libcudf cannot run
         with RE2's meaning is replaced by the CPU kernel on the host, counted."""
         from .gpu_device import to_host_copy
-        from .gpu_support import Unsupported, count_fallback, to_cudf_regex
+        from .gpu_regex import Unsupported, to_cudf_regex
+        from .gpu_tallies import count_fallback
 
         try:
             return col.str.replace(to_cudf_regex(pattern), replacement, regex=True)

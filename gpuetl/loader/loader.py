@@ -430,7 +430,7 @@ def _ahead(batches, depth: int):
 
 
 def _refuse_cuda(output: str) -> None:
-    from ..backends.gpu_support import gpu_count, rapids_available
+    from ..backends.gpu_detect import gpu_count, rapids_available
 
     if not (rapids_available() and gpu_count()):
         raise SpecError(f"Loader: device='cuda' needs an NVIDIA GPU with RAPIDS installed (the GPU backend); "

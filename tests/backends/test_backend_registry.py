@@ -40,13 +40,13 @@ def test_unavailable_backend_says_why_and_what_to_do(registry):
 
 
 def test_gpu_unavailable_reason_names_what_is_missing(monkeypatch):
-    from gpuetl.backends import gpu_support
+    from gpuetl.backends import gpu_detect
 
-    monkeypatch.setattr(gpu_support, "gpu_count", lambda: 1)
-    monkeypatch.setattr(gpu_support, "rapids_available", lambda: False)
+    monkeypatch.setattr(gpu_detect, "gpu_count", lambda: 1)
+    monkeypatch.setattr(gpu_detect, "rapids_available", lambda: False)
     why = unavailable("gpu")
     assert why.reason == "RAPIDS is not installed" and "gpuetl[gpu]" in why.hint
-    monkeypatch.setattr(gpu_support, "gpu_count", lambda: 0)
+    monkeypatch.setattr(gpu_detect, "gpu_count", lambda: 0)
     assert "no NVIDIA GPU is visible" in unavailable("gpu").reason
     assert get_backend("auto").name == "cpu"        # auto falls back to what can run here
 
@@ -67,7 +67,7 @@ def test_auto_is_not_a_backend_name(registry):
 
 
 def test_planning_views_satisfy_the_declared_protocol():
-    from gpuetl.backends.gpu_support import GpuPlanning
+    from gpuetl.backends.gpu_detect import GpuPlanning
 
     for view in (GpuPlanning(), get_backend("gpu", for_planning=True), CpuBackend()):
         assert isinstance(view, PlanningBackend)

@@ -29,7 +29,8 @@ except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a brok
                 allow_module_level=True)
 
 from gpuetl.backends import gpu  # noqa: E402
-from gpuetl.backends.gpu_support import check_regex, leading_dotall, timestamp_plan, to_cudf_regex  # noqa: E402
+from gpuetl.backends.gpu_regex import check_regex, leading_dotall, to_cudf_regex  # noqa: E402
+from gpuetl.backends.gpu_values import timestamp_plan  # noqa: E402
 from gpuetl.parsing import PRESETS, preset, template_to_regex  # noqa: E402
 
 
@@ -248,7 +249,7 @@ JSON_COLUMN_SETS = [["a"], ["a", "user.id", "user.name"], ["items[0].sku", "item
 @pytest.mark.parametrize("names", JSON_COLUMN_SETS, ids=["+".join(n) for n in JSON_COLUMN_SETS])
 def test_the_json_reader_takes_the_settings_and_dtypes_the_backend_builds(names):
     from gpuetl.backends.gpu_records import json_reader_options
-    from gpuetl.backends.gpu_support import json_read_tree
+    from gpuetl.backends.gpu_formats import json_read_tree
     from gpuetl.sources.json_fields import JsonColumn, JsonRead, parse_path
 
     tree = json_read_tree(JsonRead(tuple(JsonColumn(n, "int64", parse_path(n)) for n in names)))

@@ -13,7 +13,7 @@ cp = pytest.importorskip("cupy")
 
 from gpuetl.backends.cpu import CpuBackend  # noqa: E402
 from gpuetl.backends.gpu import GpuBackend  # noqa: E402
-from gpuetl.backends.gpu_support import fallback_counts, reset_fallbacks, reset_tallies, worker_tallies  # noqa: E402
+from gpuetl.backends.gpu_tallies import fallback_counts, reset_fallbacks, reset_tallies, worker_tallies  # noqa: E402
 from gpuetl.hashing import hash_columns  # noqa: E402
 from gpuetl.parsing import preset  # noqa: E402
 from gpuetl.samples import write_access_logs  # noqa: E402

@@ -25,7 +25,7 @@ for _module in ("cupy", "cvcuda", "nvidia.nvimgcodec"):
 
 from gpuetl.api import Pipeline  # noqa: E402
 from gpuetl.backends import cpu_images, get_backend, gpu_images  # noqa: E402
-from gpuetl.backends.gpu_support import fallback_counts, reset_tallies  # noqa: E402
+from gpuetl.backends.gpu_tallies import fallback_counts, reset_tallies  # noqa: E402
 from imagedata import image_bytes, image_spec, jpeg_bytes, pixels, quarantine_of, rows_of, write  # noqa: E402
 
 pytestmark = pytest.mark.gpu

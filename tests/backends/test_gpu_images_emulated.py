@@ -34,7 +34,7 @@ except Exception as err:            # noqa: BLE001 (not installed, or a broken i
 
 from gpuetl.backends import cpu_images, gpu_images  # noqa: E402
 from gpuetl.backends.cpu import CpuBackend  # noqa: E402
-from gpuetl.backends.gpu_support import HOST_BYTES, count_host_bytes, fallback_counts, reset_tallies  # noqa: E402
+from gpuetl.backends.gpu_tallies import HOST_BYTES, count_host_bytes, fallback_counts, reset_tallies  # noqa: E402
 from imagedata import image_bytes, jpeg_bytes  # noqa: E402
 
 PIL_FILTER = {"NEAREST": Image.Resampling.NEAREST, "LINEAR": Image.Resampling.BILINEAR,

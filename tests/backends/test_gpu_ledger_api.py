@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu_api
 
 try:                                        # RAPIDS installed: import it without touching CUDA
     os.environ.setdefault("RAPIDS_NO_INITIALIZE", "1")
-    from gpuetl.backends import gpu, gpu_support
+    from gpuetl.backends import gpu, gpu_tallies
 except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a broken install)
     pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
                 allow_module_level=True)
@@ -34,16 +34,16 @@ class Monitor:
 
 @pytest.fixture
 def ledger():
-    gpu_support.reset_tallies()
+    gpu_tallies.reset_tallies()
     yield
-    gpu_support.reset_tallies()
+    gpu_tallies.reset_tallies()
 
 
 def test_spill_piece_io_is_counted_by_the_path_kvikio_took(monkeypatch, ledger):
     monkeypatch.setattr(gpu.kvikio, "SummaryMonitor", Monitor)
     backend = gpu.GpuBackend()
     assert backend.counted_file_io("spill pieces written", lambda: 1, lambda: "written") == "written"
-    report = gpu_support.host_transfer_report(gpu_support.worker_tallies(), 10_000)
+    report = gpu_tallies.host_transfer_report(gpu_tallies.worker_tallies(), 10_000)
     assert report["reads"] == {"spill pieces written: kvikio posix": {"reads": 1, "bytes": 4096}}
     assert report["bounce_buffer_bytes"] == 4096            # through host memory, said so
 
@@ -52,7 +52,7 @@ def test_unattributed_io_counts_the_file_bytes(monkeypatch, ledger):
     monkeypatch.setattr(Monitor, "moved", {})
     monkeypatch.setattr(gpu.kvikio, "SummaryMonitor", Monitor)
     gpu.GpuBackend().counted_file_io("spill pieces read", lambda: 777, lambda: None)
-    assert gpu_support.worker_tallies()["reads"] == {"spill pieces read: kvikio unattributed reads": 1,
+    assert gpu_tallies.worker_tallies()["reads"] == {"spill pieces read: kvikio unattributed reads": 1,
                                                      "spill pieces read: kvikio unattributed bytes": 777}
 
 
@@ -69,10 +69,10 @@ class Client:
 def test_the_clients_own_copies_are_in_the_report(ledger):
     """The client's process (which reads spill pieces and encodes shards on a LocalCUDACluster)
     is counted with the workers, and a worker in the client's own process only once."""
-    gpu_support.count_host_bytes("spill: run-store piece read through a host file", 100)
+    gpu_tallies.count_host_bytes("spill: run-store piece read through a host file", 100)
     worker = {"fallbacks": {}, "host_bytes": {"control: rows left": 1}, "reads": {}}
     backend = gpu.GpuBackend()
     other = backend._tallies(Client([os.getpid() + 1], worker))
     assert other["host_bytes"] == {"spill: run-store piece read through a host file": 100, "control: rows left": 1}
-    threaded = backend._tallies(Client([os.getpid()], gpu_support.worker_tallies()))
+    threaded = backend._tallies(Client([os.getpid()], gpu_tallies.worker_tallies()))
     assert threaded["host_bytes"] == {"spill: run-store piece read through a host file": 100}

@@ -18,7 +18,7 @@ cudf = pytest.importorskip("cudf")
 import gpuetl  # noqa: E402
 from gpuetl.backends.cpu import CpuBackend  # noqa: E402
 from gpuetl.backends.gpu import GpuBackend  # noqa: E402
-from gpuetl.backends.gpu_support import fallback_counts, reset_tallies  # noqa: E402
+from gpuetl.backends.gpu_tallies import fallback_counts, reset_tallies  # noqa: E402
 from gpuetl.sources.json_fields import JsonColumn, JsonRead, parse_path  # noqa: E402
 
 pytestmark = pytest.mark.gpu

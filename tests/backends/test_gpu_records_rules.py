@@ -1,4 +1,4 @@
-"""The rules by which the GPU backend reads JSON and CSV records on the device (gpu_support.py),
+"""The rules by which the GPU backend reads JSON and CSV records on the device (gpu_formats.py),
 checked on the CPU against the CPU kernel: every token or record the device decides must get
 exactly the CPU kernel's value; the rest goes to the CPU kernel. The device code that applies
 them is gpu_records.py (tests/backends/test_gpu_records.py, on a GPU); its patterns compile in
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from gpuetl.backends.cpu import CpuBackend
-from gpuetl.backends.gpu_support import (CSV_QUOTED_FIELD, JSON_DECIMAL_TOKEN, JSON_DOUBTFUL_RECORD, JSON_INT_TOKEN,
+from gpuetl.backends.gpu_formats import (CSV_QUOTED_FIELD, JSON_DECIMAL_TOKEN, JSON_DOUBTFUL_RECORD, JSON_INT_TOKEN,
                                          JSON_TEXT_LITERAL, csv_delimiter_pattern, csv_device_refusal,
                                          csv_quoted_empty_pattern, csv_record_pattern, json_device_refusal,
                                          json_read_tree, json_tree_keys)

@@ -1,7 +1,7 @@
 """s3:// objects on the GPU backend: KvikIO is given the CPU client's endpoint and credentials or
-not used at all (gpu_support.kvikio_s3_arguments), and the record boundaries of a byte range of an
+not used at all (gpu_kvikio.kvikio_s3_arguments), and the record boundaries of a byte range of an
 object are found by the rule of sources/ranges.py with small pinned GETs
-(gpu_support.remote_record_span), so the range's bulk can go straight into device memory.
+(gpu_kvikio.remote_record_span), so the range's bulk can go straight into device memory.
 Against the S3 server on loopback (tests/objectstore_server.py). The KvikIO open runs where
 RAPIDS imports (gpu_api tier); the read itself needs a GPU (tests/backends/test_gpu_records.py's
 neighbours in `pytest -m gpu`)."""
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from gpuetl.backends.gpu_support import kvikio_s3_arguments, remote_record_span
+from gpuetl.backends.gpu_kvikio import kvikio_s3_arguments, remote_record_span
 from gpuetl.sources.files import InputFile
 
 ENV = {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "AWS_DEFAULT_REGION": "eu-west-1"}

@@ -13,8 +13,8 @@ cp = pytest.importorskip("cupy")
 
 from gpuetl.backends.cpu import CpuBackend  # noqa: E402
 from gpuetl.backends.gpu import GpuBackend  # noqa: E402
-from gpuetl.backends import gpu_support  # noqa: E402
-from gpuetl.backends.gpu_support import fallback_counts, reset_tallies, worker_tallies  # noqa: E402
+from gpuetl.backends import gpu_pieces  # noqa: E402
+from gpuetl.backends.gpu_tallies import fallback_counts, reset_tallies, worker_tallies  # noqa: E402
 from gpuetl.columns import FILE_INDEX, OFFSET  # noqa: E402
 from gpuetl.placement import ORDER, PLACE  # noqa: E402
 from gpuetl.samples import write_access_logs  # noqa: E402
@@ -109,7 +109,7 @@ def test_a_shard_task_reads_only_its_stretch_of_a_piece(gpu, tmp_path, monkeypat
     footer; a read for a shard's buckets takes only the rows of its groups (libcudf's skip_rows
     and nrows) and, through spill_range, gives exactly the rows of the CPU's whole piece. A
     piece without the starts (cuDF's to_parquet: a run begun before) is read whole."""
-    monkeypatch.setattr(gpu_support, "PIECE_FRAGMENT_ROWS", 64)       # many row groups in a small piece
+    monkeypatch.setattr(gpu_pieces, "PIECE_FRAGMENT_ROWS", 64)       # many row groups in a small piece
     frames, split = _frames(gpu, n=20_000, seed=4)
     g, c = gpu.spill_groups(frames[gpu], split, True), CPU.spill_groups(frames[CPU], split, True)
     windows = [(0, 1 << 16), (0, 1), (255, 257), (1000, 30000), (40000, 40001), (65535, 1 << 16)]
@@ -118,7 +118,7 @@ def test_a_shard_task_reads_only_its_stretch_of_a_piece(gpu, tmp_path, monkeypat
         path, old = str(tmp_path / f"s{s}.parquet"), str(tmp_path / f"s{s}-old.parquet")
         gpu.write_spill(g[s], path)
         footer = pq.read_metadata(path)
-        assert gpu_support.PIECE_GROUPS_KEY.encode() in footer.metadata and footer.num_row_groups >= 16
+        assert gpu_pieces.PIECE_GROUPS_KEY.encode() in footer.metadata and footer.num_row_groups >= 16
         g[s].to_parquet(old, index=False)
         for lo, hi in windows:
             part = gpu.read_spill(path, buckets=(lo, hi))

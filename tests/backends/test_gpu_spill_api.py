@@ -93,7 +93,7 @@ def test_the_piece_writer_options_build_with_the_real_pylibcudf(tmp_path, starts
     import cudf
     import pylibcudf as plc
 
-    from gpuetl.backends.gpu_support import PIECE_GROUPS_KEY, encode_group_starts
+    from gpuetl.backends.gpu_pieces import PIECE_GROUPS_KEY, encode_group_starts
 
     key_values = {"pandas": cudf.utils.ioutils.generate_pandas_metadata(cudf.DataFrame(), False)}
     if starts:

@@ -1,5 +1,5 @@
 """A shard task reads only its stretch of a GPU spill piece (backends/gpu_spill.py with the rules
-in gpu_support: group_starts, piece_group_rows, piece_file_stretch), emulated on the host:
+in gpu_pieces: group_starts, piece_group_rows, piece_file_stretch), emulated on the host:
 pyarrow writes each piece as gpu_spill has libcudf write it (row groups of piece_group_rows, the
 placement groups' starts in the key-value metadata) and reads rows [start, stop) as libcudf's
 skip_rows/nrows do (only the row groups those rows cross, then sliced). The stretch read gives
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import gpuetl
-from gpuetl.backends import gpu_support
+from gpuetl.backends import gpu_pieces
 from gpuetl.backends.cpu import CpuBackend
 from gpuetl.backends.host_spill import arrow_groups
 from gpuetl.placement import BUCKETS, COARSE_BITS, PLACE
@@ -46,11 +46,11 @@ def write_like_the_gpu(table: pa.Table, path: str, moved: list | None = None) ->
             moved.append(values.nbytes)
         return np.asarray(values)
 
-    starts = gpu_support.group_starts(table.column(PLACE).to_numpy(), np, to_host) if table.num_rows else None
-    stored = {} if starts is None else {gpu_support.PIECE_GROUPS_KEY: gpu_support.encode_group_starts(starts)}
+    starts = gpu_pieces.group_starts(table.column(PLACE).to_numpy(), np, to_host) if table.num_rows else None
+    stored = {} if starts is None else {gpu_pieces.PIECE_GROUPS_KEY: gpu_pieces.encode_group_starts(starts)}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     pq.write_table(table.replace_schema_metadata(stored), path + ".partial", compression="none",
-                   row_group_size=gpu_support.piece_group_rows(table.num_rows), write_statistics=False)
+                   row_group_size=gpu_pieces.piece_group_rows(table.num_rows), write_statistics=False)
     os.replace(path + ".partial", path)
 
 
@@ -79,14 +79,14 @@ WINDOWS = [(0, BUCKETS), (0, 1), (1, 2), (255, 257), (256, 512), (1000, 30000), 
 
 @pytest.mark.parametrize("n", [1, 300, 5000])
 def test_a_stretch_read_gives_the_rows_of_a_whole_read_and_filter(tmp_path, monkeypatch, n):
-    monkeypatch.setattr(gpu_support, "PIECE_FRAGMENT_ROWS", 16)       # many row groups in a small piece
+    monkeypatch.setattr(gpu_pieces, "PIECE_FRAGMENT_ROWS", 16)       # many row groups in a small piece
     piece = _ranged_piece(n, n)
     path = str(tmp_path / "p.parquet")
     write_like_the_gpu(piece, path)
     whole = pq.read_table(path)
-    group_rows = gpu_support.piece_group_rows(n)
+    group_rows = gpu_pieces.piece_group_rows(n)
     for lo, hi in WINDOWS:
-        span = gpu_support.piece_file_stretch(path, lo, hi)
+        span = gpu_pieces.piece_file_stretch(path, lo, hi)
         assert span is not None
         start, stop = span
         stretch, crossed = read_rows_like_libcudf(path, start, stop)
@@ -100,14 +100,14 @@ def test_a_stretch_read_gives_the_rows_of_a_whole_read_and_filter(tmp_path, monk
 
 def test_shards_together_read_a_piece_about_once(tmp_path, monkeypatch):
     """64 shards over a piece of 64 row groups read it about 3 times in all, not 64 times."""
-    monkeypatch.setattr(gpu_support, "PIECE_FRAGMENT_ROWS", 16)
+    monkeypatch.setattr(gpu_pieces, "PIECE_FRAGMENT_ROWS", 16)
     piece = _ranged_piece(20_000, 5)
     path = str(tmp_path / "p.parquet")
     write_like_the_gpu(piece, path)
     edges = np.linspace(0, BUCKETS, 65).astype(int)
     read = 0
     for lo, hi in zip(edges, edges[1:]):
-        start, stop = gpu_support.piece_file_stretch(path, int(lo), int(hi))
+        start, stop = gpu_pieces.piece_file_stretch(path, int(lo), int(hi))
         read += sum(pq.ParquetFile(path).metadata.row_group(i).num_rows
                     for i in read_rows_like_libcudf(path, start, stop)[1])
     assert piece.num_rows <= read <= 3 * piece.num_rows
@@ -117,14 +117,14 @@ def test_group_starts_are_the_cpus_and_only_for_a_grouped_piece():
     piece = _ranged_piece(3000, 2)
     place = piece.column(PLACE).to_numpy()
     moved = []
-    starts = gpu_support.group_starts(place, np, lambda v: moved.append(v.nbytes) or np.asarray(v))
+    starts = gpu_pieces.group_starts(place, np, lambda v: moved.append(v.nbytes) or np.asarray(v))
     coarse = (place >> np.uint64(64 - COARSE_BITS)).astype(np.int64)
     assert starts == np.searchsorted(coarse, np.arange((1 << COARSE_BITS) + 1), side="left").tolist()
     assert starts[0] == 0 and starts[-1] == 3000
     assert moved == [((1 << COARSE_BITS) + 2) * 8]                  # 2 KiB of control, whatever the piece's size
     shuffled = np.random.default_rng(0).permutation(place)           # a piece in input order
-    assert gpu_support.group_starts(shuffled, np, np.asarray) is None
-    one = gpu_support.group_starts(place[:1], np, np.asarray)
+    assert gpu_pieces.group_starts(shuffled, np, np.asarray) is None
+    one = gpu_pieces.group_starts(place[:1], np, np.asarray)
     assert one[0] == 0 and one[-1] == 1 and one.count(1) == 256 - int(coarse[0])
 
 
@@ -146,9 +146,9 @@ GOOD = [0] * 100 + [5] * 157
     b"[" * 100_000 + b"]" * 100_000,                                   # nested past the parser's depth
 ], ids=lambda s: repr(s)[:24])
 def test_starts_that_do_not_describe_the_piece_mean_a_whole_read(stored):
-    assert gpu_support.piece_stretch_rows(stored, 5, 0, BUCKETS) is None
-    assert gpu_support.piece_stretch_rows(_stored(GOOD), 5, 0, BUCKETS) == (0, 5)
-    assert gpu_support.piece_stretch_rows(_stored(GOOD).decode(), 5, 100 << 8, 101 << 8) == (5, 5)
+    assert gpu_pieces.piece_stretch_rows(stored, 5, 0, BUCKETS) is None
+    assert gpu_pieces.piece_stretch_rows(_stored(GOOD), 5, 0, BUCKETS) == (0, 5)
+    assert gpu_pieces.piece_stretch_rows(_stored(GOOD).decode(), 5, 100 << 8, 101 << 8) == (5, 5)
 
 
 class GpuLikePieces(CpuBackend):
@@ -174,7 +174,7 @@ class GpuLikePieces(CpuBackend):
     def read_spill(self, path, columns=None, buckets=None):
         f = pq.ParquetFile(path)
         self.whole_rows += f.metadata.num_rows
-        span = None if buckets is None else gpu_support.piece_file_stretch(path, *buckets)
+        span = None if buckets is None else gpu_pieces.piece_file_stretch(path, *buckets)
         if span is None:
             self.rows_read += f.metadata.num_rows
             return pq.read_table(path, columns=columns)
@@ -193,7 +193,7 @@ SHARDS = {
 def test_shards_from_stretch_reads_are_the_shards_of_whole_reads(tmp_path, monkeypatch, shard):
     """A run whose shard tasks read only their stretches writes the bytes the CPU's run writes,
     reading fewer rows than whole reads would; pieces without starts are read whole, same bytes."""
-    monkeypatch.setattr(gpu_support, "PIECE_FRAGMENT_ROWS", 16)
+    monkeypatch.setattr(gpu_pieces, "PIECE_FRAGMENT_ROWS", 16)
     monkeypatch.setattr(parquet, "SHARD_BATCH_BYTES", 20_000)          # shuffled shards in several turns
     write_access_logs(tmp_path / "access.log", lines=1500, seed=3)
 

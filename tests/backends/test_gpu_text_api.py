@@ -18,7 +18,7 @@ try:                                        # RAPIDS installed: import it withou
     import cudf
     import pylibcudf as plc
 
-    from gpuetl.backends import gpu, gpu_device, gpu_support
+    from gpuetl.backends import gpu, gpu_device, gpu_tallies
 except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a broken install)
     pytest.skip(f"RAPIDS does not import here ({type(err).__name__}: {err}); run `make gpu-api`",
                 allow_module_level=True)
@@ -69,11 +69,11 @@ class DeviceColumn:
 @pytest.fixture
 def host_calls(monkeypatch):
     """The host fallback's copies and uploads without a device; counts reset."""
-    gpu_support.reset_fallbacks()
+    gpu_tallies.reset_fallbacks()
     monkeypatch.setattr(gpu_device, "to_host_copy", lambda col, reason: pa.array(col.host))
     monkeypatch.setattr(cudf.Series, "from_arrow", lambda arr: pd.Series(arr.to_pylist(), dtype=object))
     yield
-    gpu_support.reset_fallbacks()
+    gpu_tallies.reset_fallbacks()
 
 
 # the issue's patterns: libcudf rejects the raw pattern, or reads it otherwise (\d \w \s Unicode)
@@ -91,7 +91,7 @@ def test_matches_on_the_gpu_translates_or_falls_back_and_agrees_with_the_cpu(hos
         CPU.from_arrow(pa.table({"s": pa.array(TEXT, pa.string())})), backend=CPU)
     as_list = [None if v is None or v is pd.NA else bool(v) for v in got.tolist()]
     assert as_list == [None if v is None or v is pd.NA else bool(v) for v in expected.tolist()]
-    fell_back = sum(gpu_support.fallback_counts().values())
+    fell_back = sum(gpu_tallies.fallback_counts().values())
     if column.device_patterns:
         assert fell_back == 0
         if "\\d" in pattern or "\\w" in pattern or "\\s" in pattern or "\\z" in pattern:
@@ -159,11 +159,11 @@ class LibcudfText:
 
 @pytest.fixture
 def libcudf_text(monkeypatch):
-    gpu_support.reset_fallbacks()
+    gpu_tallies.reset_fallbacks()
     monkeypatch.setattr(gpu_device, "to_host_copy", lambda col, reason: pa.array(col.values, pa.string()))
     monkeypatch.setattr(cudf.Series, "from_arrow", lambda arr: pd.Series(arr.to_pylist(), dtype=object))
     yield gpu.GpuBackend.__new__(gpu.GpuBackend)
-    gpu_support.reset_fallbacks()
+    gpu_tallies.reset_fallbacks()
 
 
 CASES = ["straße", "İSTANBUL", "ﬁle", "ᾳ", "plain ASCII", None, "ǅemal", "\U00010428x", "ΣΑΣ"]
@@ -181,7 +181,7 @@ def test_lower_and_upper_on_the_gpu_are_arrows_simple_case_mapping(libcudf_text,
     assert got[0] == "straße" if how == "lower" else "SS" not in got[0]     # Arrow: 'ß' -> 'ẞ'
     assert len(got[1]) == len(CASES[1])                                         # 'İ' -> 'i', not 'i̇'
     differs = {"lower": 5, "upper": 6}[how]        # the rows holding a code point libcudf maps otherwise
-    assert sum(gpu_support.fallback_counts().values()) == differs
+    assert sum(gpu_tallies.fallback_counts().values()) == differs
 
 
 def test_strip_on_the_gpu_is_unicode_white_space(libcudf_text):

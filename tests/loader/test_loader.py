@@ -184,7 +184,7 @@ def test_wrong_pairs_and_tensor_outputs_of_strings_are_refused(loader_dataset):
 
 
 def test_cuda_without_a_gpu_backend_is_a_clear_error(loader_dataset):
-    from gpuetl.backends.gpu_support import gpu_count, rapids_available
+    from gpuetl.backends.gpu_detect import gpu_count, rapids_available
 
     if rapids_available() and gpu_count():
         pytest.skip("a GPU backend is here")

@@ -11,11 +11,12 @@ import pytest
 
 from gpuetl.backends import get_backend
 from gpuetl.backends.cpu import CpuBackend
-from gpuetl.backends.gpu_support import (GpuPlanning, Unsupported, check_regex, civil_to_micros, cluster_settings,
-                                         count_host_bytes, count_read, drop_group_names, gpu_count,
-                                         host_transfer_report, integer_cast_loses, reset_tallies, sum_tallies,
-                                         timestamp_plan, to_cudf_regex, utf8_bad_bytes, visible_devices,
-                                         worker_tallies)
+from gpuetl.backends.civil import civil_to_micros
+from gpuetl.backends.gpu_detect import GpuPlanning, cluster_settings, gpu_count, visible_devices
+from gpuetl.backends.gpu_regex import Unsupported, check_regex, drop_group_names, to_cudf_regex
+from gpuetl.backends.gpu_tallies import (count_host_bytes, count_read, host_transfer_report, reset_tallies,
+                                         sum_tallies, worker_tallies)
+from gpuetl.backends.gpu_values import integer_cast_loses, timestamp_plan, utf8_bad_bytes
 from gpuetl.errors import SpecError
 from gpuetl.parsing import PRESETS, preset, template_to_regex
 from gpuetl.samples import write_access_logs
