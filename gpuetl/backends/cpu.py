@@ -9,14 +9,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
+from ..hashing import hash_columns
 from ..sources.json_fields import JsonRead
 from ..sources.line_ends import record_ends, records_array
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
-from .base import Backend, Lines
+from .base import Lines
+from .common import conform_frame, empty_frame, hash_series
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
 from .cpu_text import extract_groups_polars, polars_regex
-from .host_parquet import HostShardEncoder
+from .cpu_spill import CpuSpill
 from .cpu_values import BAD, FALSE_WORDS, INF_TEXT, TRUE_WORDS, as_arrow, exact_value, scratch_pool
+from .host_parquet import HostShardEncoder
 
 _INT_RE = r"^\s*[+-]?\d+\s*$"
 _UINT_RE = r"^\s*\+?\d+\s*$"
@@ -36,12 +40,49 @@ def _bool_mask(arr: pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-class CpuBackend(Backend):
+class CpuBackend(CpuSpill):
+    """Every facet of base.Backend on pandas (Arrow-backed), pyarrow, polars and numpy: the
+    spill facet in cpu_spill.py, JSON in cpu_json.py, CLF and text kernels in cpu_clf.py and
+    cpu_text.py, images in cpu_image_steps.py."""
+
     name = "cpu"
     counts_dropped_fields = True
     xp = np
     xd = pd
     runs_images = True          # Pillow (cpu_images.py)
+    images_on_gpu = False       # base.PlanningBackend: a switch only a device backend reads
+
+    # -- planning and run reports: the CPU runs every regex, counts nothing, brings no cluster
+    def check_regex(self, pattern: str) -> str | None:
+        return None
+
+    def regex_error(self, pattern: str) -> str | None:
+        return None
+
+    def note_host_work(self, what: str, count: int = 1) -> None:
+        """All of the CPU's work is host work: nothing to count."""
+
+    def fallbacks(self, client=None) -> dict[str, int]:
+        """The CPU backend never falls back."""
+        return {}
+
+    def start_reports(self, client=None) -> None:
+        """Nothing is counted on the CPU."""
+
+    def host_transfer(self, client=None, input_bytes: int = 0) -> dict:
+        """Nothing lives on a device: {}."""
+        return {}
+
+    def io_path(self) -> str:
+        return "posix (python file reads)"
+
+    def versions(self) -> dict[str, str]:
+        """pandas, pyarrow and numpy are always listed; the CPU adds none."""
+        return {}
+
+    def local_cluster(self, *, quiet: bool = True, dashboard_address: str | None = None):
+        """None: the runner's in-process cluster (runtime/executor.py)."""
+        return None
 
     # -- images: Pillow and simplejpeg a row at a time (cpu_image_steps.py; imported when used) --
     def decode_images(self, df, mode: str, *, resize_to=None, draft_for=None):
@@ -61,6 +102,13 @@ class CpuBackend(Backend):
 
     def phash_images(self, df, column: str):
         return _image_steps().phash(self, df, column)
+
+    def image_file_bytes(self, values: list, keys: list[tuple[int, int]], decode_next: bool):
+        """The file bytes as a binary column, whatever comes next."""
+        return self.series(values, "binary")
+
+    def image_bytes(self, rows):
+        return rows["image"]
 
     def shard_encoder(self, schema: Schema, compression: str) -> HostShardEncoder:
         """pyarrow's Parquet writer (backends/host_parquet.py)."""
@@ -118,8 +166,57 @@ class CpuBackend(Backend):
     def from_arrow(self, table: pa.Table):
         return table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
 
+    def empty(self, schema: Schema):
+        return empty_frame(self, schema)
+
+    def conform(self, df, schema: Schema):
+        return conform_frame(self, df, schema)
+
+    def separate(self, df):
+        """The status column read once as numpy; live rows that all come first are a slice, not
+        a copy; dropped rows are counted by (stage, status) without a sort."""
+        status = np.asarray(df[STATUS].values)
+        live = status == STATUS_LIVE
+        k = int(live.sum())
+        if k == len(df):
+            return df, df.iloc[:0], {}
+        rows = df.iloc[:k] if live[:k].all() else self.filter(df, self._mask(live, df))
+        bad = status == STATUS_QUARANTINED
+        quarantined = self.filter(df, self._mask(bad, df)) if bad.any() else df.iloc[:0]
+        dropped = ~live & ~bad
+        tallies: dict[tuple[int, int], int] = {}
+        if dropped.any():
+            # stages and statuses are small numbers: count by (stage + 1) * 8 + status, no sort
+            key = (np.asarray(df[STAGE].values)[dropped].astype(np.int64) + 1) * 8 + status[dropped]
+            count = np.asarray(df[COUNT].values)[dropped].astype(np.int64)
+            sums = np.bincount(key) if (count == 1).all() else _exact_sums(key, count)
+            tallies = {(int(k) // 8 - 1, int(k) % 8): int(sums[k]) for k in np.flatnonzero(sums)}
+        return rows, quarantined, tallies
+
+    def _mask(self, rows: np.ndarray, df):
+        return self.series(rows, "bool", index=df.index)
+
+    def host_table(self, df, schema: Schema, reason: str) -> pa.Table:
+        """The frame is on the host already: to_arrow()."""
+        return self.to_arrow(df, schema)
+
+    def to_host(self, values):
+        return values
+
+    def to_pandas(self, obj):
+        return obj
+
+    def to_pylist(self, col) -> list:
+        return col.tolist()
+
     # -- records -------------------------------------------------------------------------
     piece_bytes = 16 * 2**20
+
+    def read_block(self, files: list, ranges: tuple):
+        """Python file reads (sources.ranges.read_block)."""
+        from ..sources.ranges import read_block
+
+        return read_block(files, ranges)
 
     def batches(self, data: bytes) -> list[tuple[int, memoryview]]:
         """Pieces of at most piece_bytes, each cut after its last whole line (views, no copies);
@@ -401,7 +498,7 @@ class CpuBackend(Backend):
         """polars' row hash (much faster than the numpy hash64): -0.0 and NaN are made canonical first,
         so values pandas holds equal hash equal."""
         if not polars_available():
-            return super().row_hash(columns)
+            return hash_columns(self, columns, 0, canonical_floats=True)
         pl = polars()
 
         arrays = {}
@@ -445,7 +542,26 @@ class CpuBackend(Backend):
         data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         return offsets, data, valid
 
+    def hash64(self, columns: list, seed: int = 0):
+        return hash_columns(self, columns, seed)
+
+    def hash_columns(self, columns: list, seed: int = 0):
+        return hash_series(self, columns, seed)
+
     # -- text kernels (steps: normalize_text, mask, near_dedupe); the work is in cpu_text.py
+    def text_lower(self, col):
+        return col.str.lower()
+
+    def text_upper(self, col):
+        return col.str.upper()
+
+    def text_strip(self, col):
+        return col.str.strip()
+
+    def contains_regex(self, col, pattern):
+        """pandas' Arrow-backed strings match with RE2 (pyarrow), the plan's dialect."""
+        return col.str.contains(pattern, regex=True)
+
     def normalize_text(self, col, *, nfkc, lower, collapse_whitespace, strip):
         from . import cpu_text
 
@@ -634,3 +750,10 @@ def _image_steps():
     from . import cpu_image_steps
 
     return cpu_image_steps
+
+
+def _exact_sums(key: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """np.bincount(key, weights=count) in int64 (bincount's weights are float64)."""
+    sums = np.zeros(int(key.max()) + 1, dtype=np.int64)
+    np.add.at(sums, key, count)
+    return sums

@@ -32,7 +32,8 @@ import pylibcudf as plc
 from ..sources.line_ends import record_ends
 from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is_nested
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
-from .base import Backend, Lines
+from .base import Lines
+from .common import conform_frame, empty_frame, extract_fields, hash_series
 from .civil import civil_to_micros, days_in_month
 from .gpu_detect import cluster_settings, gpu_memory
 from .gpu_kvikio import kvikio_s3_arguments, remote_record_span
@@ -230,7 +231,7 @@ def device_patterns() -> list[str]:
             case_differs_pattern("lower"), case_differs_pattern("upper")]
 
 
-class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
+class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
     name = "gpu"
 
     @property
@@ -467,6 +468,67 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
 
         return cudf.DataFrame({name: _from_arrow(table.column(name).combine_chunks(), type_name_of(table.column(name).type))
                                for name in table.column_names})
+
+    # -- where the GPU does exactly what the CPU does: the shared definitions (common.py), or
+    # what pandas and cuDF spell alike, stated here rather than inherited
+    images_on_gpu = False           # base.PlanningBackend: set on the object to run `type: images` here
+    counts_dropped_fields = False   # parse_json does not count the fields it drops on the device
+    piece_bytes = None              # a block is parsed whole: a device wants the largest batch it can hold
+
+    def regex_error(self, pattern: str) -> str | None:
+        """Never: a pattern libcudf cannot run goes to the CPU kernel (check_regex notes it)."""
+        return None
+
+    def empty(self, schema: Schema):
+        return empty_frame(self, schema)
+
+    def conform(self, df, schema: Schema):
+        return conform_frame(self, df, schema)
+
+    def filter(self, df, mask):
+        return df[mask]
+
+    def batches(self, data):
+        """One piece: the whole block."""
+        return [(0, data)]
+
+    def extract_fields(self, text, regex, names, *, kernel=None, dash_is_null=False):
+        return extract_fields(self, text, regex, names, kernel=kernel, dash_is_null=dash_is_null)
+
+    def hash_columns(self, columns: list, seed: int = 0):
+        return hash_series(self, columns, seed)
+
+    def hash64(self, columns: list, seed: int = 0):
+        from ..hashing import hash_columns
+
+        return hash_columns(self, columns, seed)
+
+    def row_hash(self, columns: list):
+        """hash64's arithmetic with -0.0 and NaN made canonical (hashing.hash_columns)."""
+        from ..hashing import hash_columns
+
+        return hash_columns(self, columns, 0, canonical_floats=True)
+
+    def pack_rows(self, matrix, index=None):
+        """None: a signature does not travel as one value on the device; callers recompute."""
+        return None
+
+    def unpack_rows(self, col, width):
+        raise NotImplementedError("gpu backend: unpack_rows (pack_rows gives None)")
+
+    def nullable_dtype(self, type_name: str):
+        """cuDF's own dtypes hold nulls."""
+        return self.dtype(type_name)
+
+    def mod(self, a, b, type_name: str):
+        """cuDF's % has Python's sign rule."""
+        return a % b
+
+    def weekday(self, col):
+        return col.dt.weekday
+
+    def timezone(self, col):
+        return getattr(col.dtype, "tz", None)
 
     # -- images: the pixels stay in the device column from decode to encode (gpu_images.py) ------
     def decode_images(self, df, mode: str, *, resize_to=None, draft_for=None):

@@ -281,10 +281,10 @@ def cmd_plan(args) -> int:
 def _graph_tasks(plan, in_order: bool = False) -> int:
     """Tasks in the graph run would build (its shape does not depend on the backend, so this
     works for a GPU plan on any machine)."""
-    from ..backends.cpu import CpuBackend
+    from ..backends import get_backend
     from ..runtime.graph import build_partitions, count_tasks
 
-    return count_tasks(build_partitions(plan, CpuBackend(), in_order=in_order))
+    return count_tasks(build_partitions(plan, get_backend("cpu"), in_order=in_order))
 
 
 def _schema_change(before: dict, after: dict) -> list[str]:
