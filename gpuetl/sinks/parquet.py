@@ -8,6 +8,7 @@ import hashlib
 import math
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +26,9 @@ from .layout import Layout
 from .parquet_policy import DEFAULT_ROW_GROUP_ROWS, dictionary_columns
 from .shard_writer import ShardResult, ShardWriter
 from .spill import QUARANTINE_SCHEMA
+
+if TYPE_CHECKING:
+    from ..backends.base import Spill
 
 QUARANTINE_ROWS_PER_FILE = 1_000_000
 
@@ -103,7 +107,7 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
     return writer.close()
 
 
-def _turn_edges(backend, pieces: list[str], task: ShardTask, ranged: bool, turns: int) -> list:
+def _turn_edges(backend: Spill, pieces: list[str], task: ShardTask, ranged: bool, turns: int) -> list:
     """The bounds of the order hash of each turn: equal widths between the smallest and the
     largest order hash among the shard's rows. Without a shard.key the order hash is the
     placement hash, so a shard's rows span only its own stretch of it: turns over the whole
@@ -122,19 +126,19 @@ def _turn_edges(backend, pieces: list[str], task: ShardTask, ranged: bool, turns
     return [low + (high + 1 - low) * k // turns for k in range(turns)] + [None]
 
 
-def _read(backend, path: str, task: ShardTask, ranged: bool, columns: list[str] | None = None):
+def _read(backend: Spill, path: str, task: ShardTask, ranged: bool, columns: list[str] | None = None):
     """A spilled piece, or of a ranged one at least the stretch holding the shard's buckets (a
-    backend may read only that: Backend.read_spill)."""
+    backend may read only that: Spill.read_spill)."""
     return backend.read_spill(path, columns, buckets=(task.lo_bucket, task.hi_bucket) if ranged else None)
 
 
-def _slice_of(backend, piece, task: ShardTask, ranged: bool):
+def _slice_of(backend: Spill, piece, task: ShardTask, ranged: bool):
     """The rows of a spilled piece that belong to the shard (its placement-hash range)."""
     piece, mine = _range_of(backend, piece, task, ranged)
     return piece if mine is None else backend.spill_filter(piece, mine)
 
 
-def _range_of(backend, piece, task: ShardTask, ranged: bool):
+def _range_of(backend: Spill, piece, task: ShardTask, ranged: bool):
     """The stretch of a spilled piece that holds the shard's rows (a slice, no copy) and which of
     its rows are the shard's (an xp bool array; None: all)."""
     if not ranged or not len(piece):
@@ -142,7 +146,7 @@ def _range_of(backend, piece, task: ShardTask, ranged: bool):
     return backend.spill_range(piece, task.lo_bucket, task.hi_bucket)
 
 
-def shard_writer(backend, path: str, schema: Schema, options: WriteOptions, task: ShardTask) -> ShardWriter:
+def shard_writer(backend: Spill, path: str, schema: Schema, options: WriteOptions, task: ShardTask) -> ShardWriter:
     """The one shard writer (sinks/shard_writer.py) with the backend's encoder."""
     return ShardWriter(path, schema, options, task, backend.shard_encoder(schema, options.compression))
 
