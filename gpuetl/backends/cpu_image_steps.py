@@ -15,9 +15,8 @@ from .cpu_images import BadImage
 PIXELS = {"width": "int32", "height": "int32", "channels": "int32", "format": "string"}
 
 
-def _each(name: str):
-    """cpu_images' per-image function `name` over a list of items, a BadImage kept as the result."""
-    one = getattr(cpu_images, name)
+def _each(one):
+    """A per-image function of cpu_images over a list of items, a BadImage kept as the result."""
 
     def each(items, *args):
         out = []
@@ -91,10 +90,11 @@ def _raw_pixels(df, backend, step: str) -> tuple[list, list]:
     return items, reasons
 
 
-def _pixel_step(df, backend, step: str, *args):
+def _pixel_step(df, backend, step: str, kernel, *args):
+    """`kernel` (a cpu_images function) on each row's raw pixels; `step` names it in reasons."""
     items, reasons = _raw_pixels(df, backend, step)
     todo = [i for i, r in enumerate(reasons) if r is None]
-    done = _each(step)([items[i] for i in todo], *args)
+    done = _each(kernel)([items[i] for i in todo], *args)
     results: list = [BadImage(r) if r else None for r in reasons]
     for i, r in zip(todo, done):
         results[i] = r
@@ -109,27 +109,27 @@ def decode(backend, df, mode: str, resize_to=None, draft_for=None):
     drafts = [cpu_images.draft_size(w, h, o, draft_for) if draft_for and w else None
               for w, h, o in zip(cols["orig_width"], cols["orig_height"], cols["orientation"])]
     items = [(data, mode, o or 1, d) for data, o, d in zip(cols["image"], cols["orientation"], drafts)]
-    results = _each("decode")(items, *((resize_to,) if resize_to else ()))
+    results = _each(cpu_images.decode)(items, *((resize_to,) if resize_to else ()))
     out = df.assign(**{n: backend.nulls(len(df), t, index=df.index) for n, t in PIXELS.items()})
     return _apply(out, backend, results)
 
 
 def resize(backend, df, how: str, width: int, height: int, filter: str):
-    return _pixel_step(df, backend, "resize", how, width, height, filter)
+    return _pixel_step(df, backend, "resize", cpu_images.resize, how, width, height, filter)
 
 
 def center_crop(backend, df, width: int, height: int):
-    return _pixel_step(df, backend, "center_crop", width, height)
+    return _pixel_step(df, backend, "center_crop", cpu_images.center_crop, width, height)
 
 
 def convert(backend, df, mode: str):
-    return _pixel_step(df, backend, "convert", mode)
+    return _pixel_step(df, backend, "convert", cpu_images.convert, mode)
 
 
 def encode(backend, df, fmt: str, quality: int):
     items, reasons = _raw_pixels(df, backend, "encode")
     todo = [i for i, r in enumerate(reasons) if r is None]
-    done = _each("encode")([items[i] for i in todo], fmt, quality)
+    done = _each(cpu_images.encode)([items[i] for i in todo], fmt, quality)
     results: list = [BadImage(r) if r else None for r in reasons]
     for i, r in zip(todo, done):
         results[i] = r if isinstance(r, Exception) else (r, *items[i][1:])
