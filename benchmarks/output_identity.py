@@ -26,9 +26,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Manifest fields that differ between two runs of the same input (ids, clocks, versions, paths)
+# Manifest fields that differ between two runs of the same input (ids, clocks, versions, where the
+# temporary folder and its files are: the inputs' identity); the ranges' hashes stay
 RUN_FIELDS = {"run_id", "created", "created_at", "started", "finished", "duration_s", "versions",
-              "gpuetl_version", "run", "elapsed_s", "host_transfer", "input_tiers", "out_dir", "resumed"}
+              "gpuetl_version", "run", "elapsed_s", "host_transfer", "input_tiers", "out_dir", "resumed",
+              "identity", "location", "mtime_ns"}
 
 
 def _sha(path: Path) -> str:
