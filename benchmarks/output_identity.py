@@ -233,7 +233,7 @@ def record(target: Path) -> None:
 
 
 def compare(a: Path, b: Path) -> int:
-    before, after = json.loads(a.read_text()), json.loads(b.read_text())
+    before, after = (_without_run_fields(json.loads(p.read_text())) for p in (a, b))
     problems = [f"{k}: only in {a.name}" for k in before if k not in after]
     problems += [f"{k}: only in {b.name}" for k in after if k not in before]
     for key in sorted(set(before) & set(after)):
