@@ -128,7 +128,7 @@ def _bounded(partition, first: Segment, partitions: int):
 
 def _byte_ranges(source) -> bool:
     """A text, jsonl or csv source: its partitions are byte ranges of whole records."""
-    return getattr(source, "byte_ranges", False)
+    return isinstance(source, SourceStage) and source.byte_ranges
 
 
 def _decoded(partition, files) -> list:

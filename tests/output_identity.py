@@ -1,9 +1,9 @@
 """Record what every example pipeline and a set of parsing corpora write, to check that a change
 of structure changes no output byte.
 
-    python benchmarks/output_identity.py record before.json      # on the tree before the change
-    python benchmarks/output_identity.py record after.json       # on the tree after it
-    python benchmarks/output_identity.py compare before.json after.json
+    python tests/output_identity.py record before.json      # on the tree before the change
+    python tests/output_identity.py record after.json       # on the tree after it
+    python tests/output_identity.py compare before.json after.json
 
 `record` writes the sample data (`python -m gpuetl.samples`, 20 photos) and the corpora into a
 temporary folder, runs each case on the CPU backend and keeps the sha256 of every shard and
