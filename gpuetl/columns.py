@@ -16,13 +16,6 @@ COUNT = "__n"            # int64: records this row stands for (1, or a tally of 
 STAGE = "__stage"        # int16: index of the stage that dropped the row, -1 for live rows
 RAW = "__raw"            # binary: the record's exact input bytes, kept for quarantined rows only
 REASON = "__reason"      # string: why a row was quarantined or dropped
-# A partition frame's attribute (DataFrame.attrs): {field: records} of the top-level JSON fields
-# the source left out under `extra_fields: drop`, or None where the backend did not count them.
-DROPPED_FIELDS = "gpuetl.dropped_fields"
-# A partition frame's attribute: the hash of each local input range its source read
-# (sources.pins.ReadPins of RangePins), for the manifest and for resume.
-READ_PINS = "gpuetl.read_pins"
-FRAME_ATTRS = (DROPPED_FIELDS, READ_PINS)   # what a frame's tasks hand on (runtime/graph.py: frame_task)
 INTERNAL = (FILE_INDEX, OFFSET, STATUS, COUNT, STAGE, RAW, REASON)
 INTERNAL_TYPES: Schema = {
     FILE_INDEX: "int32", OFFSET: "int64", STATUS: "int8", COUNT: "int64",

@@ -12,7 +12,7 @@ import os
 
 import dask
 
-from ..columns import FRAME_ATTRS
+from ..sources.counters import CountedFrame
 from ..steps.base import GlobalStep, InOrderGlobalStep
 from ..sources.ranges import CompressedRange, decode_range
 from .partition import read_partition, run_steps
@@ -114,9 +114,9 @@ def resolve_in_place(parts: list, segment, backend) -> list:
     step, parts = _prepared(parts, segment, backend)
     parts = list(parts)
     name, task = step.name, _task
-    keys = [task(named(step.row_keys, f"keys-{name}"))(p, backend) for p in parts]
+    keys = [task(on_frame(step.row_keys, f"keys-{name}"))(p, backend) for p in parts]
     repeated = task(named(step.repeated_keys, f"repeats-{name}"))(keys, backend)
-    candidates = [task(named(step.candidates, f"candidates-{name}"))(p, k, repeated, i, backend)
+    candidates = [task(on_frame(step.candidates, f"candidates-{name}"))(p, k, repeated, i, backend)
                   for i, (p, k) in enumerate(zip(parts, keys))]
     decided = task(named(step.decide, f"decide-{name}"))(candidates, backend)
     return [task(frame_task(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
@@ -132,8 +132,8 @@ def resolve_in_order(parts, segment, backend, scratch: str | None = None):
     name, task = step.name, _task
     state = task(named(step.start, f"start-{name}"))(backend, scratch)
     for i, part in enumerate(parts):
-        keys = task(named(step.row_keys, f"keys-{name}"))(part, backend)
-        state, decided = task(named(step.advance, f"decide-{name}"), nout=2)(state, part, keys, i, backend)
+        keys = task(on_frame(step.row_keys, f"keys-{name}"))(part, backend)
+        state, decided = task(on_frame(step.advance, f"decide-{name}", at=1), nout=2)(state, part, keys, i, backend)
         yield task(frame_task(step.mark, f"mark-{name}"))(part, i, decided, backend)
 
 
@@ -161,13 +161,23 @@ class named:
 
 
 class frame_task(named):
-    """A task that takes a partition's frame first and gives its frame back: what the frame's
-    source dropped and the hashes of what it read (columns.FRAME_ATTRS) stay with it, even where
-    the step built a new frame."""
+    """A task that takes a partition's frame and gives its frame back, as a step does: it is
+    handed the partition's CountedFrame and hands one on, with the same counters (what the
+    source counted: sources/counters.py), whatever frame the step built."""
 
-    def __call__(self, df, *args, **kwargs):
-        out = self.func(df, *args, **kwargs)
-        for key in FRAME_ATTRS:
-            if key in df.attrs and key not in out.attrs:
-                out.attrs[key] = df.attrs[key]
-        return out
+    def __call__(self, part: CountedFrame, *args, **kwargs):
+        return CountedFrame(self.func(part.frame, *args, **kwargs), part.counters)
+
+
+class on_frame(named):
+    """A task that reads a partition's frame (its argument `at`, a CountedFrame) and gives
+    something else back (keys, candidates, a decision)."""
+
+    def __init__(self, func, name: str, at: int = 0):
+        super().__init__(func, name)
+        self.at = at
+
+    def __call__(self, *args, **kwargs):
+        args = list(args)
+        args[self.at] = args[self.at].frame
+        return self.func(*args, **kwargs)

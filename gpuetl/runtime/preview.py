@@ -16,6 +16,7 @@ from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STA
 from .graph import resolve_in_place
 from .partition import Segment, frame_schema, read_partition, run_steps
 from ..sources.ranges import CompressedRange, decode_range
+from ..sources.counters import CountedFrame, PartitionCounters
 from ..sources.stage import SourceStage
 from ..steps.base import GlobalStep
 
@@ -70,7 +71,7 @@ def preview_plan(plan, backend, n: int = 20) -> Preview:
     if plan.partitions:
         partition, read = _bounded(plan.partitions[0], first, len(plan.partitions))
         source = Segment(source=first.source, schema=dict(first.source.schema), on_error=keep, files=files)
-        frame = read_partition(partition, source, backend, _decoded(partition, files))
+        frame = read_partition(partition, source, backend, _decoded(partition, files)).frame
     else:
         read, frame = "nothing: the inputs hold no records", backend.empty(frame_schema(first.source.schema))
     frames = [frame]
@@ -78,7 +79,8 @@ def preview_plan(plan, backend, n: int = 20) -> Preview:
     for stage in stages:
         one = Segment(source=None, steps=[stage], schema=dict(stage.schema), on_error=keep, files=files)
         if isinstance(stage.step, GlobalStep):
-            frame = dask.compute(*resolve_in_place([frame], one, backend), scheduler="sync")[0]
+            part = CountedFrame(frame, PartitionCounters())
+            frame = dask.compute(*resolve_in_place([part], one, backend), scheduler="sync")[0].frame
         frame = run_steps(frame, one, backend)
         frames.append(frame)
 
@@ -126,7 +128,7 @@ def _bounded(partition, first: Segment, partitions: int):
 
 def _byte_ranges(source) -> bool:
     """A text, jsonl or csv source: its partitions are byte ranges of whole records."""
-    return isinstance(source, SourceStage) and not source.parquet
+    return isinstance(source, SourceStage) and source.byte_ranges
 
 
 def _decoded(partition, files) -> list:

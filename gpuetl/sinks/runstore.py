@@ -144,13 +144,13 @@ def local_copy(url: str) -> str:
 
 # -- the tasks that write, working in their own folder ---------------------------------------------
 
-def spill_through_store(store: RunStore, df, partition: int, **kwargs):
+def spill_through_store(store: RunStore, part, partition: int, **kwargs):
     """spill.spill_partition into the task's folder, the pieces then uploaded: the result names
     them by URL."""
     from .spill import spill_partition
 
     with store.task_folder() as folder:
-        result = spill_partition(df, partition, **{**kwargs, "tmp_dir": folder, "in_memory": False})
+        result = spill_partition(part, partition, **{**kwargs, "tmp_dir": folder, "in_memory": False})
         result.pieces = {split: store.upload_from(folder, path) for split, path in result.pieces.items()}
         if result.quarantine is not None:
             result.quarantine = store.upload_from(folder, result.quarantine)

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..backends.host_spill import write_ipc
-from ..columns import (COUNT, DROPPED_FIELDS, FILE_INDEX, OFFSET, RAW, READ_PINS, REASON, STAGE, STATUS,
-                             STATUS_QUARANTINED)
+from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..durable import boot_id
 from ..placement import ORDER, PLACE
+from ..sources.counters import CountedFrame, PartitionCounters
 from ..sources.pins import RangePin
 from ..types import Schema
 from .layout import Layout
@@ -37,26 +37,35 @@ class MapResult:
     histograms: dict[int, np.ndarray] = field(default_factory=dict)     # split -> bytes per bucket
     quarantine: str | None = None
     tables: dict[int, Any] = field(default_factory=dict, repr=False)    # split -> rows kept in memory (a piece)
-    dropped_fields: dict[str, int] | None = None    # JSON extra field -> records it was left out of; None: not counted
-    read_pins: tuple = ()             # sources.pins.RangePin of each local input range read (resume, manifest)
+    counters: PartitionCounters = field(default_factory=PartitionCounters)   # what its reading counted
+
+    @property
+    def dropped_fields(self) -> dict[str, int] | None:
+        """JSON extra field -> records it was left out of; None: not counted."""
+        return self.counters.dropped_fields
+
+    @property
+    def read_pins(self) -> tuple[RangePin, ...]:
+        """sources.pins.RangePin of each local input range read (resume, manifest)."""
+        return tuple(self.counters.read_pins)
 
 
-def spill_partition(df, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str,
+def spill_partition(part: CountedFrame, partition: int, *, layout: Layout, schema: Schema, tmp_dir: str,
                     file_names: list[str], stage_names: list[str], backend, in_memory: bool = False) -> MapResult:
-    """in_memory: hand the rows to the caller in the result instead of a piece file (the streaming
-    writer in the same process; a run that cannot be resumed anyway), saving a write and a read
-    of every byte. Such a result is not recorded for resume."""
-    result = _spill(df, partition, layout=layout, schema=schema, tmp_dir=tmp_dir,
+    """Spill a partition's frame; its counters go into the result. in_memory: hand the rows to
+    the caller in the result instead of a piece file (the streaming writer in the same process;
+    a run that cannot be resumed anyway), saving a write and a read of every byte. Such a result
+    is not recorded for resume."""
+    result = _spill(part.frame, part.counters, partition, layout=layout, schema=schema, tmp_dir=tmp_dir,
                     file_names=file_names, stage_names=stage_names, backend=backend, in_memory=in_memory)
     if not in_memory:
         save_result(result, tmp_dir)
     return result
 
 
-def _spill(df, partition: int, *, layout: Layout, schema, tmp_dir, file_names, stage_names, backend,
-           in_memory=False) -> MapResult:
-    result = MapResult(partition, dropped_fields=df.attrs.get(DROPPED_FIELDS),
-                       read_pins=tuple(df.attrs.get(READ_PINS, ())))
+def _spill(df, counters: PartitionCounters, partition: int, *, layout: Layout, schema, tmp_dir, file_names,
+           stage_names, backend, in_memory=False) -> MapResult:
+    result = MapResult(partition, counters=counters)
     ranged = layout.ranged
     status = df[STATUS]
     if bool(status.isna().any()):     # every row must be live, dropped or counted: never unknown
@@ -169,8 +178,8 @@ def load_result(tmp_dir: str, partition: int) -> MapResult | None:
         pins = tuple(_read_pin(p) for p in state["read_pins"])
     except (AttributeError, KeyError, TypeError, ValueError):
         return None                     # not a state this code wrote: the partition is run again
-    return MapResult(partition, tallies, reasons, pieces, rows, hists, quarantine, dropped_fields=dropped,
-                     read_pins=pins)
+    return MapResult(partition, tallies, reasons, pieces, rows, hists, quarantine,
+                     counters=PartitionCounters(dropped, list(pins)))
 
 
 def _read_pin(value) -> RangePin:

@@ -1,6 +1,6 @@
-"""What the frames of every source share (the runtime's source stage, runtime/partition.py, and the
-sources that build their frames themselves, as images do): the schema with the bookkeeping
-columns, and `on_error: fail`'s refusal at the first bad record."""
+"""What the frames of every source share (the byte formats' stages, sources/records.py, the
+sources that build their frames themselves, as images do, and the runtime's steps): the schema
+with the bookkeeping columns, and `on_error: fail`'s refusal at the first bad record."""
 
 from __future__ import annotations
 

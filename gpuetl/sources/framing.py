@@ -2,7 +2,7 @@
 log records (`source.multiline`: a line matching `start` begins a record, the others continue
 it, as log shippers do).
 
-A framing replaces "a record is a line" in the source stage (plan/stages.py, read_partition):
+A framing replaces "a record is a line" in the source stage (sources/stage.py: FramedStage):
 `read(files, ranges, backend)` gives the partition's records with their file and byte offset,
 and the lines it sets aside (reported to the quarantine). It works on the host, with numpy and
 pyarrow, for every backend; the GPU backend counts the partitions it frames there
@@ -192,7 +192,7 @@ class Records:
 
     def to_backend(self, backend):
         """(text, file index, offsets, bad UTF-8, exact or None, set-aside records) in the
-        backend's types: what plan/stages.py parses."""
+        backend's types: what the stage parses (sources/records.py: framed_pieces, parse_piece)."""
         xp = backend.xp
         text = pa.concat_arrays(self.text) if self.text else pa.array([], pa.string())
         exact = pa.concat_arrays(self.exact) if self.exact else pa.array([], pa.binary())

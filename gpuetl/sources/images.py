@@ -27,11 +27,11 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, READ_PINS, REASON, STAGE, STATUS, STATUS_QUARANTINED
+from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
 from .files import InputFile, InputFiles, compressed_by_its_bytes, readable_name, relative_to
-from .pins import ReadPins, pin_bytes
+from .pins import pin_bytes
 from .ranges import Partition, Whole, pack
 from .stage import PartitionScoped
 
@@ -70,7 +70,7 @@ class ImageRecord:
 
 @dataclass
 class ImagesStage(PartitionScoped):
-    """What a partition's task needs (runtime/partition.py calls read). A task carries only its
+    """What a partition's task needs (runtime/partition.py calls `read`). A task carries only its
     partition's inputs (`with_inputs`): a photo is an input, and there may be millions."""
 
     files: InputFiles          # by index; a task's: sources.files.PartitionInputs
@@ -87,24 +87,18 @@ class ImagesStage(PartitionScoped):
     def with_inputs(self, files) -> "ImagesStage":
         return replace(self, files=files)
 
-    def read(self, partition: Partition, segment, backend):
-        """The kernel is asked to read every record's bytes at once (`_prefetch`); then this
+    def read(self, partition: Partition, segment, backend, counters, decoded=()):
+        """The partition's records as frames of at most PIECE_PIXEL_BYTES of decoded pixels each
+        (from each header: width x height x 4 bytes; an image larger than that is a piece of its
+        own). The kernel is asked to read every record's bytes at once (`_prefetch`); then this
         thread reads, checks (header, pixel limit, sha256) and hands on each image in order,
         while the rest still arrive. Reader threads did the same job worse: their Python and
-        checks contended for the GIL with the other tasks' image work (docs/design.md)."""
-        pins: list = []
-        df = _frame(self._rows(partition, pins), self, segment, backend)
-        df.attrs[READ_PINS] = ReadPins(pins)
-        return df
-
-    def read_pieces(self, partition: Partition, segment, backend, pins: list | None = None):
-        """`read`'s rows as frames of at most PIECE_PIXEL_BYTES of decoded pixels each (from each
-        header: width x height x 4 bytes; an image larger than that is a piece of its own). The
-        runtime runs each through the row steps (decode, resize, encode) before making the next,
-        so a task holds one piece's pixels, not its partition's: 40 PNGs of 8000x8000 would
-        otherwise be 7.7 GB of pixels at once. The hash of each span of bytes read is added to
-        `pins` (sources/pins.py)."""
-        rows = self._rows(partition, [] if pins is None else pins)
+        checks contended for the GIL with the other tasks' image work (docs/design.md). The
+        runtime runs each piece through the row steps (decode, resize, encode) before asking
+        for the next, so a task holds one piece's pixels, not its partition's: 40 PNGs of
+        8000x8000 would otherwise be 7.7 GB of pixels at once. The hash of each span of bytes
+        read goes to `counters` (sources/counters.py, sources/pins.py)."""
+        rows = self._rows(partition, counters.read_pins)
         cuts, held = [0], 0
         for i, row in enumerate(rows):
             size = decoded_bytes(row)

@@ -1,8 +1,8 @@
 """Turn records (lines) into string or typed columns: raw lines, regex/preset/template, JSON, CSV.
 
 Every parser has `schema` and `parse(text, backend, file_index)` (file_index: each record's
-input file); it is handed a partition's records a piece at a time (runtime/partition.py,
-read_partition). `parse` gives (columns, ok, reasons), and the JSON parser a fourth item: the
+input file); it is handed a partition's records a piece at a time (sources/records.py: parse_piece, called by
+the stage's `read`). `parse` gives (columns, ok, reasons), and the JSON parser a fourth item: the
 extra fields it dropped ({field: records}, or None: not counted)."""
 
 from __future__ import annotations

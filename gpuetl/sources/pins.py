@@ -93,16 +93,6 @@ def pin_bytes(file_index: int, start: int, data) -> RangePin:
     return RangePin(file_index, start, start + len(data), digest(data))
 
 
-class ReadPins(tuple):
-    """A partition's RangePins, as its frame carries them (DataFrame.attrs[columns.READ_PINS]).
-    pandas deep-copies attrs on many operations: this value is immutable, so its copy is itself."""
-
-    __slots__ = ()
-
-    def __deepcopy__(self, memo):
-        return self
-
-
 @dataclass(frozen=True)
 class Mismatch:
     """A pinned range whose bytes are not what was read (found: the hash now; None where the

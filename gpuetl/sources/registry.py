@@ -1,8 +1,10 @@
 """Source formats by name. A format is one object with a `name`, the `options` it reads from the
 pipeline file's `source:` block beyond the common ones, and `plan(loaded, files, notes, backend)`
-returning (partitions, the source stage, manifest metadata). The stage is how a partition becomes
-a frame: either a `SourceStage` (byte ranges parsed by its parser, sources/stage.py) or a
-`RecordStage`, which builds its partitions' frames itself (sources/images.py).
+returning (partitions, the source stage, manifest metadata). The stage owns the reading: its
+`read(partition, segment, backend, counters, decoded)` turns a partition's bytes into typed
+frames, piece by piece, and the runtime calls nothing else of it. A byte format builds a
+`SourceStage` (sources/stage.py: lines, framed records, row groups) around its parser; any other
+format gives a `RecordStage`, which makes its frames itself (sources/images.py).
 
 The built-in formats are imported only when looked up; formats from other packages come from
 `gpuetl.register_source` or the `gpuetl.plugins` entry-point group (gpuetl/plugins.py)."""
@@ -26,25 +28,18 @@ class SourceFormat(Protocol):
 
 @runtime_checkable
 class RecordStage(Protocol):
-    """A source stage that makes its partitions' frames itself, bookkeeping columns included."""
+    """A source stage: how a partition becomes frames (bookkeeping columns included)."""
 
     schema: dict                      # data columns of the frames it makes
     default_key: tuple[str, ...]      # what splits and placement hash without shard.key; () = every column
 
-    def read(self, partition: Any, segment: Any, backend: Any) -> Any:
-        """The partition's frame, before the segment's steps run on it."""
-        ...
-
-
-@runtime_checkable
-class PiecewiseRecordStage(RecordStage, Protocol):
-    """A RecordStage that also gives a partition's rows as frames, in order, each run through the
-    segment's row steps before the next is made (runtime/partition.py), so what a task holds is
-    bounded by a piece (images: by decoded pixels), not by the partition."""
-
-    def read_pieces(self, partition: Any, segment: Any, backend: Any, pins: list | None = None) -> Any:
-        """An iterator of the partition's frames; the hash of each span of input read is added
-        to `pins` (sources/pins.py)."""
+    def read(self, partition: Any, segment: Any, backend: Any, counters: Any, decoded: Any = ()) -> Any:
+        """An iterator of the partition's frames, in input order, before the segment's steps run
+        on them: the runtime runs each through the segment's row steps before asking for the
+        next (runtime/partition.py), so what a task holds is bounded by a piece, not by the
+        partition. `counters` (sources/counters.py: PartitionCounters) takes what the reading
+        counted: the hash of each span of input read (sources/pins.py), the fields a parser
+        dropped. `decoded`: the bytes of the partition's compressed ranges, in order."""
         ...
 
 

@@ -1,10 +1,16 @@
 """The source stage of the byte formats (text, jsonl, csv, parquet): the parser that turns a
-partition's records into columns, the declared casts, and the schema after them. The runtime
-(runtime/partition.py) reads partitions with it; the format modules (sources/formats/) build it."""
+partition's records into columns, the declared casts, the schema after them, and `read`, which
+turns a partition's bytes into typed frames. The format modules (sources/formats/) build it at
+planning; the runtime calls its `read` (runtime/partition.py: read_partition) and nothing else.
+
+`SourceStage` reads lines (text, jsonl, the json preset, a plugin's line format: the backend
+reads the block and splits it); `FramedStage` reads records that span lines, framed on the host
+(csv, multiline text: sources/framing.py); the Parquet stage reads row groups
+(sources/formats/parquet.py). Each hands the runtime its records a piece at a time."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import difflib
 from dataclasses import dataclass
@@ -13,8 +19,10 @@ from ..errors import SpecError
 from ..spec.names import field_name_problem
 from ..types import ColumnSpec, Schema, column_spec
 from .compressed import Limits
+from .counters import PartitionCounters
 from .files import InputFile
-from .ranges import Partition, plan_partitions
+from .ranges import Partition, plan_partitions, with_decoded
+from .records import framed_pieces, parse_piece, split_batch
 
 MAX_PARTITIONS = 100_000
 
@@ -37,15 +45,47 @@ class PartitionScoped:
 
 @dataclass
 class SourceStage:
+    """Records are lines of byte ranges, parsed by `parser` (sources/parsers.py)."""
+
     files: list[InputFile]
     parser: object
     casts: dict[str, ColumnSpec]
     schema: Schema                 # data columns after parsing and typing (provenance included)
     provenance: bool = False
     index: int = 0
-    parquet: bool = False          # ranges are row groups, records are rows
-    framing: object = None         # records that span lines (csv, multiline: sources/framing.py); None: lines
     default_key: tuple[str, ...] = ()   # what splits and placement hash without shard.key; () = every column
+    byte_ranges: ClassVar[bool] = True  # partitions are byte ranges of whole records (a preview may shorten them)
+
+    def read(self, partition: Partition, segment, backend, counters: PartitionCounters, decoded=()):
+        """The partition's records as typed frames (bookkeeping columns included), a piece at a
+        time: the backend reads the ranges as one block and cuts it into batches of whole lines
+        (`backend.batches`, about `piece_bytes` each); each is split, parsed and typed only when
+        the runtime asks for it, after it ran the previous one through the segment's row steps.
+        `decoded`: the bytes of the partition's compressed ranges, in order (runtime/graph.py).
+        The hashes of what was read and the fields a JSON parser dropped go to `counters`."""
+        ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
+        block = backend.read_block(self.files, ranges)
+        counters.read_pins.extend(getattr(block, "pins", ()))
+        batches = backend.batches(block.data)
+        last = len(batches) - 1
+        for i, (position, data) in enumerate(batches):
+            yield parse_piece(*split_batch(block, position, data, backend), block.extra_bad if i == last else [],
+                              self, segment, backend, counters)
+
+
+@dataclass
+class FramedStage(SourceStage):
+    """Records that span lines (csv, multiline text), framed on the host by `framing`
+    (sources/framing.py), then cut into pieces of about `piece_bytes` by their lengths."""
+
+    framing: object = None
+
+    def read(self, partition: Partition, segment, backend, counters: PartitionCounters, decoded=()):
+        ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
+        backend.note_host_work("records framed on the host (csv, multiline)", 1)
+        records = self.framing.read(self.files, ranges, backend, pins=counters.read_pins)
+        for piece in framed_pieces(*records, backend):
+            yield parse_piece(*piece, self, segment, backend, counters)
 
 
 def declared_columns(loaded) -> dict[str, ColumnSpec]:
@@ -73,9 +113,10 @@ def check_partition_count(loaded, files: list[InputFile]) -> None:
 
 
 def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, ColumnSpec], declared: dict[str, ColumnSpec],
-                 field_hint: str, parquet: bool = False, framing=None,
+                 field_hint: str, framing=None, kind: type[SourceStage] | None = None,
                  added: tuple[str, ...] = ()) -> SourceStage:
-    """Check the declared columns against what the parser yields and build the stage.
+    """Check the declared columns against what the parser yields and build the stage: a
+    `SourceStage` (lines), a `FramedStage` where a `framing` is given, or `kind`.
     `added`: columns the parser adds itself (a JSON source's `_extra`)."""
     src = loaded.spec.source
     casts = dict(casts)
@@ -92,4 +133,6 @@ def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, Col
     schema = {name: (casts[name].type if name in casts else t) for name, t in parser.schema.items()}
     if src.provenance:        # no input field is named so (field_name_problem)
         schema.update({"_file": "string", "_offset": "int64"})
-    return SourceStage(files, parser, casts, schema, src.provenance, parquet=parquet, framing=framing)
+    if framing is not None:
+        return FramedStage(files, parser, casts, schema, src.provenance, framing=framing)
+    return (kind or SourceStage)(files, parser, casts, schema, src.provenance)

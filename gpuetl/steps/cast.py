@@ -3,31 +3,9 @@ from __future__ import annotations
 from pydantic import RootModel
 
 from ..types import ColumnSpec, ColumnTypeValue, Schema, column_spec
+from ..sources.records import cast_columns
 from .base import Binding, RowStep, register
 from .select import missing
-
-
-def cast_columns(df, specs: dict[str, ColumnSpec], backend):
-    """Cast columns in place of the old ones. Returns (df, bad mask or None, reason Series or None):
-    a row is bad when a present value cannot be read as its type; the first bad column is named."""
-    df = df.copy(deep=False)          # the caller keeps the values as they came
-    bad_any = None
-    reasons = None
-    for name, spec in specs.items():
-        values, bad = backend.cast(df[name], spec.type, fmt=spec.format, timezone=spec.timezone)
-        df[name] = values
-        if bad.any():
-            why = _reason_for(df, name, spec, bad, backend)
-            reasons = why if reasons is None else reasons.where(reasons.notna(), why)
-            bad_any = bad if bad_any is None else (bad_any | bad)
-    return df, bad_any, reasons
-
-
-def _reason_for(df, name, spec, bad, backend):
-    what = spec.type + (f" with format {spec.format!r}" if spec.format else "")
-    message = backend.series([f"column {name!r}: value is not a valid {what}"], "string")
-    full = backend.nulls(len(df), "string", index=df.index)
-    return full.where(~bad, message.iloc[0])
 
 
 class CastParams(RootModel[dict[str, ColumnTypeValue]]):

@@ -30,9 +30,9 @@ except Exception as err:                    # noqa: BLE001 (no RAPIDS, or a brok
                 allow_module_level=True)
 
 from gpuetl.backends.cpu import CpuBackend  # noqa: E402
-from gpuetl.runtime.partition import _split_batch  # noqa: E402
 from gpuetl.sources.files import resolve_inputs  # noqa: E402
 from gpuetl.sources.ranges import plan_partitions, read_block  # noqa: E402
+from gpuetl.sources.records import split_batch  # noqa: E402
 
 CPU = CpuBackend()
 
@@ -147,8 +147,8 @@ def test_read_block_and_split_lines_on_the_device_equal_the_cpus(device, tmp_pat
         g, c = device.read_block(inputs, part.ranges), read_block(inputs, part.ranges)
         assert np.asarray(g.data).tobytes() == bytes(c.data)
         assert (g.seg_pos, g.seg_start, g.seg_file, g.added) == (c.seg_pos, c.seg_start, c.seg_file, c.added)
-        on_device = _split_batch(g, 0, g.data, device)
-        on_host = _split_batch(c, 0, c.data, CPU)
+        on_device = split_batch(g, 0, g.data, device)
+        on_host = split_batch(c, 0, c.data, CPU)
         assert on_device[0].tolist() == on_host[0].tolist()
         assert [np.asarray(x).tolist() for x in on_device[1:4]] == [np.asarray(x).tolist() for x in on_host[1:4]]
         raw = [None if v is None or v is pd.NA else bytes(v) for v in on_device[4].tolist()] \

@@ -308,9 +308,10 @@ def test_range_pins_in_the_map_state_are_checked_when_read_back(tmp_path):
     """A finished partition's state with pins that are not this code's is not trusted (the
     partition is run again), like any malformed state."""
     from gpuetl.sinks.spill import MapResult, load_result, save_result
+    from gpuetl.sources.counters import PartitionCounters
     from gpuetl.sources.pins import RangePin
 
-    save_result(MapResult(0, read_pins=(RangePin(0, 0, 10, "ab"),)), str(tmp_path))
+    save_result(MapResult(0, counters=PartitionCounters(read_pins=[RangePin(0, 0, 10, "ab")])), str(tmp_path))
     assert load_result(str(tmp_path), 0).read_pins == (RangePin(0, 0, 10, "ab"),)
     state = tmp_path / "maps" / "p000000.json"
     for bad in ([[0, 10, 5, "ab"]], [["0", 0, 10, "ab"]], [[0, 0, 10]], "x"):

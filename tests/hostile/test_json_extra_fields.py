@@ -178,3 +178,21 @@ def test_keep_takes_records_python_cannot_write_back_to_the_careful_reader(tmp_p
     assert [r["a"] for r in out][:5] == [1, 2, None, 3, 4]
     assert result.counts["rows_in"] == 7
     assert out[1]["_extra"] == '{"x": {"y": [1, 2.5, null]}, "z": "é\u2028\\"q\\""}'
+
+
+@pytest.mark.slow
+def test_dropped_fields_and_pins_cross_worker_processes_with_their_frames(tmp_path, surroundings):
+    """On a cluster of worker processes a partition's counters are pickled with its frame from
+    task to task (read, dedupe's keys and marks, the spill): the manifest's dropped fields and
+    input pins are those of a run in this process, and every record is accounted for."""
+    records = [{"a": i % 40, "b": "x" * 20, **({"gone": i} if i % 4 == 0 else {})} for i in range(3000)]
+    (tmp_path / "a.jsonl").write_text(lines(records))
+    s = spec({"a": "int64"}, blocksize="16KiB", extra_fields="drop", steps=[{"dedupe": {"on": ["a"]}}])
+    alone = run(tmp_path, s)
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = gpuetl.Pipeline.from_dict(s, base_dir=tmp_path).run(backend="cpu", scheduler="local")
+    assert_identity(result)
+    assert dropped(result) == dropped(alone) == {"b": 3000, "gone": 750}
+    assert len(alone.manifest["inputs"][0]["content"]["ranges"]) > 3
+    assert result.manifest["inputs"][0]["content"] == alone.manifest["inputs"][0]["content"]
+    assert result.counts == alone.counts and result.counts["rows_out"] == 40

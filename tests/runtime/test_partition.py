@@ -114,7 +114,7 @@ def test_a_segment_ends_with_its_live_rows_and_tallies_for_the_rest(tmp_path, mo
             "steps": [{"filter": "status < 400"}], "sink": {"path": "out"}}
     backend = CpuBackend()
     plan = compile_plan(gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).loaded, backend)
-    df = read_partition(plan.partitions[0], plan.segments[0], backend)
+    df = read_partition(plan.partitions[0], plan.segments[0], backend).frame
     status = df[STATUS].to_numpy(dtype=int)
     live = int((status == STATUS_LIVE).sum())
     assert live and (status[:live] == STATUS_LIVE).all()

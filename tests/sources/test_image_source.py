@@ -13,6 +13,7 @@ import pytest
 
 from gpuetl.api import Pipeline
 from gpuetl.backends import get_backend
+from gpuetl.sources.counters import PartitionCounters
 from gpuetl.columns import REASON
 from gpuetl.errors import SpecError
 from gpuetl.samples import write_images
@@ -264,7 +265,8 @@ def test_a_task_asks_the_kernel_for_all_its_bytes_before_reading_them(tmp_path, 
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, how: (
         events.append("advise"), advised.append((off, n, how)), real_fadvise(fd, off, n, how))[-1])
     monkeypatch.setattr(images, "_pread", lambda path, off, n: (events.append("read"), real_pread(path, off, n))[-1])
-    frame = stage.read(partition, plan.segments[0], get_backend("cpu"))
+    counters = PartitionCounters()
+    (frame,) = stage.read(partition, plan.segments[0], get_backend("cpu"), counters)   # one piece: a few small images
     want = sorted([r.image for r in partition.ranges] + [(o, n) for r in partition.ranges for _, o, n in r.extras])
     assert len(want) == 6 and sorted((o, n) for o, n, _ in advised) == want
     assert {h for *_, h in advised} == {os.POSIX_FADV_WILLNEED}
@@ -273,11 +275,12 @@ def test_a_task_asks_the_kernel_for_all_its_bytes_before_reading_them(tmp_path, 
     tar_records = sum(1 for r in partition.ranges if r.image[0] > r.offset)
     assert tar_records == 1
     assert events == ["advise"] * 6 + ["read"] * (6 + tar_records) and len(frame) == 5
+    assert len(counters.read_pins) == 6 + tar_records          # every span read is pinned, in the counters
 
     gone = next(r for r in partition.ranges if not r.extras)
     os.remove(stage.files[gone.file_index].path)
     advised.clear()
-    frame = stage.read(partition, plan.segments[0], get_backend("cpu"))
+    (frame,) = stage.read(partition, plan.segments[0], get_backend("cpu"), PartitionCounters())
     assert len(advised) == 5                                 # the others still advised
     reasons = frame[REASON].dropna().tolist()
     assert len(reasons) == 1 and "cannot read" in reasons[0] and "No such file" in reasons[0]

@@ -1,10 +1,15 @@
-"""Parquet: partitions are runs of row groups; the flat columns are read as they are typed."""
+"""Parquet: partitions are runs of row groups; the flat columns are read as they are typed, and
+a record's offset is its row number in its file."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..compressed import Limits
-from ..parquet import parquet_columns, plan_row_groups
-from ..stage import declared_columns, source_stage
+from ..parquet import parquet_columns, plan_row_groups, read_row_groups
+from ..pins import RangePin
+from ..records import source_frame
+from ..stage import SourceStage, declared_columns, source_stage
 
 
 class ParquetFormat:
@@ -22,5 +27,28 @@ class ParquetFormat:
         if skipped:
             notes.append(f"source: nested Parquet columns are not read yet: {', '.join(skipped)}")
         stage = source_stage(loaded, files, parser, casts={}, declared=declared_columns(loaded),
-                             field_hint="rename that column in the Parquet files", parquet=True)
+                             field_hint="rename that column in the Parquet files", kind=ParquetStage)
         return stage
+
+
+@dataclass
+class ParquetStage(SourceStage):
+    """Row groups are the ranges; values arrive typed; declared `columns` cast them like any
+    other source's. A row group over its decoding bound is one quarantined record."""
+
+    byte_ranges = False
+
+    def read(self, partition, segment, backend, counters, decoded=()):
+        xp = backend.xp
+        refused: list = []
+        table, file_index, offsets = read_row_groups(self.files, partition.ranges, self.parser.schema, refused)
+        # pyarrow reads the columns it needs from the file: the bytes are not at hand to hash
+        pins = {RangePin(r.file_index, 0, f.size, None) for r in partition.ranges
+                if (f := self.files[r.file_index]).url is None}
+        counters.read_pins.extend(sorted(pins))
+        df = backend.from_arrow(table)
+        n = len(df)
+        bad = backend.series(xp.zeros(n, dtype=bool), "bool", index=df.index)
+        reasons = backend.nulls(n, "string", index=df.index)
+        yield source_frame(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets), refused,
+                           self, segment, backend)
