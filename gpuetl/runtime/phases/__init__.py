@@ -9,4 +9,6 @@
     sharding    the shard and quarantine tasks, on the workers           Mapped → Written
     manifest    the manifest and the RunResult                           Mapped, Accounts, Written → RunResult
 
-Every phase after the folder takes the run's RunContext (context.py) beside its input."""
+Every phase after the folder takes the run's RunContext (context.py, which also holds what the
+phases hand each other) beside its input, and imports only the phases before it, context.py and
+cuts.py (where the shards are cut)."""

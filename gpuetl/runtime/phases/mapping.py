@@ -20,7 +20,7 @@ from ...sinks.spill import MapResult, spill_partition
 from ...sources.ranges import Whole
 from ..graph import build_partitions
 from .context import Mapped, RunContext
-from .sharding import histograms, shard_tasks
+from .cuts import histograms, shard_tasks
 
 READ_AHEAD = 1          # partitions read ahead of the last one spilled, per thread (global steps in order)
 

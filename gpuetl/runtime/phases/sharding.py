@@ -12,13 +12,12 @@ from pathlib import Path
 import dask
 import numpy as np
 
-from ...placement import BUCKETS
-from ...sinks.layout import Layout, cut_points, cut_points_by_size
 from ...sinks.parquet import ShardTask
 from ...sinks.runstore import RunStore
 from ...sinks.shard_writer import ShardResult
 from ...sinks.spill import MapResult
 from .context import Mapped, RunContext, Written
+from .cuts import histograms, shard_tasks
 
 
 def write_shards(ctx: RunContext, mapped: Mapped) -> Written:
@@ -28,29 +27,6 @@ def write_shards(ctx: RunContext, mapped: Mapped) -> Written:
         shards = _write_from_pieces(ctx, mapped.results)
     quarantine = _write_quarantine(ctx, mapped.results)
     return Written([vars(s) for s in shards], [vars(q) for q in quarantine])
-
-
-def histograms(layout: Layout, results: list[MapResult]) -> dict[int, np.ndarray]:
-    """Each split's row bytes per placement-hash bucket, summed over the partitions."""
-    return {i: sum((r.histograms[i] for r in results if i in r.histograms), np.zeros(BUCKETS))
-            for i in range(len(layout.split_names))}
-
-
-def shard_tasks(layout: Layout, sink, hist: dict[int, np.ndarray], ratio: float | None = None) -> list[ShardTask]:
-    """The shards, cut from the histograms: shard.count cuts of equal row bytes, or, by
-    shard.target_bytes, every target / ratio row bytes (ratio: Parquet bytes per row byte)."""
-    if layout.target_bytes:
-        cuts_by_split = {i: cut_points_by_size(hist[i], layout.target_bytes / ratio) for i in hist}
-    else:
-        counts = layout.shard_counts()
-        cuts_by_split = {i: cut_points(hist[i], counts[i]) if layout.ranged else [0, BUCKETS] for i in hist}
-    tasks = []
-    for i, name in enumerate(layout.split_names):
-        cuts = cuts_by_split[i]
-        for k in range(len(cuts) - 1):
-            rel = sink.shard_path(name, k)
-            tasks.append(ShardTask(i, name, k, cuts[k], cuts[k + 1], rel, float(hist[i][cuts[k]:cuts[k + 1]].sum())))
-    return tasks
 
 
 def _size_ratio(ctx: RunContext, results: list[MapResult], hist: dict[int, np.ndarray]) -> float:
