@@ -22,6 +22,7 @@ import pytest
 
 from conftest import access_spec
 from gpuetl import Pipeline
+from hostile.conftest import snapshot
 
 pytestmark = pytest.mark.slow          # worker processes start, each importing pyarrow, pandas and dask
 
@@ -98,8 +99,10 @@ def test_the_client_reads_no_piece_and_encodes_no_shard(tmp_path, access_logs, p
         monkeypatch.setattr(module, name, wrapped)
     spec = access_spec(shard=shard, steps=[{"filter": "status >= 200"}], on_error="quarantine",
                        source__blocksize="48KiB")
+    around = {k: v for k, v in snapshot(tmp_path, tmp_path / "out").items() if not k.startswith("opened")}
     result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", client=client)
     monkeypatch.undo()
+    assert {k: v for k, v in snapshot(tmp_path, tmp_path / "out").items() if not k.startswith("opened")} == around
 
     out = result.out_dir
     seen = [(pid, kind, path) for pid, kind, path in calls(log_dir) if of_the_run(path, out)]
@@ -113,6 +116,7 @@ def test_the_client_reads_no_piece_and_encodes_no_shard(tmp_path, access_logs, p
     pieces_read = {path for _, kind, path in seen if kind == "read-piece" and f"{os.sep}spill{os.sep}" in path}
     assert len(pieces_read) >= len(result.shards) >= 2 and result.quarantine, (pieces_read, result.shards)
 
+    assert not (out / "_tmp").exists()          # the run's pieces and folder are gone with it
     c = result.counts
     assert c["quarantined"] == 10 and c["rows_in"] == 6000
     assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
