@@ -27,36 +27,40 @@ from hostile.conftest import snapshot
 pytestmark = pytest.mark.slow          # worker processes start, each importing pyarrow, pandas and dask
 
 
-def recorder(log_dir: str):
-    """The wrapped pyarrow entry points, recording (pid, kind, path) in log_dir/<pid>.log. Built
-    inside a function so that cloudpickle sends it to the workers by value."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def recording(log_dir: str):
+    """(the wrapped pyarrow entry points for this process, a function that wraps a worker's),
+    each call recording (pid, kind, path) in log_dir/<pid>.log. Both are built inside this
+    function so that cloudpickle sends them to the workers by value (the workers need not import
+    this file); a worker keeps its wrapping until the cluster closes."""
 
-    real_map, real_writer = pa.memory_map, pq.ParquetWriter
+    def wrappers() -> dict:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-    def record(kind: str, path) -> None:
-        if isinstance(path, (str, os.PathLike)):
-            with open(os.path.join(log_dir, f"{os.getpid()}.log"), "a") as fh:
-                fh.write(f"{kind}\t{os.fspath(path)}\n")
+        real_map, real_writer = pa.memory_map, pq.ParquetWriter
 
-    def memory_map(path, *args, **kwargs):
-        record("read-piece", path)
-        return real_map(path, *args, **kwargs)
+        def record(kind: str, path) -> None:
+            if isinstance(path, (str, os.PathLike)):
+                with open(os.path.join(log_dir, f"{os.getpid()}.log"), "a") as fh:
+                    fh.write(f"{kind}\t{os.fspath(path)}\n")
 
-    class ParquetWriter(real_writer):
-        def __init__(self, where, *args, **kwargs):
-            record("encode", where)
-            super().__init__(where, *args, **kwargs)
+        def memory_map(path, *args, **kwargs):
+            record("read-piece", path)
+            return real_map(path, *args, **kwargs)
 
-    return {(pa, "memory_map"): memory_map, (pq, "ParquetWriter"): ParquetWriter}
+        class ParquetWriter(real_writer):
+            def __init__(self, where, *args, **kwargs):
+                record("encode", where)
+                super().__init__(where, *args, **kwargs)
 
+        return {(pa, "memory_map"): memory_map, (pq, "ParquetWriter"): ParquetWriter}
 
-def install(log_dir: str) -> int:
-    """Run on each worker: wrap its pyarrow (the worker process ends with the cluster)."""
-    for (module, name), wrapped in recorder(log_dir).items():
-        setattr(module, name, wrapped)
-    return os.getpid()
+    def install() -> int:
+        for (module, name), wrapped in wrappers().items():
+            setattr(module, name, wrapped)
+        return os.getpid()
+
+    return wrappers, install
 
 
 def calls(log_dir: Path) -> list[tuple[int, str, str]]:
@@ -94,8 +98,9 @@ def test_the_client_reads_no_piece_and_encodes_no_shard(tmp_path, access_logs, p
     log_dir = tmp_path / "opened"
     log_dir.mkdir()
     client = process_cluster
-    workers = set(client.run(install, str(log_dir)).values())
-    for (module, name), wrapped in recorder(str(log_dir)).items():
+    wrappers, install = recording(str(log_dir))
+    workers = set(client.run(install).values())
+    for (module, name), wrapped in wrappers().items():
         monkeypatch.setattr(module, name, wrapped)
     spec = access_spec(shard=shard, steps=[{"filter": "status >= 200"}], on_error="quarantine",
                        source__blocksize="48KiB")
