@@ -159,14 +159,11 @@ def spill_through_store(store: RunStore, part, partition: int, **kwargs):
 
 class SinkThroughStore:
     """The run's sink, its shard and quarantine tasks writing in a folder of their own on their
-    worker and uploading what they wrote to `_tmp/<run-id>/data/`. `compute` (this process only,
-    not sent to workers) runs a task on the cluster: the shard sizing reads pieces there."""
+    worker and uploading what they wrote to `_tmp/<run-id>/data/`; the shard sizing reads its
+    sample of the pieces in a task of its own (the runtime runs every reading method as a task)."""
 
-    def __init__(self, sink, store: RunStore, compute=None):
-        self.sink, self.store, self.compute = sink, store, compute
-
-    def __getstate__(self):
-        return {"sink": self.sink, "store": self.store, "compute": None}
+    def __init__(self, sink, store: RunStore):
+        self.sink, self.store = sink, store
 
     def shard_path(self, split_name: str, index: int) -> str:
         return self.sink.shard_path(split_name, index)
@@ -185,15 +182,5 @@ class SinkThroughStore:
         return results
 
     def size_ratio(self, pieces: list[str], histogram, schema, options) -> float:
-        if self.compute is None:
-            return _size_ratio(self.sink, self.store, pieces, histogram, schema, options)
-        import dask
-
-        task = dask.delayed(_size_ratio, pure=False)(self.sink, self.store, pieces, histogram, schema, options,
-                                                     dask_key_name="size-ratio")
-        return self.compute([task])[0]
-
-
-def _size_ratio(sink, store: RunStore, pieces, histogram, schema, options) -> float:
-    with store.task_folder():
-        return sink.size_ratio(pieces, histogram, schema, options)
+        with self.store.task_folder():
+            return self.sink.size_ratio(pieces, histogram, schema, options)

@@ -33,11 +33,11 @@ def base(tmp_path) -> Path:
 
 def interrupted_resume(base: Path, monkeypatch) -> Path:
     """A resume run stopped after its map tasks, before the commit: its folder under _tmp."""
-    from gpuetl.runtime import run as run_module
+    from gpuetl.runtime.phases import accounting
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(run_module, "_check_errors", interrupted)
+    monkeypatch.setattr(accounting, "check_errors", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(base, mode="resume")
     monkeypatch.undo()
@@ -96,18 +96,18 @@ def test_spill_piece_reached_through_a_link_is_not_trusted(base, surroundings, m
 def test_link_swapped_in_between_the_check_and_the_commit(base, surroundings, monkeypatch, capsys):
     """overwrite checked the folder; then, before the commit, a shard becomes a link to a file
     outside. The commit must not write through it."""
-    from gpuetl.runtime import run as run_module
+    from gpuetl.runtime.phases import accounting
 
     out = run(base).out_dir
     victim = base / "victim.parquet"
     victim.write_bytes(b"do not touch")
-    real = run_module._check_errors
+    real = accounting.check_errors
 
     def swap(*a, **k):
         (out / "part-00000.parquet").unlink()
         os.symlink(victim, out / "part-00000.parquet")
         return real(*a, **k)
-    monkeypatch.setattr(run_module, "_check_errors", swap)
+    monkeypatch.setattr(accounting, "check_errors", swap)
     with surroundings(base, dataset=out):
         with pytest.raises(OutputError, match="part-00000.parquet is a symbolic link"):
             run(base, mode="overwrite")

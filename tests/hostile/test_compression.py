@@ -200,14 +200,14 @@ def test_multi_member_gzip_with_padding_across_pieces(tmp_path, surroundings):
 
 FAIL_AFTER_TWO_PIECES = """
 import sys, yaml, gpuetl
-from gpuetl.runtime import run
-real, calls = run.spill_partition, []
+from gpuetl.runtime.phases import mapping
+real, calls = mapping.spill_partition, []
 def failing(*args, **kwargs):
     calls.append(args[1])
     if len(calls) == 3:
         raise OSError("injected failure")
     return real(*args, **kwargs)
-run.spill_partition = failing
+mapping.spill_partition = failing
 gpuetl.Pipeline.from_file(sys.argv[1]).run(backend="cpu", scheduler="sync")
 """
 

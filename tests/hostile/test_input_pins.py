@@ -18,7 +18,7 @@ import yaml
 import gpuetl
 from gpuetl.cli import main
 from gpuetl.errors import OutputError
-from gpuetl.runtime import run as run_module
+from gpuetl.runtime.phases import mapping
 from gpuetl.samples import write_access_logs
 from hostile.conftest import snapshot
 from imagedata import manifest_of, photo_folder, run_images
@@ -53,7 +53,7 @@ def edit_in_place(path, at: int = 0, old: bytes = b"GET", new: bytes = b"PUT") -
 
 def interrupted(monkeypatch, file, after: int = 2):
     """A resume-mode run that stops after `after` partitions were set aside (their work kept)."""
-    real, calls = run_module.spill_partition, []
+    real, calls = mapping.spill_partition, []
 
     def failing(*args, **kwargs):
         calls.append(args[1])
@@ -62,7 +62,7 @@ def interrupted(monkeypatch, file, after: int = 2):
         return real(*args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(run_module, "spill_partition", failing)
+        m.setattr(mapping, "spill_partition", failing)
         with pytest.raises(OSError, match="injected failure"):
             gpuetl.Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
 
@@ -327,7 +327,7 @@ def test_an_input_edited_during_the_run_is_never_committed_half_old_half_new(log
     path = logs_in / "in" / "a.log"
     file = pipeline(logs_in, mode="overwrite")
     plan = gpuetl.Pipeline.from_file(file).plan(get_backend("cpu"))
-    real, calls, edited = run_module.spill_partition, [], []
+    real, calls, edited = mapping.spill_partition, [], []
 
     def after_the_first_partition(change):
         def spill(df, i, *args, **kwargs):
@@ -339,7 +339,7 @@ def test_an_input_edited_during_the_run_is_never_committed_half_old_half_new(log
         return spill
 
     with monkeypatch.context() as m:
-        m.setattr(run_module, "spill_partition", after_the_first_partition(lambda at: os.utime(path)))
+        m.setattr(mapping, "spill_partition", after_the_first_partition(lambda at: os.utime(path)))
         touched = resume(file)
     assert balanced(touched.counts) and (logs_in / "out" / "_SUCCESS").exists()
     before = (logs_in / "out" / "_manifest.json").read_bytes()
@@ -351,7 +351,7 @@ def test_an_input_edited_during_the_run_is_never_committed_half_old_half_new(log
     calls.clear()
     around = snapshot(logs_in, logs_in / "out")
     with monkeypatch.context() as m:
-        m.setattr(run_module, "spill_partition", after_the_first_partition(edit))
+        m.setattr(mapping, "spill_partition", after_the_first_partition(edit))
         with pytest.raises(gpuetl.errors.SourceError, match=r"in/a\.log changed during the run") as info:
             resume(file)
     now = snapshot(logs_in, logs_in / "out")            # outside the dataset: only the test's own edit

@@ -572,11 +572,11 @@ def test_closed_stdout_ends_quietly(base, command):
 
 def test_resume_does_not_write_through_a_link_in_the_interrupted_run(base, surroundings, monkeypatch, capsys):
     """An interrupted run's folder whose data/ was replaced by a link to elsewhere: resume refuses."""
-    from gpuetl.runtime import run as run_module
+    from gpuetl.runtime.phases import accounting
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(run_module, "_check_errors", interrupted)
+    monkeypatch.setattr(accounting, "check_errors", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(base, mode="resume")                       # resume keeps its folder for the next try
     monkeypatch.undo()

@@ -10,11 +10,12 @@ import dask
 import pytest
 
 import gpuetl
-from gpuetl.runtime import graph, run as run_module
+from gpuetl.runtime import graph
+from gpuetl.runtime.phases import mapping
 from gpuetl.steps.dedupe import Dedupe
 
 THREADS = 2
-AHEAD = run_module.READ_AHEAD * THREADS        # the gate with two worker threads
+AHEAD = mapping.READ_AHEAD * THREADS        # the gate with two worker threads
 
 
 class Waiting:
@@ -46,7 +47,7 @@ class Waiting:
 
 
 COUNT = {"now": Waiting()}
-real_read, real_advance, real_spill = graph.read_partition, Dedupe.advance, run_module.spill_partition
+real_read, real_advance, real_spill = graph.read_partition, Dedupe.advance, mapping.spill_partition
 
 
 def counted_read(*args, **kwargs):     # module-level: a cluster's scheduler unpickles it by name
@@ -76,7 +77,7 @@ def count(monkeypatch):
 
     monkeypatch.setattr(graph, "read_partition", counted_read)
     monkeypatch.setattr(Dedupe, "advance", counted_advance)
-    monkeypatch.setattr(run_module, "spill_partition", counted_spill)
+    monkeypatch.setattr(mapping, "spill_partition", counted_spill)
     return start
 
 
@@ -123,7 +124,7 @@ def test_reads_wait_for_the_chain(tmp_path, count, where):
     run(tmp_path, where)
     assert waiting.reads == waiting.spills > 2 * AHEAD and waiting.now == 0
     if sync:
-        assert 1 <= waiting.most <= run_module.READ_AHEAD
+        assert 1 <= waiting.most <= mapping.READ_AHEAD
     else:
         assert waiting.most == AHEAD        # reached while partition 0 was held, never passed
 

@@ -139,16 +139,16 @@ def test_target_bytes_shards_are_within_ten_percent(tmp_path):
 
 def test_fingerprint_leaves_sink_mode_out(tmp_path):
     from gpuetl.backends import get_backend
-    from gpuetl.runtime.run import _fingerprint
+    from gpuetl.runtime.phases.resume import fingerprint
 
     (tmp_path / "in").mkdir()
     write_access_logs(tmp_path / "in" / "0.log", lines=10)
     inputs = tmp_path
     cpu = get_backend("cpu")
-    prints = [_fingerprint(Pipeline.from_file(pipeline(inputs, mode)).plan(cpu), cpu)
+    prints = [fingerprint(Pipeline.from_file(pipeline(inputs, mode)).plan(cpu), cpu)
               for mode in ("error", "overwrite", "resume")]
     assert prints[0] == prints[1] == prints[2]
-    other = _fingerprint(Pipeline.from_file(pipeline(inputs, "error"), ["shard.seed=9"]).plan(cpu), cpu)
+    other = fingerprint(Pipeline.from_file(pipeline(inputs, "error"), ["shard.seed=9"]).plan(cpu), cpu)
     assert other["pipeline"] != prints[0]["pipeline"]
 
 
