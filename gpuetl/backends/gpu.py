@@ -32,12 +32,12 @@ from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
-                          count_fallback, count_host_bytes, count_read, days_in_month, gpu_memory,
+                          count_fallback, count_host_bytes, count_partition, count_read, days_in_month, gpu_memory,
                           host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
                           remote_record_span, reset_tallies, span_gather_index,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
-from .gpu_device import (any_true, device_values, regex_matches, regex_program, scatter, span_bytes, strings_from_buffers,
-                         to_host_copy, utc_timestamps, with_index)
+from .gpu_device import (any_true, device_values, host_numbers, nonzero_rows, regex_matches, regex_program, scatter,
+                         span_bytes, strings_from_buffers, to_host_copy, to_host_value, utc_timestamps, with_index)
 from .gpu_records import GpuRecordsMixin
 from .gpu_spill import GpuSpillMixin, writer_metadata
 from .gpu_text import GpuTextMixin
@@ -341,9 +341,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     def to_pandas(self, obj):
         """Small results read row by row (tallies, a first bad row, quarantined rows kept as
         JSON, exact dedupe's repeats): counted."""
-        out = obj.to_pandas()
-        count_host_bytes("to_pandas: tallies and rows read in Python", int(np.sum(out.memory_usage(deep=True))))
-        return out
+        return to_host_value(obj, "to_pandas: tallies and rows read in Python", as_pandas=True)
 
     def to_pylist(self, col) -> list:
         """The few values an expression checks in Python (int64 products near the limit): counted."""
@@ -438,13 +436,16 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         stage) come to the host, not the status column."""
         status = df[STATUS]
         live = status == STATUS_LIVE
-        if not any_true(~live, "control: rows left"):
-            return df, df.iloc[:0], {}
         bad = status == STATUS_QUARANTINED
-        quarantined = df[bad] if any_true(bad, "control: quarantined") else df.iloc[:0]
         dropped = ~live & ~bad
+        # the three checks in one read (status has no nulls: spill checks that first)
+        some_bad, some_dropped = (v > 0 for v in host_numbers([bad.fillna(False).values.sum(), dropped.fillna(False).values.sum()],
+                                                              "control: rows quarantined or dropped"))
+        if not (some_bad or some_dropped):
+            return df, df.iloc[:0], {}
+        quarantined = df[bad] if some_bad else df.iloc[:0]
         tallies: dict[tuple[int, int], int] = {}
-        if any_true(dropped, "control: dropped"):
+        if some_dropped:
             sums = df[dropped].groupby([STAGE, STATUS], sort=True)[COUNT].sum().reset_index()
             host = to_host_copy(sums, "tallies of dropped rows")
             tallies = {(int(st), int(s)): int(n) for st, s, n in zip(*(host.column(c).to_pylist()
@@ -540,6 +541,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             position += size
             if newline:                                # after a file's last line that lacks one
                 added.append(position - 1)
+        count_partition()                              # the sync budget's divisor
         buf = cp.empty(position, dtype=cp.uint8)
         at = 0
         for kind, f, a, b, data, newline in pieces:
@@ -627,16 +629,21 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         not valid go to the host, where Python's decoder gives them the CPU kernel's U+FFFD."""
         buf = data if isinstance(data, cp.ndarray) else cp.asarray(np.frombuffer(data, dtype=np.uint8))
         n = len(buf)
-        newlines = cp.flatnonzero(buf == 10)
+        newlines = nonzero_rows(buf == 10, "control: where the lines end")
         starts = cp.concatenate([cp.zeros(1, dtype=cp.int64), (newlines + 1).astype(cp.int64)])
-        if not n or not any_true(buf[n - 1:] != 10, "control: last byte"):
+        # two checks in one read: a line after the last newline, and any byte past ASCII
+        open_end, non_ascii = host_numbers([buf[n - 1] != 10, (buf >= 0x80).any()], "control: last byte, non-ASCII") \
+            if n else (0, 0)
+        if not open_end:
             starts = starts[:len(newlines)]          # no line starts after the last newline
         ends = record_ends(cp, buf, starts, cp.asarray(added, dtype=cp.int64) if len(added) else None)
         bad = cp.zeros(len(starts), dtype=bool)
-        if n and any_true(buf >= 0x80, "control: non-ASCII"):
-            wrong = cp.flatnonzero(utf8_bad_bytes(cp, buf))
-            if len(wrong):
-                bad[cp.searchsorted(starts, wrong, side="right") - 1] = True
+        if non_ascii:
+            # a line is bad where a bad byte lies between its start and the next line's: counted
+            # with a running sum, no nonzero search (a sync)
+            wrong = cp.concatenate([cp.zeros(1, dtype=cp.int64), cp.cumsum(utf8_bad_bytes(cp, buf), dtype=cp.int64)])
+            upto = cp.concatenate([starts[1:], cp.full(1, n, dtype=cp.int64)])
+            bad = wrong[upto] > wrong[starts]
         m = len(starts)
         bounds = cp.empty(2 * m + 1, dtype=cp.int64)
         bounds[0:2 * m:2] = starts
@@ -649,7 +656,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         starts, ends, bad = starts[keep], ends[keep], bad[keep]
         raw = None
         if any_true(bad, "control: invalid UTF-8"):
-            text, raw = self._replace_invalid(text, buf, starts, ends, cp.flatnonzero(bad))
+            text, raw = self._replace_invalid(text, buf, starts, ends, nonzero_rows(bad, "control: invalid UTF-8 lines"))
         return Lines(text=text, offsets=starts + base_offset, bad_utf8=bad, raw=raw)
 
     def _replace_invalid(self, text, buf, starts, ends, rows):
@@ -754,7 +761,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
 
     def _patch(self, col, values, slow, type_name, fmt, timezone):
         """Rows outside the strict fast path: the CPU kernel's values, scattered back."""
-        idx = cp.flatnonzero(slow)
+        idx = nonzero_rows(slow, "control: rows outside the device fast path")
         count_fallback(f"cast {type_name}: rows outside the GPU fast path", len(idx))
         sub = col.reset_index(drop=True).iloc[idx]
         host, _ = self.cpu.cast(self.cpu.series(_to_arrow(sub, "casts outside the device fast path"), "string"),
@@ -916,9 +923,9 @@ def _numbers_lost(col, type_name: str) -> bool:
     if not len(present):
         return False
     if kind in "iub" and type_name in INT_TYPES + UINT_TYPES + ("float32", "float64"):
-        lo, hi = present.astype("int64" if kind != "u" else "uint64").min(), present.max()
-        count_host_bytes("control: min/max", 16)
-        return integer_cast_loses(int(lo), int(hi), type_name)
+        values = present.astype("int64" if kind != "u" else "uint64").values
+        lo, hi = host_numbers([values.min(), values.max()], "control: min/max")
+        return integer_cast_loses(lo, hi, type_name)
     if kind == "f" and type_name in INT_TYPES + UINT_TYPES:
         info = np.iinfo(type_name)
         whole = (present == present.floor()) & (present >= float(info.min)) & (present < float(info.max) + 1.0)
@@ -962,7 +969,7 @@ def _device_extract(text, pattern: str, dotall: bool = False):
     some = cp.zeros(len(text), dtype=bool)
     for c in cols:
         some |= c.notna().values
-    unsure = cp.flatnonzero(present & ~some)
+    unsure = nonzero_rows(present & ~some, "control: rows no group matched")
     matched = some.copy()
     if len(unsure):
         sub = text.reset_index(drop=True).iloc[unsure]
@@ -1010,7 +1017,7 @@ class GpuShardEncoder:
         return rows.iloc[start:stop]
 
     def nbytes(self, rows) -> float:
-        return float(rows.memory_usage(index=False).sum())
+        return float(sum(rows[name].memory_usage(index=False) for name in rows.columns))
 
     def empty(self):
         return GpuBackend().empty(self.schema)

@@ -143,6 +143,7 @@ _LOCK = threading.Lock()
 FALLBACKS: Counter = Counter()           # reason -> rows or columns handed to the CPU kernels
 HOST_BYTES: Counter = Counter()          # reason -> bytes copied device -> host by gpuetl
 READS: Counter = Counter()               # "<path> reads" / "<path> bytes" -> count
+SYNCS: Counter = Counter()               # reason -> device -> host reads of a value (each a sync)
 
 
 def count_fallback(what: str, rows: int = 1) -> None:
@@ -166,6 +167,22 @@ def count_host_bytes(reason: str, nbytes: int) -> None:
         HOST_BYTES[reason] += int(nbytes)
 
 
+def count_sync(reason: str) -> None:
+    """One device -> host read of a value (the stream waits for it): called only by
+    gpu_device.to_host_value, the one function through which the GPU backend reads one."""
+    with _LOCK:
+        SYNCS[reason] += 1
+
+
+PARTITIONS_READ = "partitions read on the device"     # a SYNCS entry that is not a sync: the divisor
+
+
+def count_partition() -> None:
+    """One partition read into device memory (GpuBackend.read_block): syncs_per_partition's divisor."""
+    with _LOCK:
+        SYNCS[PARTITIONS_READ] += 1
+
+
 def count_read(path: str, nbytes: int) -> None:
     """One file read of nbytes that took `path` ('kvikio gds', 'kvikio posix', 'host')."""
     with _LOCK:
@@ -176,7 +193,8 @@ def count_read(path: str, nbytes: int) -> None:
 def worker_tallies() -> dict[str, dict[str, int]]:
     """This process's tallies (run on each worker by `client.run`)."""
     with _LOCK:
-        return {"fallbacks": dict(FALLBACKS), "host_bytes": dict(HOST_BYTES), "reads": dict(READS)}
+        return {"fallbacks": dict(FALLBACKS), "host_bytes": dict(HOST_BYTES), "reads": dict(READS),
+                "syncs": dict(SYNCS)}
 
 
 def reset_tallies() -> None:
@@ -184,14 +202,15 @@ def reset_tallies() -> None:
         FALLBACKS.clear()
         HOST_BYTES.clear()
         READS.clear()
+        SYNCS.clear()
 
 
 def sum_tallies(parts) -> dict[str, dict[str, int]]:
-    total: dict[str, dict[str, int]] = {"fallbacks": {}, "host_bytes": {}, "reads": {}}
+    total: dict[str, dict[str, int]] = {"fallbacks": {}, "host_bytes": {}, "reads": {}, "syncs": {}}
     for part in parts:
         for kind, counts in part.items():
             for k, v in counts.items():
-                total[kind][k] = total[kind].get(k, 0) + v
+                total.setdefault(kind, {})[k] = total[kind].get(k, 0) + v
     return total
 
 
@@ -211,7 +230,19 @@ def host_transfer_report(tallies: dict[str, dict[str, int]], input_bytes: int) -
         "reads": {p: {"reads": reads.get(f"{p} reads", 0), "bytes": reads.get(f"{p} bytes", 0)} for p in paths},
         # every path through KvikIO's POSIX backend: the partitions' reads and the spill pieces'
         "bounce_buffer_bytes": sum(reads.get(f"{p} bytes", 0) for p in paths if p.endswith("kvikio posix")),
+        **sync_report(tallies.get("syncs", {})),
     }
+
+
+def sync_report(syncs: dict[str, int]) -> dict:
+    """The manifest's sync budget: every device -> host read of a value the GPU backend made
+    (gpu_device.to_host_value), by reason, and per partition read on the device (all of the
+    run's syncs, shard tasks' included, over the partitions; None where no partition was read
+    by GpuBackend.read_block, e.g. a Parquet or images source)."""
+    counted = {k: v for k, v in sorted(syncs.items()) if k != PARTITIONS_READ}
+    total, partitions = sum(counted.values()), syncs.get(PARTITIONS_READ, 0)
+    return {"syncs": {"total": total, "partitions": partitions, "by_reason": counted},
+            "syncs_per_partition": round(total / partitions, 2) if partitions else None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,17 +549,21 @@ def utf8_bad_bytes(xp, b):
                       xp.where((b >= 0xE0) & (b <= 0xEF), 3, xp.where((b >= 0xF0) & (b <= 0xF4), 4, 1)))
     bad = (b == 0xC0) | (b == 0xC1) | (b >= 0xF5)
     covered = xp.zeros(n, dtype=bool)
-    leads = xp.flatnonzero(length > 1)
+    # every byte at once, no compaction (so no sync on a device): `going` marks the leads whose
+    # sequence still runs at step k; the byte k after such a lead is covered, and the sequence
+    # goes on only where that byte continues it
+    going = length > 1
     for k in (1, 2, 3):
-        leads = leads[length[leads] > k]
-        at = leads + k
-        inside = at < n
-        bad[leads[~inside]] = True                      # cut off by the end of the buffer
-        leads, at = leads[inside], at[inside]
-        covered[at] = True
+        going &= length > k
+        if k >= n:
+            bad |= going                                # cut off by the end of the buffer
+            break
+        bad[n - k:] |= going[n - k:]                    # cut off by the end of the buffer
+        covered[k:] |= going[:n - k]
         # a sequence stops at its first byte that does not continue it (a newline, say): the
         # bytes after belong to no sequence, so the next line's stray continuations are its own
-        leads = leads[cont[at]]
+        going[:n - k] &= cont[k:]
+        going[n - k:] = False
     nxt = xp.concatenate([b[1:], xp.zeros(1, dtype=b.dtype)])
     bad |= (((b == 0xE0) & (nxt < 0xA0)) | ((b == 0xED) & (nxt > 0x9F)) |
             ((b == 0xF0) & (nxt < 0x90)) | ((b == 0xF4) & (nxt > 0x8F)))
