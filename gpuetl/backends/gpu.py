@@ -32,7 +32,7 @@ from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
-                          count_fallback, count_host_bytes, count_partition, count_read, days_in_month, gpu_memory,
+                          count_fallback, count_host_bytes, count_partition, count_read, days_in_month, gpu_blocksize, gpu_memory,
                           host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
                           remote_record_span, reset_tallies, span_gather_index,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
@@ -265,6 +265,10 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     # -- run reports ---------------------------------------------------------------------------
     def check_regex(self, pattern: str) -> str | None:
         return check_regex(pattern)
+
+    def default_blocksize(self) -> int | None:
+        """source.blocksize where the pipeline file sets none: sized for the device (gpu_support.gpu_blocksize)."""
+        return gpu_blocksize(gpu_memory())
 
     def _tallies(self, client: Any = None) -> dict:
         """This process's tallies and, on a cluster, every worker's. The client's own count too:

@@ -117,12 +117,34 @@ def cluster_settings(memory: list[tuple[int, int]], pool_fraction: float = POOL_
             "protocol": "tcp"}
 
 
+BLOCKSIZE_SHARE = 16        # a partition's default size: this fraction of the RMM pool
+BLOCKSIZE_STEP = 64 << 20
+MAX_GPU_BLOCKSIZE = 1 << 30     # spec.models.MAX_BLOCKSIZE: a partition is held whole
+
+
+def gpu_blocksize(memory: list[tuple[int, int]]) -> int | None:
+    """The GPU's default `source.blocksize` for the visible GPUs' (free, total) memory: a 16th
+    of the RMM pool cluster_settings gives each worker (a partition's bytes grow several times
+    as typed columns and their temporaries, and two partitions are in flight per worker: one
+    read while the other is computed), in whole 64 MiB, between 64 MiB and 1 GiB; None
+    without a GPU (the pipeline file's default stays). An H200 (141 GiB) gets 1 GiB, a
+    16 GiB device 768 MiB."""
+    if not memory:
+        return None
+    pool = cluster_settings(memory)["rmm_pool_size"]
+    return max(BLOCKSIZE_STEP, min(MAX_GPU_BLOCKSIZE, pool // BLOCKSIZE_SHARE // BLOCKSIZE_STEP * BLOCKSIZE_STEP))
+
+
 class GpuPlanning:
     """The GPU backend as planning sees it (base.PlanningBackend): a name and the regex checks.
     Needs no RAPIDS."""
 
     name = "gpu"
     images_on_gpu = False       # base.Backend.images_on_gpu
+
+    def default_blocksize(self) -> int | None:
+        """source.blocksize where the pipeline file sets none: sized for this machine's GPUs."""
+        return gpu_blocksize(gpu_memory())
 
     @property
     def runs_images(self) -> bool:
