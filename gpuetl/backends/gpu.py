@@ -17,6 +17,7 @@ reason (the host-transfer ledger, `host_transfer()`). docs/gpu.md explains each 
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,7 +35,7 @@ from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
                           count_fallback, count_host_bytes, count_partition, count_read, days_in_month, gpu_blocksize, gpu_memory,
                           host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
-                          remote_record_span, reset_tallies, span_gather_index,
+                          remote_record_span, reset_tallies, span_gather_index, WORKER_PRELOAD,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
 from .gpu_device import (any_true, device_values, host_numbers, nonzero_rows, regex_matches, regex_program, scatter,
                          span_bytes, strings_from_buffers, to_host_copy, to_host_value, utc_timestamps, with_index)
@@ -152,7 +153,9 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("dask_cuda.LocalCUDACluster", 0, ("n_workers", "threads_per_worker", "rmm_pool_size",
                                        "rmm_allocator_external_lib_list", "device_memory_limit",
                                        "enable_cudf_spill", "protocol", "dashboard_address",
-                                       "silence_logs", "CUDA_VISIBLE_DEVICES")),
+                                       "silence_logs", "CUDA_VISIBLE_DEVICES", "preload")),
+    ("kvikio.defaults.set", 2, ()),
+    ("kvikio.defaults.get", 1, ()),
     # gpu_spill.py: spill pieces on the device
     ("pylibcudf.io.parquet.ParquetWriterOptions.builder", 2, ()),
     ("pylibcudf.io.parquet.ParquetWriterOptionsBuilder.metadata", 1, ()),
@@ -226,6 +229,12 @@ def device_patterns() -> list[str]:
             case_differs_pattern("lower"), case_differs_pattern("upper")]
 
 
+# KvikIO's statistics are the process's, and a GPU worker runs two task threads (one reads while
+# the other computes): the I/O counted by path is done one at a time, so each count is its own.
+# Compute in the other thread goes on meanwhile.
+MONITORED_IO = threading.Lock()
+
+
 class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
     name = "gpu"
 
@@ -285,13 +294,15 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         its bytes under the path KvikIO took (its statistics by backend: GDS, or POSIX through
         host bounce buffers), as `<label>: kvikio <path>`; where the statistics attribute nothing,
         `nbytes()` (asked after the I/O) under `unattributed`. KvikIO's statistics are the
-        process's: another thread's I/O at the same moment would be counted here too."""
+        process's: counted I/O is done one at a time (MONITORED_IO), so another thread's is not
+        counted here too."""
         if getattr(self, "_reads", None) is None:
             self._reads = kvikio.SummaryMonitor()
-        before = self._reads.get()
-        out = io()
-        carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
-                   if t["bytes_transferred"]}
+        with MONITORED_IO:
+            before = self._reads.get()
+            out = io()
+            carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
+                       if t["bytes_transferred"]}
         for name, n in (carried or {"unattributed": nbytes()}).items():
             count_read(f"{label}: kvikio {name.lower()}", n)
         return out
@@ -338,8 +349,11 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         settings = cluster_settings(gpu_memory())
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         extra = {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {}
+        # KvikIO's thread pool is sized in the worker processes started here, by a preload
+        # (gpu_worker.dask_setup), never in this process: dask-cuda replaces the workers' `env`
+        # and `plugins` with its own, and keeps `preload`
         with LocalCUDACluster(**settings, **extra, dashboard_address=dashboard_address or "127.0.0.1:0",
-                              silence_logs=logging.ERROR) as cluster:
+                              silence_logs=logging.ERROR, preload=[WORKER_PRELOAD]) as cluster:
             yield cluster
 
     def to_pandas(self, obj):
@@ -569,11 +583,12 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         (its statistics name the backend: GDS, or the POSIX path through host bounce buffers)."""
         if self._reads is None:
             self._reads = kvikio.SummaryMonitor()
-        before = self._reads.get()
-        with kvikio.CuFile(path, "r") as fh:
-            got = fh.pread(dest, len(dest), file_offset).get()
-        carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
-                   if t["bytes_transferred"]}
+        with MONITORED_IO:
+            before = self._reads.get()
+            with kvikio.CuFile(path, "r") as fh:
+                got = fh.pread(dest, len(dest), file_offset).get()
+            carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
+                       if t["bytes_transferred"]}
         for name, nbytes in (carried or {"unattributed": got}).items():
             count_read(f"kvikio {name.lower()}", nbytes)
         if got != len(dest):

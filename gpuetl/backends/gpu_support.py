@@ -94,6 +94,17 @@ def rapids_available() -> bool:
 
 
 POOL_FRACTION = 0.8        # of each device's memory: the RMM pool every allocation comes from
+# Two task threads per GPU worker: while one partition is computed on the device, the next one's
+# file read (KvikIO, into device memory) goes on in the other thread (docs/gpu.md, "Overlap").
+THREADS_PER_WORKER = 2
+WORKER_PRELOAD = "gpuetl.backends.gpu_worker"     # run in each worker process gpuetl starts
+
+
+def kvikio_threads(cpus: int, gpus: int) -> int:
+    """KvikIO's thread pool for a worker gpuetl starts: the machine's cores shared among its GPU
+    workers, 4 to 64 (KvikIO splits a read into tasks of `task_size`, 4 MiB, run by the pool;
+    its default pool has one thread, so a 1 GiB partition would be read by one thread)."""
+    return max(4, min(64, cpus // max(1, gpus)))
 SPILL_FRACTION = 0.6       # dask-cuda moves finished partitions to host memory past this
 
 
@@ -111,7 +122,7 @@ def cluster_settings(memory: list[tuple[int, int]], pool_fraction: float = POOL_
     total = min(t for _, t in memory)
     step = 256 << 20
     pool = max(step, min(int(total * pool_fraction), free) // step * step)
-    return {"n_workers": len(memory), "threads_per_worker": 1, "rmm_pool_size": pool,
+    return {"n_workers": len(memory), "threads_per_worker": THREADS_PER_WORKER, "rmm_pool_size": pool,
             "rmm_allocator_external_lib_list": ["cupy"],
             "device_memory_limit": min(int(total * spill_fraction), pool), "enable_cudf_spill": False,
             "protocol": "tcp"}
