@@ -156,6 +156,11 @@ class GpuSpillMixin:
     """Backend.spill_* on cuDF frames (a piece: a cuDF DataFrame with a fresh RangeIndex)."""
 
     spill_suffix = ".parquet"
+    # A shuffled shard's pieces are read once each, their rows of the shard held on the device
+    # (sinks/parquet.write_shard), and ordered in turns of about shard_batch_bytes: not re-read
+    # once per 32 MiB turn as on the host (docs/gpu.md, "Memory").
+    spill_read_once = True
+    shard_batch_bytes = 1 << 30
 
     def spill_piece(self, df, schema: Schema):
         # which columns are binary: a cuDF strings dtype does not say, and write_spill is given
