@@ -33,7 +33,7 @@ from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
-                          count_fallback, count_host_bytes, count_partition, count_read, days_in_month, gpu_blocksize, gpu_memory,
+                          count_fallback, count_host_bytes, count_read, days_in_month, gpu_blocksize, gpu_memory,
                           host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
                           remote_record_span, reset_tallies, span_gather_index, WORKER_PRELOAD,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
@@ -559,7 +559,6 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
             position += size
             if newline:                                # after a file's last line that lacks one
                 added.append(position - 1)
-        count_partition()                              # the sync budget's divisor
         buf = cp.empty(position, dtype=cp.uint8)
         at = 0
         for kind, f, a, b, data, newline in pieces:
@@ -674,7 +673,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         text = strings_from_buffers(buf, bounds, 2 * m)[take].reset_index(drop=True)
         starts, ends, bad = starts[keep], ends[keep], bad[keep]
         raw = None
-        if any_true(bad, "control: invalid UTF-8"):
+        if non_ascii and any_true(bad, "control: invalid UTF-8"):      # ASCII is valid UTF-8: no read
             text, raw = self._replace_invalid(text, buf, starts, ends, nonzero_rows(bad, "control: invalid UTF-8 lines"))
         return Lines(text=text, offsets=starts + base_offset, bad_utf8=bad, raw=raw)
 

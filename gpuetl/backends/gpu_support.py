@@ -207,15 +207,6 @@ def count_sync(reason: str) -> None:
         SYNCS[reason] += 1
 
 
-PARTITIONS_READ = "partitions read on the device"     # a SYNCS entry that is not a sync: the divisor
-
-
-def count_partition() -> None:
-    """One partition read into device memory (GpuBackend.read_block): syncs_per_partition's divisor."""
-    with _LOCK:
-        SYNCS[PARTITIONS_READ] += 1
-
-
 def count_read(path: str, nbytes: int) -> None:
     """One file read of nbytes that took `path` ('kvikio gds', 'kvikio posix', 'host')."""
     with _LOCK:
@@ -269,13 +260,10 @@ def host_transfer_report(tallies: dict[str, dict[str, int]], input_bytes: int) -
 
 def sync_report(syncs: dict[str, int]) -> dict:
     """The manifest's sync budget: every device -> host read of a value the GPU backend made
-    (gpu_device.to_host_value), by reason, and per partition read on the device (all of the
-    run's syncs, shard tasks' included, over the partitions; None where no partition was read
-    by GpuBackend.read_block, e.g. a Parquet or images source)."""
-    counted = {k: v for k, v in sorted(syncs.items()) if k != PARTITIONS_READ}
-    total, partitions = sum(counted.values()), syncs.get(PARTITIONS_READ, 0)
-    return {"syncs": {"total": total, "partitions": partitions, "by_reason": counted},
-            "syncs_per_partition": round(total / partitions, 2) if partitions else None}
+    (gpu_device.to_host_value), in all and by reason. The run adds `syncs_per_partition` (all
+    of them, shard tasks' included, over the plan's partitions: runtime/run.py)."""
+    counted = dict(sorted(syncs.items()))
+    return {"syncs": {"total": sum(counted.values()), "by_reason": counted}}
 
 
 # ---------------------------------------------------------------------------------------------

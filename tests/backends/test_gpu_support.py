@@ -287,6 +287,22 @@ def test_tallies_sum_over_workers_and_report_host_bytes_per_input_byte():
         reset_tallies()
 
 
+def test_syncs_are_summed_over_workers_and_reported_by_reason():
+    from gpuetl.backends.gpu_support import count_sync
+
+    reset_tallies()
+    try:
+        count_sync("control: rows left")
+        count_sync("control: rows left")
+        count_sync("tallies of dropped rows")
+        total = sum_tallies([worker_tallies(), worker_tallies()])
+        assert host_transfer_report(total, 10)["syncs"] == {
+            "total": 6, "by_reason": {"control: rows left": 4, "tallies of dropped rows": 2}}
+        assert host_transfer_report(sum_tallies([]), 0)["syncs"] == {"total": 0, "by_reason": {}}
+    finally:
+        reset_tallies()
+
+
 def test_cpu_backend_reports_no_host_transfer():
     assert CpuBackend().host_transfer(None, 123) == {}
 
