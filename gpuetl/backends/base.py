@@ -52,6 +52,10 @@ class PlanningBackend(Protocol):
 
     def regex_error(self, pattern: str) -> str | None: ...
 
+    def default_blocksize(self) -> int | None:
+        """source.blocksize where the pipeline file sets none (the GPU's: from device memory);
+        None: the file's default."""
+
 
 class Backend(ABC):
     counts_dropped_fields = False     # parse_json adds up the extra fields it drops
@@ -67,6 +71,10 @@ class Backend(ABC):
     def runs_images(self) -> bool:
         """Whether a `type: images` source may run on this backend (asked at plan time): the
         CPU's always, another's once its image path is switched on (images_on_gpu)."""
+
+    def default_blocksize(self) -> int | None:
+        """PlanningBackend.default_blocksize: None, the file's default (the GPU's overrides)."""
+        return None
 
     # -- frames --------------------------------------------------------------------------
     @abstractmethod
@@ -225,6 +233,10 @@ class Backend(ABC):
     # in host_spill.py), device frames in Parquet files on a GPU (gpu_spill.py). Shared code
     # only hands pieces to these methods, to a shard writer, and takes their len().
     spill_suffix: str = ".arrow"
+    # A shuffled shard's pieces: read once each and the shard's rows held, ordered in turns of
+    # shard_batch_bytes taken from them (a device); or read again for every turn (the host)
+    spill_read_once: bool = False
+    shard_batch_bytes: int | None = None     # None: sinks/parquet.py's SHARD_BATCH_BYTES
 
     def spill_piece(self, df: Any, schema: Schema) -> Any:
         """The live rows, with exactly `schema`'s columns and types, as a piece. The columns keep

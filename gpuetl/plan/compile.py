@@ -145,10 +145,9 @@ def _sized_for(loaded: LoadedSpec, backend, notes: list[str]) -> LoadedSpec:
     the pipeline file and --set give none; an images source keeps the file's default (a
     partition of compressed images decodes to many times its bytes)."""
     source = loaded.spec.source
-    default = getattr(backend, "default_blocksize", None)
-    if default is None or "blocksize" in source.model_fields_set or source.type == "images":
+    if backend is None or "blocksize" in source.model_fields_set or source.type == "images":
         return loaded
-    size = default()
+    size = backend.default_blocksize()
     if size is None or size == source.blocksize:
         return loaded
     from ..spec.sizes import format_size

@@ -77,12 +77,12 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
                 writer.write(backend.spill_sort(piece, input_order))
         return writer.close()
     held = None
-    if getattr(backend, "spill_read_once", False):
+    if backend.spill_read_once:
         # a device (gpu_spill): each piece is read once, its rows of the shard held where the
         # backend holds rows, and the turns taken from those; not a read of every piece per turn
         held = [_slice_of(backend, _read(backend, path, task, layout.ranged), task, layout.ranged) for path in pieces]
         held = [piece for piece in held if len(piece)]
-    turns = max(1, math.ceil(task.row_bytes / getattr(backend, "shard_batch_bytes", SHARD_BATCH_BYTES)))
+    turns = max(1, math.ceil(task.row_bytes / (backend.shard_batch_bytes or SHARD_BATCH_BYTES)))
     edges = _turn_edges(backend, pieces, task, layout.ranged, turns, held)
     xp = backend.xp
     for lo, hi in zip(edges, edges[1:]):
