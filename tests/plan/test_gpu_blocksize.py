@@ -74,3 +74,15 @@ def test_gpuetl_plan_for_the_gpu_shows_the_devices_blocksize(monkeypatch, logs, 
     assert "partitions: 1 (blocksize 768.0 MiB)" in out
     assert main(["plan", str(path), "--backend", "cpu"]) == 0
     assert "(blocksize 64.0 MiB)" in capsys.readouterr().out
+
+
+def test_the_blocksize_taken_is_in_the_runs_fingerprint(monkeypatch, logs):
+    """A run resumed where the device gives another blocksize would cut other partitions: the
+    fingerprint differs, so resume refuses rather than mixing two partitionings."""
+    from gpuetl.runtime.run import _pipeline_digest
+
+    digests = []
+    for memory in (H200, [(15 * GIB, 16 * GIB)], H200):
+        _device(monkeypatch, memory)
+        digests.append(_pipeline_digest(gpuetl.Pipeline.from_dict(_spec(), base_dir=logs).plan(GpuPlanning())))
+    assert digests[0] != digests[1] and digests[0] == digests[2]
