@@ -35,8 +35,20 @@ def arrow_of(col) -> pa.Array:
     return pa.array(np.asarray(col.to_numpy()))
 
 
+MASK_SELECTIONS = [0]     # boolean-mask selections of a DevSeries or DevFrame: libcudf reads each one's size (a sync)
+
+
+def _is_mask(key) -> bool:
+    dtype = getattr(key, "dtype", None)
+    return dtype is not None and (dtype == bool or str(dtype).startswith("bool"))
+
+
 class DevSeries(pd.Series):
     """cuDF's Series as the backend uses it, over a pandas Series."""
+
+    def __getitem__(self, key):
+        MASK_SELECTIONS[0] += _is_mask(key)
+        return super().__getitem__(key)
 
     @property
     def _constructor(self):
@@ -82,6 +94,10 @@ class DevSeries(pd.Series):
 
 
 class DevFrame(pd.DataFrame):
+    def __getitem__(self, key):
+        MASK_SELECTIONS[0] += _is_mask(key)
+        return super().__getitem__(key)
+
     @property
     def _constructor(self):
         return DevFrame
@@ -194,6 +210,7 @@ def install(monkeypatch) -> EmulatedGpu:
     monkeypatch.setattr(gpu_device, "regex_matches", regex_matches)
     monkeypatch.setattr(gpu, "_STRING_DTYPE", [CPU.dtype("string")])
     gpu_support.reset_tallies()
+    MASK_SELECTIONS[0] = 0
     backend = EmulatedGpu()
     backend.xp = cupy
     return backend
