@@ -33,7 +33,7 @@ from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, arrow_schema, is
 from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Backend, Lines
 from .gpu_support import (MONTHS, STRIP, Unsupported, check_regex, civil_to_micros, cluster_settings,
-                          count_fallback, count_host_bytes, count_read, days_in_month, gpu_blocksize, gpu_memory,
+                          count_fallback, count_read, days_in_month, gpu_blocksize, gpu_memory,
                           host_transfer_report, integer_cast_loses, kvikio_s3_arguments, leading_dotall,
                           remote_record_span, reset_tallies, span_gather_index, WORKER_PRELOAD,
                           sum_tallies, timestamp_plan, to_cudf_regex, utf8_bad_bytes, worker_tallies)
@@ -456,9 +456,9 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin, Backend):
         live = status == STATUS_LIVE
         bad = status == STATUS_QUARANTINED
         dropped = ~live & ~bad
-        # the three checks in one read (status has no nulls: spill checks that first)
-        some_bad, some_dropped = (v > 0 for v in host_numbers([bad.fillna(False).values.sum(), dropped.fillna(False).values.sum()],
-                                                              "control: rows quarantined or dropped"))
+        # rows left, quarantined, dropped: one read of two counts
+        counts = [bad.fillna(False).values.sum(), dropped.fillna(False).values.sum()]
+        some_bad, some_dropped = (v > 0 for v in host_numbers(counts, "control: rows quarantined or dropped"))
         if not (some_bad or some_dropped):
             return df, df.iloc[:0], {}
         quarantined = df[bad] if some_bad else df.iloc[:0]
