@@ -17,7 +17,7 @@ from .gpu_support import count_host_bytes, count_sync
 
 
 def to_host_value(values, why: str, as_pandas: bool = False):
-    """The one device -> host read of the GPU backend (tests/backends/test_gpu_sync_budget.py
+    """The one device -> host read of the GPU backend (tests/backends/test_gpu_sync_rule.py
     finds no other in backends/gpu*.py): a CuPy array (a reduction's 0-d result included)
     becomes numpy, a cuDF Series an Arrow array, a DataFrame an Arrow table. Each call is one
     sync (the host waits for the stream), counted by `why` (the sync budget,
