@@ -429,6 +429,8 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
     manifest["empty_columns"] = empty
     manifest["fallbacks"] = backend.fallbacks(executor.client)
     manifest["host_transfer"] = backend.host_transfer(executor.client, plan.input_bytes)
+    if (syncs := manifest["host_transfer"].get("syncs")) is not None:     # the GPU's sync budget (docs/gpu.md)
+        manifest["host_transfer"]["syncs_per_partition"] = round(syncs["total"] / max(1, len(plan.partitions)), 2)
     bad_share = _bad_share_warnings(counts, kinds)     # printed in the summary (cli), not logged
     manifest["notes"] = [*plan.notes, *warnings, *bad_share]
     manifest["warnings"] = [*warnings, *bad_share]
