@@ -136,7 +136,7 @@ def _plan(make, tmp_path: Path, rows: int):
 
 def _partition(plan, backend):
     part = plan.partitions[0]
-    return read_partition(part, plan.segments[0].for_partition(part), backend)
+    return read_partition(part, plan.segments[0].for_partition(part), backend).frame     # its counters aside
 
 
 def _rows(df, backend) -> list:
