@@ -122,8 +122,8 @@ def gpu_blocksize(memory: list[tuple[int, int]]) -> int | None:
 
 
 class GpuPlanning:
-    """The GPU backend as planning sees it (base.PlanningBackend): a name and the regex checks.
-    Needs no RAPIDS."""
+    """The GPU backend as planning sees it (base.PlanningBackend): a name, the regex checks and
+    the device's default blocksize. Needs no RAPIDS."""
 
     name = "gpu"
     images_on_gpu = False       # base.Backend.images_on_gpu
