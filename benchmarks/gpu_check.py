@@ -528,6 +528,7 @@ def summary(r: Report, compare: int) -> dict:
     if "gbps" in gpu:
         out["gpu_gbps"] = gpu["gbps"]
         out["host_bytes_per_input_byte"] = gpu["host_transfer"].get("host_bytes_per_input_byte")
+        out["syncs_per_partition"] = gpu["host_transfer"].get("syncs_per_partition")   # the sync budget (docs/gpu.md)
         if "gbps" in cpu:
             out["gpu_vs_cpu"] = gpu["gbps"] / cpu["gbps"]
         if "gbps" in pol:

@@ -65,6 +65,10 @@ class PlanningBackend(Protocol):
         then refuses the pipeline, naming the key), or None. RE2 syntax is checked for every
         backend when the file is loaded (expr.parser.regex_problem)."""
 
+    def default_blocksize(self) -> int | None:
+        """source.blocksize where the pipeline file sets none (the GPU's: from device memory,
+        gpu_detect.gpu_blocksize); None: the file's default."""
+
 
 @runtime_checkable
 class Frames(Protocol):
@@ -185,6 +189,10 @@ class Spill(Protocol):
     Shared code only hands pieces to these methods, to a shard writer, and takes their len()."""
 
     spill_suffix: str
+    # A shuffled shard's pieces: read once each and the shard's rows held, ordered in turns of
+    # shard_batch_bytes taken from them (a device); or read again for every turn (the host)
+    spill_read_once: bool
+    shard_batch_bytes: int | None    # None: sinks/parquet.py's SHARD_BATCH_BYTES
 
     def spill_piece(self, df: Any, schema: Schema) -> Any:
         """The live rows, with exactly `schema`'s columns and types, as a piece."""

@@ -59,6 +59,10 @@ class CpuBackend(CpuSpill):
     def regex_error(self, pattern: str) -> str | None:
         return None
 
+    def default_blocksize(self) -> int | None:
+        """None: the pipeline file's default blocksize."""
+        return None
+
     def note_host_work(self, what: str, count: int = 1) -> None:
         """All of the CPU's work is host work: nothing to count."""
 

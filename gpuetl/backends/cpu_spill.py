@@ -16,6 +16,8 @@ class CpuSpill:
     """Spill pieces as host Arrow tables (CpuBackend's)."""
 
     spill_suffix: str = ".arrow"
+    spill_read_once = False        # a shuffled shard's pieces are read again for every turn
+    shard_batch_bytes = None       # sinks/parquet.py's SHARD_BATCH_BYTES
 
     def spill_piece(self, df: Any, schema: Schema) -> Any:
         """The live rows, with exactly `schema`'s columns and types, as a piece. The columns keep

@@ -19,6 +19,7 @@ reason (the host-transfer ledger, `host_transfer()`). docs/gpu.md explains each 
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,14 +36,14 @@ from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from .base import Lines
 from .common import conform_frame, empty_frame, extract_fields, hash_series
 from .civil import civil_to_micros, days_in_month
-from .gpu_detect import cluster_settings, gpu_memory
+from .gpu_detect import WORKER_PRELOAD, cluster_settings, gpu_blocksize, gpu_memory
 from .gpu_kvikio import kvikio_s3_arguments, remote_record_span
 from .gpu_regex import Unsupported, check_regex, leading_dotall, to_cudf_regex
-from .gpu_tallies import (count_fallback, count_host_bytes, count_read, host_transfer_report, reset_tallies,
+from .gpu_tallies import (count_fallback, count_read, host_transfer_report, reset_tallies,
                           sum_tallies, worker_tallies)
 from .gpu_values import MONTHS, STRIP, integer_cast_loses, span_gather_index, timestamp_plan, utf8_bad_bytes
-from .gpu_device import (any_true, device_values, regex_matches, regex_program, scatter, span_bytes, strings_from_buffers,
-                         to_host_copy, utc_timestamps, with_index)
+from .gpu_device import (any_true, device_values, host_numbers, nonzero_rows, regex_matches, regex_program, scatter,
+                         span_bytes, strings_from_buffers, to_host_copy, to_host_value, utc_timestamps, with_index)
 from .gpu_records import GpuRecordsMixin
 from .gpu_spill import GpuSpillMixin, writer_metadata
 from .gpu_text import GpuTextMixin
@@ -157,7 +158,9 @@ RAPIDS_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("dask_cuda.LocalCUDACluster", 0, ("n_workers", "threads_per_worker", "rmm_pool_size",
                                        "rmm_allocator_external_lib_list", "device_memory_limit",
                                        "enable_cudf_spill", "protocol", "dashboard_address",
-                                       "silence_logs", "CUDA_VISIBLE_DEVICES")),
+                                       "silence_logs", "CUDA_VISIBLE_DEVICES", "preload")),
+    ("kvikio.defaults.set", 2, ()),
+    ("kvikio.defaults.get", 1, ()),
     # gpu_spill.py: spill pieces on the device
     ("pylibcudf.io.parquet.ParquetWriterOptions.builder", 2, ()),
     ("pylibcudf.io.parquet.ParquetWriterOptionsBuilder.metadata", 1, ()),
@@ -231,6 +234,12 @@ def device_patterns() -> list[str]:
             case_differs_pattern("lower"), case_differs_pattern("upper")]
 
 
+# KvikIO's statistics are the process's, and a GPU worker runs two task threads (one reads while
+# the other computes): the I/O counted by path is done one at a time, so each count is its own.
+# Compute in the other thread goes on meanwhile.
+MONITORED_IO = threading.Lock()
+
+
 class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
     name = "gpu"
 
@@ -271,6 +280,10 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
     def check_regex(self, pattern: str) -> str | None:
         return check_regex(pattern)
 
+    def default_blocksize(self) -> int | None:
+        """source.blocksize where the pipeline file sets none: sized for the device (gpu_detect.gpu_blocksize)."""
+        return gpu_blocksize(gpu_memory())
+
     def _tallies(self, client: Any = None) -> dict:
         """This process's tallies and, on a cluster, every worker's. The client's own count too:
         on a LocalCUDACluster it reads spill pieces and encodes shards in its own process; a
@@ -286,13 +299,15 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
         its bytes under the path KvikIO took (its statistics by backend: GDS, or POSIX through
         host bounce buffers), as `<label>: kvikio <path>`; where the statistics attribute nothing,
         `nbytes()` (asked after the I/O) under `unattributed`. KvikIO's statistics are the
-        process's: another thread's I/O at the same moment would be counted here too."""
+        process's: counted I/O is done one at a time (MONITORED_IO), so another thread's is not
+        counted here too."""
         if getattr(self, "_reads", None) is None:
             self._reads = kvikio.SummaryMonitor()
-        before = self._reads.get()
-        out = io()
-        carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
-                   if t["bytes_transferred"]}
+        with MONITORED_IO:
+            before = self._reads.get()
+            out = io()
+            carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
+                       if t["bytes_transferred"]}
         for name, n in (carried or {"unattributed": nbytes()}).items():
             count_read(f"{label}: kvikio {name.lower()}", n)
         return out
@@ -339,16 +354,17 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
         settings = cluster_settings(gpu_memory())
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         extra = {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {}
+        # KvikIO's thread pool is sized in the worker processes started here, by a preload
+        # (gpu_worker.dask_setup), never in this process: dask-cuda replaces the workers' `env`
+        # and `plugins` with its own, and keeps `preload`
         with LocalCUDACluster(**settings, **extra, dashboard_address=dashboard_address or "127.0.0.1:0",
-                              silence_logs=logging.ERROR) as cluster:
+                              silence_logs=logging.ERROR, preload=[WORKER_PRELOAD]) as cluster:
             yield cluster
 
     def to_pandas(self, obj):
         """Small results read row by row (tallies, a first bad row, quarantined rows kept as
         JSON, exact dedupe's repeats): counted."""
-        out = obj.to_pandas()
-        count_host_bytes("to_pandas: tallies and rows read in Python", int(np.sum(out.memory_usage(deep=True))))
-        return out
+        return to_host_value(obj, "to_pandas: tallies and rows read in Python", as_pandas=True)
 
     def to_pylist(self, col) -> list:
         """The few values an expression checks in Python (int64 products near the limit): counted."""
@@ -443,13 +459,16 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
         stage) come to the host, not the status column."""
         status = df[STATUS]
         live = status == STATUS_LIVE
-        if not any_true(~live, "control: rows left"):
-            return df, df.iloc[:0], {}
         bad = status == STATUS_QUARANTINED
-        quarantined = df[bad] if any_true(bad, "control: quarantined") else df.iloc[:0]
         dropped = ~live & ~bad
+        # rows left, quarantined, dropped: one read of two counts
+        counts = [bad.fillna(False).values.sum(), dropped.fillna(False).values.sum()]
+        some_bad, some_dropped = (v > 0 for v in host_numbers(counts, "control: rows quarantined or dropped"))
+        if not (some_bad or some_dropped):
+            return df, df.iloc[:0], {}
+        quarantined = df[bad] if some_bad else df.iloc[:0]
         tallies: dict[tuple[int, int], int] = {}
-        if any_true(dropped, "control: dropped"):
+        if some_dropped:
             sums = df[dropped].groupby([STAGE, STATUS], sort=True)[COUNT].sum().reset_index()
             host = to_host_copy(sums, "tallies of dropped rows")
             tallies = {(int(st), int(s)): int(n) for st, s, n in zip(*(host.column(c).to_pylist()
@@ -629,11 +648,12 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
         (its statistics name the backend: GDS, or the POSIX path through host bounce buffers)."""
         if self._reads is None:
             self._reads = kvikio.SummaryMonitor()
-        before = self._reads.get()
-        with kvikio.CuFile(path, "r") as fh:
-            got = fh.pread(dest, len(dest), file_offset).get()
-        carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
-                   if t["bytes_transferred"]}
+        with MONITORED_IO:
+            before = self._reads.get()
+            with kvikio.CuFile(path, "r") as fh:
+                got = fh.pread(dest, len(dest), file_offset).get()
+            carried = {name: int(t["bytes_transferred"]) for name, t in self._reads.since(before).by_backend.items()
+                       if t["bytes_transferred"]}
         for name, nbytes in (carried or {"unattributed": got}).items():
             count_read(f"kvikio {name.lower()}", nbytes)
         if got != len(dest):
@@ -693,16 +713,21 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
         not valid go to the host, where Python's decoder gives them the CPU kernel's U+FFFD."""
         buf = data if isinstance(data, cp.ndarray) else cp.asarray(np.frombuffer(data, dtype=np.uint8))
         n = len(buf)
-        newlines = cp.flatnonzero(buf == 10)
+        newlines = nonzero_rows(buf == 10, "control: where the lines end")
         starts = cp.concatenate([cp.zeros(1, dtype=cp.int64), (newlines + 1).astype(cp.int64)])
-        if not n or not any_true(buf[n - 1:] != 10, "control: last byte"):
+        # two checks in one read: a line after the last newline, and any byte past ASCII
+        open_end, non_ascii = host_numbers([buf[n - 1] != 10, (buf >= 0x80).any()], "control: last byte, non-ASCII") \
+            if n else (0, 0)
+        if not open_end:
             starts = starts[:len(newlines)]          # no line starts after the last newline
         ends = record_ends(cp, buf, starts, cp.asarray(added, dtype=cp.int64) if len(added) else None)
         bad = cp.zeros(len(starts), dtype=bool)
-        if n and any_true(buf >= 0x80, "control: non-ASCII"):
-            wrong = cp.flatnonzero(utf8_bad_bytes(cp, buf))
-            if len(wrong):
-                bad[cp.searchsorted(starts, wrong, side="right") - 1] = True
+        if non_ascii:
+            # a line is bad where a bad byte lies between its start and the next line's: counted
+            # with a running sum, no nonzero search (a sync)
+            wrong = cp.concatenate([cp.zeros(1, dtype=cp.int64), cp.cumsum(utf8_bad_bytes(cp, buf), dtype=cp.int64)])
+            upto = cp.concatenate([starts[1:], cp.full(1, n, dtype=cp.int64)])
+            bad = wrong[upto] > wrong[starts]
         m = len(starts)
         bounds = cp.empty(2 * m + 1, dtype=cp.int64)
         bounds[0:2 * m:2] = starts
@@ -714,8 +739,8 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
         text = strings_from_buffers(buf, bounds, 2 * m)[take].reset_index(drop=True)
         starts, ends, bad = starts[keep], ends[keep], bad[keep]
         raw = None
-        if any_true(bad, "control: invalid UTF-8"):
-            text, raw = self._replace_invalid(text, buf, starts, ends, cp.flatnonzero(bad))
+        if non_ascii and any_true(bad, "control: invalid UTF-8"):      # ASCII is valid UTF-8: no read
+            text, raw = self._replace_invalid(text, buf, starts, ends, nonzero_rows(bad, "control: invalid UTF-8 lines"))
         return Lines(text=text, offsets=starts + base_offset, bad_utf8=bad, raw=raw)
 
     def _replace_invalid(self, text, buf, starts, ends, rows):
@@ -820,7 +845,7 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
 
     def _patch(self, col, values, slow, type_name, fmt, timezone):
         """Rows outside the strict fast path: the CPU kernel's values, scattered back."""
-        idx = cp.flatnonzero(slow)
+        idx = nonzero_rows(slow, "control: rows outside the device fast path")
         count_fallback(f"cast {type_name}: rows outside the GPU fast path", len(idx))
         sub = col.reset_index(drop=True).iloc[idx]
         host, _ = self.cpu.cast(self.cpu.series(_to_arrow(sub, "casts outside the device fast path"), "string"),
@@ -982,9 +1007,9 @@ def _numbers_lost(col, type_name: str) -> bool:
     if not len(present):
         return False
     if kind in "iub" and type_name in INT_TYPES + UINT_TYPES + ("float32", "float64"):
-        lo, hi = present.astype("int64" if kind != "u" else "uint64").min(), present.max()
-        count_host_bytes("control: min/max", 16)
-        return integer_cast_loses(int(lo), int(hi), type_name)
+        values = present.astype("int64" if kind != "u" else "uint64").values
+        lo, hi = host_numbers([values.min(), values.max()], "control: min/max")
+        return integer_cast_loses(lo, hi, type_name)
     if kind == "f" and type_name in INT_TYPES + UINT_TYPES:
         info = np.iinfo(type_name)
         whole = (present == present.floor()) & (present >= float(info.min)) & (present < float(info.max) + 1.0)
@@ -1028,7 +1053,7 @@ def _device_extract(text, pattern: str, dotall: bool = False):
     some = cp.zeros(len(text), dtype=bool)
     for c in cols:
         some |= c.notna().values
-    unsure = cp.flatnonzero(present & ~some)
+    unsure = nonzero_rows(present & ~some, "control: rows no group matched")
     matched = some.copy()
     if len(unsure):
         sub = text.reset_index(drop=True).iloc[unsure]
@@ -1076,7 +1101,7 @@ class GpuShardEncoder:
         return rows.iloc[start:stop]
 
     def nbytes(self, rows) -> float:
-        return float(rows.memory_usage(index=False).sum())
+        return float(sum(rows[name].memory_usage(index=False) for name in rows.columns))
 
     def empty(self):
         return GpuBackend().empty(self.schema)

@@ -76,6 +76,10 @@ def rapids_available() -> bool:
 
 
 POOL_FRACTION = 0.8        # of each device's memory: the RMM pool every allocation comes from
+# Two task threads per GPU worker: while one partition is computed on the device, the next one's
+# file read (KvikIO, into device memory) goes on in the other thread (docs/gpu.md, "Overlap").
+THREADS_PER_WORKER = 2
+WORKER_PRELOAD = "gpuetl.backends.gpu_worker"     # run in each worker process gpuetl starts
 SPILL_FRACTION = 0.6       # dask-cuda moves finished partitions to host memory past this
 
 
@@ -93,18 +97,40 @@ def cluster_settings(memory: list[tuple[int, int]], pool_fraction: float = POOL_
     total = min(t for _, t in memory)
     step = 256 << 20
     pool = max(step, min(int(total * pool_fraction), free) // step * step)
-    return {"n_workers": len(memory), "threads_per_worker": 1, "rmm_pool_size": pool,
+    return {"n_workers": len(memory), "threads_per_worker": THREADS_PER_WORKER, "rmm_pool_size": pool,
             "rmm_allocator_external_lib_list": ["cupy"],
             "device_memory_limit": min(int(total * spill_fraction), pool), "enable_cudf_spill": False,
             "protocol": "tcp"}
 
 
+BLOCKSIZE_SHARE = 16        # a partition's default size: this fraction of the RMM pool
+BLOCKSIZE_STEP = 64 << 20
+MAX_GPU_BLOCKSIZE = 1 << 30     # spec.models.MAX_BLOCKSIZE: a partition is held whole
+
+
+def gpu_blocksize(memory: list[tuple[int, int]]) -> int | None:
+    """The GPU's default `source.blocksize` for the visible GPUs' (free, total) memory: a 16th
+    of the RMM pool cluster_settings gives each worker (a partition's bytes grow several times
+    as typed columns and their temporaries, and two partitions are in flight per worker: one
+    read while the other is computed), in whole 64 MiB, between 64 MiB and 1 GiB; None
+    without a GPU (the pipeline file's default stays). An H200 (141 GiB) gets 1 GiB, a
+    16 GiB device 768 MiB."""
+    if not memory:
+        return None
+    pool = cluster_settings(memory)["rmm_pool_size"]
+    return max(BLOCKSIZE_STEP, min(MAX_GPU_BLOCKSIZE, pool // BLOCKSIZE_SHARE // BLOCKSIZE_STEP * BLOCKSIZE_STEP))
+
+
 class GpuPlanning:
-    """The GPU backend as planning sees it (base.PlanningBackend): a name and the regex checks.
-    Needs no RAPIDS."""
+    """The GPU backend as planning sees it (base.PlanningBackend): a name, the regex checks and
+    the device's default blocksize. Needs no RAPIDS."""
 
     name = "gpu"
     images_on_gpu = False       # base.Backend.images_on_gpu
+
+    def default_blocksize(self) -> int | None:
+        """source.blocksize where the pipeline file sets none: sized for this machine's GPUs."""
+        return gpu_blocksize(gpu_memory())
 
     @property
     def runs_images(self) -> bool:

@@ -1,7 +1,8 @@
 """Device helpers the GPU backend's modules share (gpu.py and its facets gpu_records, gpu_spill,
-gpu_text, gpu_images import them here, never from gpu.py): the one way device data is copied to
-the host (`to_host_copy`, counted by reason: the host-transfer ledger), one-byte control reads
-(`any_true`), views of a column's device buffers, and libcudf regex matching.
+gpu_text, gpu_images import them here, never from gpu.py): the one way device data is read on
+the host (`to_host_value`: each call one sync, counted by reason, its bytes in the host-transfer
+ledger; `to_host_copy`, `any_true` and `host_numbers` go through it; `nonzero_rows` counts CuPy's
+nonzero search), views of a column's device buffers, and libcudf regex matching.
 
 Loaded only for a GPU run, like gpu.py (nothing else imports GPU libraries)."""
 
@@ -9,33 +10,66 @@ from __future__ import annotations
 
 import cudf
 import cupy as cp
+import numpy as np
 import pyarrow as pa
 import pylibcudf as plc
 
-from .gpu_tallies import count_host_bytes
+from .gpu_tallies import count_host_bytes, count_sync
 
 
-def to_host_copy(values, reason: str):
-    """The one way this backend copies device data to the host: a CuPy array becomes numpy, a
-    cuDF Series an Arrow array, a DataFrame an Arrow table; the bytes are counted by reason."""
+def to_host_value(values, why: str, as_pandas: bool = False):
+    """The one device -> host read of the GPU backend (tests/backends/test_gpu_sync_rule.py
+    finds no other in backends/gpu*.py): a CuPy array (a reduction's 0-d result included)
+    becomes numpy, a cuDF Series an Arrow array, a DataFrame an Arrow table. Each call is one
+    sync (the host waits for the stream), counted by `why` (the sync budget,
+    host_transfer.syncs), and its bytes are counted in the host-transfer ledger under `why`.
+    as_pandas: a cuDF object as pandas, its index kept (small results read row by row)."""
+    if as_pandas and isinstance(values, (cudf.Series, cudf.DataFrame)):
+        out = values.to_pandas()
+        count_sync(why)
+        count_host_bytes(why, int(out.memory_usage(deep=True).sum()) if hasattr(out, "columns")
+                         else int(out.memory_usage(deep=True)))
+        return out
     if isinstance(values, cp.ndarray):
         out = cp.asnumpy(values)
-        count_host_bytes(reason, out.nbytes)
-        return out
-    if isinstance(values, (cudf.Series, cudf.DataFrame)):
+    elif isinstance(values, (cudf.Series, cudf.DataFrame)):
         out = values.to_arrow()
         if isinstance(out, pa.ChunkedArray):
             out = out.combine_chunks()
-        count_host_bytes(reason, out.nbytes)
-        return out
-    raise TypeError(f"to_host_copy: not device data ({type(values).__name__})")
+    elif isinstance(values, (np.ndarray, np.generic, bool, int)):   # a stand-in's, already on the host (tests)
+        out = np.asarray(values)
+    else:
+        raise TypeError(f"to_host_value: not device data ({type(values).__name__})")
+    count_sync(why)
+    count_host_bytes(why, out.nbytes)
+    return out
+
+
+def to_host_copy(values, reason: str):
+    """Device data copied to the host (the host-transfer ledger's name for it): to_host_value."""
+    return to_host_value(values, reason)
 
 
 def any_true(values, reason: str = "control: any()") -> bool:
-    """bool(values.any()) for a CuPy bool array or cuDF Series: a one-byte copy, counted."""
-    hit = values.any()
-    count_host_bytes(reason, 1)
-    return bool(hit.get() if isinstance(hit, cp.ndarray) else hit)
+    """bool(values.any()) for a CuPy bool array or cuDF bool Series (nulls are False): one
+    reduction on the device, then a one-byte read, counted."""
+    hit = values.any() if isinstance(values, cp.ndarray) else values.fillna(False).values.any()
+    return bool(to_host_value(hit, reason))
+
+
+def host_numbers(values: list, why: str) -> list[int]:
+    """Several device scalars of one type (0-d CuPy arrays: flags, counts, extremes) read in ONE
+    sync, as Python ints: checks batched into one read instead of one read each."""
+    if not values:
+        return []
+    return [int(v) for v in to_host_value(cp.stack([cp.asarray(v) for v in values]), why)]
+
+
+def nonzero_rows(mask, why: str):
+    """cp.flatnonzero(mask): its output size is read from the device (CuPy syncs for it), so it
+    is counted as one sync by `why`."""
+    count_sync(why)
+    return cp.flatnonzero(mask)
 
 
 def device_values(col):

@@ -1,4 +1,5 @@
-"""KvikIO's arguments for s3:// objects, and the record span of a ranged read of one. Pure Python."""
+"""KvikIO's arguments for s3:// objects, the record span of a ranged read of one, and the size of
+KvikIO's thread pool in the worker processes gpuetl starts (gpu_worker.py). Pure Python."""
 
 from __future__ import annotations
 
@@ -81,3 +82,14 @@ def remote_record_span(f, offset: int, length: int, peek: int = 1 << 16) -> tupl
     q = newline_at_or_after(max(start, offset + length - 1))
     end = size if q is None else q + 1
     return start, end, int(q is None and end > start)
+
+
+# ---------------------------------------------------------------------------------------------
+# KvikIO's thread pool in the workers gpuetl starts (gpu_worker.dask_setup)
+
+
+def kvikio_threads(cpus: int, gpus: int) -> int:
+    """KvikIO's thread pool for a worker gpuetl starts: the machine's cores shared among its GPU
+    workers, 4 to 64 (KvikIO splits a read into tasks of `task_size`, 4 MiB, run by the pool;
+    its default pool has one thread, so a 1 GiB partition would be read by one thread)."""
+    return max(4, min(64, cpus // max(1, gpus)))

@@ -107,13 +107,13 @@ class GpuRecordsMixin:
 
     def _json_with_host_records(self, text, read, cols, doubt):
         """The device's columns, with the doubtful records read by the CPU kernel and put in place."""
-        from .gpu_device import any_true, scatter, to_host_copy, with_index
+        from .gpu_device import any_true, nonzero_rows, scatter, to_host_copy, with_index
 
         n = len(text)
         ok = cp.ones(n, dtype=bool)
         reasons = None
         if any_true(doubt, "control: JSON records for the host"):
-            rows = cp.flatnonzero(doubt)
+            rows = nonzero_rows(doubt, "control: JSON records for the host")
             count_fallback("parse_json: records the device cannot decide (host)", len(rows))
             sub = text.reset_index(drop=True).iloc[rows]
             host_cols, host_ok, host_reasons = self.cpu.parse_json(
@@ -140,7 +140,7 @@ class GpuRecordsMixin:
         why = csv_device_refusal(delimiter, null_values)
         if why is not None:
             return self._host_csv(text, names, delimiter, null_values, why)
-        from .gpu_device import any_true, regex_matches, to_host_copy, with_index
+        from .gpu_device import any_true, nonzero_rows, regex_matches, to_host_copy, with_index
 
         n = len(text)
         few_fields = FEW_FIELDS.format(len(names))
@@ -157,7 +157,7 @@ class GpuRecordsMixin:
             plain &= ~regex_matches(records, csv_quoted_empty_pattern(delimiter))
         outside = records.str.replace(CSV_QUOTED_FIELD, "", regex=True)
         plain &= (outside.str.count(csv_delimiter_pattern(delimiter)).fillna(-1).values + 1) == len(names)
-        rows = cp.flatnonzero(plain)
+        rows = nonzero_rows(plain, "control: CSV records the device reads")
         device = []
         if len(rows):
             try:
@@ -175,7 +175,7 @@ class GpuRecordsMixin:
         if not any_true(~plain, "control: CSV records for the host"):
             return ({name: with_index(c, text.index) for name, c in zip(names, device)},
                     with_index(cudf.Series(ok), text.index), reason)
-        others = cp.flatnonzero(~plain)
+        others = nonzero_rows(~plain, "control: CSV records for the host")
         count_fallback("parse_csv: records the device cannot decide (host)", len(others))
         host_cols, host_ok, host_reason = self.cpu.parse_csv(
             self.cpu.series(to_host_copy(records.iloc[others], "CSV records read on the host"), "string"),

@@ -76,7 +76,12 @@ def histogram_to_host(hist, xp, to_host) -> np.ndarray:
     width = next(t for t in _COUNT_TYPES if largest <= np.iinfo(t).max)
     out = np.zeros(BUCKETS, dtype=np.float64)
     if nonzero * (2 + np.dtype(width).itemsize) < BUCKETS * np.dtype(width).itemsize:
-        index = xp.flatnonzero(counts)
+        # the nonzero buckets' indexes without a nonzero search (its size would be read back:
+        # a sync); `nonzero` is known: each goes to its rank, the zero buckets to a slot past the end
+        filled = counts > 0
+        index = xp.zeros(nonzero + 1, dtype=xp.int64)
+        index[xp.where(filled, xp.cumsum(filled) - 1, nonzero)] = xp.arange(BUCKETS, dtype=xp.int64)
+        index = index[:nonzero]
         out[to_host(index.astype(xp.uint16))] = to_host(counts[index].astype(width))
     else:
         out[:] = to_host(counts.astype(width))
@@ -151,6 +156,11 @@ class GpuSpillMixin:
     """Backend.spill_* on cuDF frames (a piece: a cuDF DataFrame with a fresh RangeIndex)."""
 
     spill_suffix = ".parquet"
+    # A shuffled shard's pieces are read once each, their rows of the shard held on the device
+    # (sinks/parquet.write_shard), and ordered in turns of about shard_batch_bytes: not re-read
+    # once per 32 MiB turn as on the host (docs/gpu.md, "Memory").
+    spill_read_once = True
+    shard_batch_bytes = 1 << 30
 
     def spill_piece(self, df, schema: Schema):
         # which columns are binary: a cuDF strings dtype does not say, and write_spill is given

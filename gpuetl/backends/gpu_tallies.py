@@ -1,7 +1,7 @@
 """Per-process tallies of the GPU backend, summed over the workers by the runner (`client.run`):
 work handed to the CPU kernels (`fallbacks`), bytes copied from the device to the host by reason
-(the host-transfer ledger), and which path each file read really took (KvikIO GDS or its POSIX
-compat path). Pure Python."""
+(the host-transfer ledger), which path each file read really took (KvikIO GDS or its POSIX
+compat path), and the device -> host reads of a value by reason (the sync budget). Pure Python."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ _LOCK = threading.Lock()
 FALLBACKS: Counter = Counter()           # reason -> rows or columns handed to the CPU kernels
 HOST_BYTES: Counter = Counter()          # reason -> bytes copied device -> host by gpuetl
 READS: Counter = Counter()               # "<path> reads" / "<path> bytes" -> count
+SYNCS: Counter = Counter()               # reason -> device -> host reads of a value (each a sync)
 
 
 def count_fallback(what: str, rows: int = 1) -> None:
@@ -39,6 +40,13 @@ def count_host_bytes(reason: str, nbytes: int) -> None:
         HOST_BYTES[reason] += int(nbytes)
 
 
+def count_sync(reason: str) -> None:
+    """One device -> host read of a value (the stream waits for it): called only by
+    gpu_device.to_host_value, the one function through which the GPU backend reads one."""
+    with _LOCK:
+        SYNCS[reason] += 1
+
+
 def count_read(path: str, nbytes: int) -> None:
     """One file read of nbytes that took `path` ('kvikio gds', 'kvikio posix', 'host')."""
     with _LOCK:
@@ -49,7 +57,8 @@ def count_read(path: str, nbytes: int) -> None:
 def worker_tallies() -> dict[str, dict[str, int]]:
     """This process's tallies (run on each worker by `client.run`)."""
     with _LOCK:
-        return {"fallbacks": dict(FALLBACKS), "host_bytes": dict(HOST_BYTES), "reads": dict(READS)}
+        return {"fallbacks": dict(FALLBACKS), "host_bytes": dict(HOST_BYTES), "reads": dict(READS),
+                "syncs": dict(SYNCS)}
 
 
 def reset_tallies() -> None:
@@ -57,14 +66,15 @@ def reset_tallies() -> None:
         FALLBACKS.clear()
         HOST_BYTES.clear()
         READS.clear()
+        SYNCS.clear()
 
 
 def sum_tallies(parts) -> dict[str, dict[str, int]]:
-    total: dict[str, dict[str, int]] = {"fallbacks": {}, "host_bytes": {}, "reads": {}}
+    total: dict[str, dict[str, int]] = {"fallbacks": {}, "host_bytes": {}, "reads": {}, "syncs": {}}
     for part in parts:
         for kind, counts in part.items():
             for k, v in counts.items():
-                total[kind][k] = total[kind].get(k, 0) + v
+                total.setdefault(kind, {})[k] = total[kind].get(k, 0) + v
     return total
 
 
@@ -84,4 +94,13 @@ def host_transfer_report(tallies: dict[str, dict[str, int]], input_bytes: int) -
         "reads": {p: {"reads": reads.get(f"{p} reads", 0), "bytes": reads.get(f"{p} bytes", 0)} for p in paths},
         # every path through KvikIO's POSIX backend: the partitions' reads and the spill pieces'
         "bounce_buffer_bytes": sum(reads.get(f"{p} bytes", 0) for p in paths if p.endswith("kvikio posix")),
+        **sync_report(tallies.get("syncs", {})),
     }
+
+
+def sync_report(syncs: dict[str, int]) -> dict:
+    """The manifest's sync budget: every device -> host read of a value the GPU backend made
+    (gpu_device.to_host_value), in all and by reason. The run adds `syncs_per_partition` (all
+    of them, shard tasks' included, over the plan's partitions: runtime/run.py)."""
+    counted = dict(sorted(syncs.items()))
+    return {"syncs": {"total": sum(counted.values()), "by_reason": counted}}

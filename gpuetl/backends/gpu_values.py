@@ -112,17 +112,21 @@ def utf8_bad_bytes(xp, b):
                       xp.where((b >= 0xE0) & (b <= 0xEF), 3, xp.where((b >= 0xF0) & (b <= 0xF4), 4, 1)))
     bad = (b == 0xC0) | (b == 0xC1) | (b >= 0xF5)
     covered = xp.zeros(n, dtype=bool)
-    leads = xp.flatnonzero(length > 1)
+    # every byte at once, no compaction (so no sync on a device): `going` marks the leads whose
+    # sequence still runs at step k; the byte k after such a lead is covered, and the sequence
+    # goes on only where that byte continues it
+    going = length > 1
     for k in (1, 2, 3):
-        leads = leads[length[leads] > k]
-        at = leads + k
-        inside = at < n
-        bad[leads[~inside]] = True                      # cut off by the end of the buffer
-        leads, at = leads[inside], at[inside]
-        covered[at] = True
+        going &= length > k
+        if k >= n:
+            bad |= going                                # cut off by the end of the buffer
+            break
+        bad[n - k:] |= going[n - k:]                    # cut off by the end of the buffer
+        covered[k:] |= going[:n - k]
         # a sequence stops at its first byte that does not continue it (a newline, say): the
         # bytes after belong to no sequence, so the next line's stray continuations are its own
-        leads = leads[cont[at]]
+        going[:n - k] &= cont[k:]
+        going[n - k:] = False
     nxt = xp.concatenate([b[1:], xp.zeros(1, dtype=b.dtype)])
     bad |= (((b == 0xE0) & (nxt < 0xA0)) | ((b == 0xED) & (nxt > 0x9F)) |
             ((b == 0xF0) & (nxt < 0x90)) | ((b == 0xF4) & (nxt > 0x8F)))

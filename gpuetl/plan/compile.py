@@ -90,9 +90,11 @@ class Plan:
 
 
 def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
-    """With a backend, also note what it will hand to the CPU (regexes it cannot run)."""
-    spec = loaded.spec
+    """With a backend, also note what it will hand to the CPU (regexes it cannot run), and size
+    the partitions for it where the file sets no blocksize (the GPU's default)."""
     notes: list[str] = []
+    loaded = _sized_for(loaded, backend, notes)
+    spec = loaded.spec
     remote = RemoteInputs(spec.source.storage_options, spec.cache and _resolve(loaded.base_dir, spec.cache.path),
                           spec.cache and spec.cache.max_bytes)
     fmt = get_source(spec.source.type)
@@ -136,6 +138,23 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     if backend is not None:
         _check_regexes(plan, source.parser if isinstance(source, SourceStage) else None, backend)
     return plan
+
+
+def _sized_for(loaded: LoadedSpec, backend, notes: list[str]) -> LoadedSpec:
+    """The backend's own default source.blocksize (the GPU's, from its memory: docs/gpu.md) where
+    the pipeline file and --set give none; an images source keeps the file's default (a
+    partition of compressed images decodes to many times its bytes)."""
+    source = loaded.spec.source
+    if backend is None or "blocksize" in source.model_fields_set or source.type == "images":
+        return loaded
+    size = backend.default_blocksize()
+    if size is None or size == source.blocksize:
+        return loaded
+    from ..spec.sizes import format_size
+
+    notes.append(f"source.blocksize: {format_size(size)}, the {backend.name} backend's default for this machine's "
+                 "device memory (set source.blocksize to choose another)")
+    return replace(loaded, spec=loaded.spec.model_copy(update={"source": source.model_copy(update={"blocksize": size})}))
 
 
 def _layout(shard, default_key: tuple[str, ...]) -> Layout:

@@ -80,13 +80,20 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
             if len(piece):
                 writer.write(backend.spill_sort(piece, input_order))
         return writer.close()
-    turns = max(1, math.ceil(task.row_bytes / SHARD_BATCH_BYTES))
-    edges = _turn_edges(backend, pieces, task, layout.ranged, turns)
+    held = None
+    if backend.spill_read_once:
+        # a device (gpu_spill): each piece is read once, its rows of the shard held where the
+        # backend holds rows, and the turns taken from those; not a read of every piece per turn
+        held = [_slice_of(backend, _read(backend, path, task, layout.ranged), task, layout.ranged) for path in pieces]
+        held = [piece for piece in held if len(piece)]
+    turns = max(1, math.ceil(task.row_bytes / (backend.shard_batch_bytes or SHARD_BATCH_BYTES)))
+    edges = _turn_edges(backend, pieces, task, layout.ranged, turns, held)
     xp = backend.xp
     for lo, hi in zip(edges, edges[1:]):
         gathered = []
-        for path in pieces:
-            piece, mine = _range_of(backend, _read(backend, path, task, layout.ranged), task, layout.ranged)
+        for path in (pieces if held is None else held):
+            piece, mine = (path, None) if held is not None else \
+                _range_of(backend, _read(backend, path, task, layout.ranged), task, layout.ranged)
             if len(piece) and turns > 1:
                 order = backend.spill_column(piece, ORDER)
                 turn = order >= xp.uint64(lo)
@@ -107,16 +114,18 @@ def write_shard(task: ShardTask, pieces: list[str], *, schema: Schema, tmp_dir: 
     return writer.close()
 
 
-def _turn_edges(backend: Spill, pieces: list[str], task: ShardTask, ranged: bool, turns: int) -> list:
+def _turn_edges(backend: Spill, pieces: list[str], task: ShardTask, ranged: bool, turns: int, held=None) -> list:
     """The bounds of the order hash of each turn: equal widths between the smallest and the
     largest order hash among the shard's rows. Without a shard.key the order hash is the
     placement hash, so a shard's rows span only its own stretch of it: turns over the whole
-    hash range would leave most turns empty and put the shard in one or two."""
+    hash range would leave most turns empty and put the shard in one or two. `held`: the
+    shard's rows of each piece, already read (then no piece is read here)."""
     if turns == 1:
         return [0, None]
     low, high = None, None
-    for path in pieces:
-        piece = _slice_of(backend, _read(backend, path, task, ranged, [PLACE, ORDER]), task, ranged)
+    for path in (pieces if held is None else held):
+        piece = path if held is not None else \
+            _slice_of(backend, _read(backend, path, task, ranged, [PLACE, ORDER]), task, ranged)
         span = backend.spill_span(piece, ORDER)
         if span is not None:
             low = span[0] if low is None else min(low, span[0])

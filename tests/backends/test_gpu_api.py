@@ -122,6 +122,10 @@ def _class_keywords(cls) -> set[str]:
             names |= set(inspect.signature(base.__init__).parameters)
         except (TypeError, ValueError):
             pass
+    from distributed import LocalCluster, Nanny
+
+    if issubclass(cls, LocalCluster):   # its **worker_kwargs become each worker's Nanny's (preload, ...)
+        names |= set(inspect.signature(Nanny.__init__).parameters)
     return names
 
 

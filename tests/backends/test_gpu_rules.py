@@ -158,10 +158,18 @@ def test_cluster_settings_one_memory_design():
     assert s["rmm_pool_size"] == int(0.8 * (141 << 30)) // (256 << 20) * (256 << 20)
     assert s["rmm_pool_size"] % (256 << 20) == 0
     assert s["device_memory_limit"] == int(0.6 * (141 << 30)) < s["rmm_pool_size"]
+    assert s["threads_per_worker"] == 2          # one partition read while another is computed
     busy = cluster_settings([(10 << 30, 141 << 30)])
     assert busy["rmm_pool_size"] == 10 << 30 and busy["device_memory_limit"] <= busy["rmm_pool_size"]
     with pytest.raises(ValueError):
         cluster_settings([])
+
+
+def test_kvikio_threads_share_the_cores_among_the_gpu_workers():
+    from gpuetl.backends.gpu_kvikio import kvikio_threads
+
+    assert kvikio_threads(192, 8) == 24 and kvikio_threads(16, 1) == 16
+    assert kvikio_threads(2, 1) == 4 and kvikio_threads(512, 1) == 64 and kvikio_threads(8, 0) == 8
 
 
 @pytest.mark.parametrize("env, count, expected", [
@@ -276,6 +284,22 @@ def test_tallies_sum_over_workers_and_report_host_bytes_per_input_byte():
                                    "kvikio posix": {"reads": 2, "bytes": 8000}}
         assert report["bounce_buffer_bytes"] == 8000
         assert host_transfer_report(sum_tallies([]), 0)["host_bytes_per_input_byte"] == 0.0
+    finally:
+        reset_tallies()
+
+
+def test_syncs_are_summed_over_workers_and_reported_by_reason():
+    from gpuetl.backends.gpu_tallies import count_sync
+
+    reset_tallies()
+    try:
+        count_sync("control: rows left")
+        count_sync("control: rows left")
+        count_sync("tallies of dropped rows")
+        total = sum_tallies([worker_tallies(), worker_tallies()])
+        assert host_transfer_report(total, 10)["syncs"] == {
+            "total": 6, "by_reason": {"control: rows left": 4, "tallies of dropped rows": 2}}
+        assert host_transfer_report(sum_tallies([]), 0)["syncs"] == {"total": 0, "by_reason": {}}
     finally:
         reset_tallies()
 

@@ -288,3 +288,12 @@ def test_a_spill_piece_marks_its_binary_columns(tmp_path, monkeypatch):
     gpu_spill.piece_writer_options(table, str(tmp_path / "p.parquet.partial"), ["image", "text"],
                                    [np.dtype("object"), np.dtype("object")], 0, {}, backend._spill_binary)
     assert asked == [[pa.binary(), None]]
+
+
+def test_the_device_reads_a_shuffled_shards_pieces_once():
+    """The policy tests/backends/test_gpu_spill_stretch.py runs on the host (ReadOnce): the GPU
+    backend's spill holds a shard's rows and reads each piece once, in turns of 1 GiB."""
+    from gpuetl.sinks.parquet import SHARD_BATCH_BYTES
+
+    assert gpu_spill.GpuSpillMixin.spill_read_once is True
+    assert gpu_spill.GpuSpillMixin.shard_batch_bytes == 1 << 30 > SHARD_BATCH_BYTES

@@ -215,3 +215,68 @@ def test_shards_from_stretch_reads_are_the_shards_of_whole_reads(tmp_path, monke
     assert old.rows_read == old.whole_rows > 0
     assert stretch.whole_rows == old.whole_rows
     assert stretch.rows_read < stretch.whole_rows / 2, (stretch.rows_read, stretch.whole_rows)
+
+
+class ReadOnce(GpuLikePieces):
+    """GpuLikePieces with the device's policy for shuffled shards (gpu_spill.GpuSpillMixin:
+    spill_read_once, shard_batch_bytes; turns kept small here so a shard takes several), counting
+    each piece's reads per shard task."""
+
+    spill_read_once = True
+    shard_batch_bytes = 20_000
+
+    def __init__(self):
+        super().__init__()
+        self.task = None
+        self.reads: dict = {}
+
+    def read_spill(self, path, columns=None, buckets=None):
+        key = (self.task, path)
+        self.reads[key] = self.reads.get(key, 0) + 1
+        return super().read_spill(path, columns, buckets)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shard", [{"count": 3, "shuffle": True, "seed": 2},
+                                   {"count": 3, "shuffle": True, "key": ["ip"], "splits": {"train": 0.8, "val": 0.2}}],
+                         ids=["ranged", "keyed, splits"])
+def test_a_shuffled_shard_on_the_device_reads_each_piece_once(tmp_path, monkeypatch, shard):
+    """The host reads every piece once per turn (32 MiB of rows); the device reads each piece
+    once per shard, holds the shard's rows and takes the turns from them: same shard bytes."""
+    monkeypatch.setattr(gpu_pieces, "PIECE_FRAGMENT_ROWS", 16)
+    monkeypatch.setattr(parquet, "SHARD_BATCH_BYTES", 20_000)          # the host's turns: several a shard
+    write_access_logs(tmp_path / "access.log", lines=1500, seed=4)
+    real_write_shard = parquet.write_shard
+    turns: list[int] = []
+
+    def write_shard(task, pieces, **kwargs):
+        backend = kwargs.get("backend")
+        if isinstance(backend, ReadOnce):
+            backend.task = (task.split, task.index)
+        turns.append(-(-int(task.row_bytes) // 20_000))
+        return real_write_shard(task, pieces, **kwargs)
+
+    monkeypatch.setattr(parquet, "write_shard", write_shard)
+
+    def run(name, backend):
+        spec = {"version": 1, "name": "once", "source": {"type": "text", "path": "access.log", "blocksize": "48KiB"},
+                "parse": {"preset": "apache_combined"}, "shard": shard, "sink": {"path": name, "row_group_rows": 300}}
+        result = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend=backend, scheduler="sync")
+        c = result.counts
+        assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"] == 1500
+        return result
+
+    plain = run("plain", "cpu")
+    once = ReadOnce()
+    result = run("once", once)
+    assert [s["sha256"] for s in result.shards] == [s["sha256"] for s in plain.shards]
+    assert min(turns) > 1                                   # several turns a shard
+    assert len({task for task, _ in once.reads}) >= 3       # every shard task read pieces
+    assert set(once.reads.values()) == {1}, once.reads      # each piece once per shard
+
+    class PerTurn(ReadOnce):
+        spill_read_once = False                             # the host's way: every piece read again per turn
+
+    again = PerTurn()
+    run("again", again)
+    assert max(again.reads.values()) > 1

@@ -45,6 +45,8 @@ def build_result(ctx: RunContext, mapped: Mapped, accounts: Accounts, written: W
     manifest["empty_columns"] = empty
     manifest["fallbacks"] = backend.fallbacks(executor.client)
     manifest["host_transfer"] = backend.host_transfer(executor.client, plan.input_bytes)
+    if (syncs := manifest["host_transfer"].get("syncs")) is not None:     # the GPU's sync budget (docs/gpu.md)
+        manifest["host_transfer"]["syncs_per_partition"] = round(syncs["total"] / max(1, len(plan.partitions)), 2)
     bad_share = bad_share_warnings(counts, accounts.kinds)     # printed in the summary (cli), not logged
     manifest["notes"] = [*plan.notes, *warnings, *bad_share]
     manifest["warnings"] = [*warnings, *bad_share]
