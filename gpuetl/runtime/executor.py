@@ -292,17 +292,39 @@ def dashboard_is_local(address: str) -> bool:
         return False
 
 
+# Inputs below this size run without a cluster when no scheduler is named: dask's threaded
+# scheduler in this process. Its threads are the in-process cluster's, so a cluster would only add
+# its start (importing distributed, a scheduler and a worker: ~0.3-1 s, more on a busy machine)
+# and its bounded hand-over of results, which an input of a few tens of MB does not need.
+LIGHT_START_BYTES = 32 << 20
+
+
+def chosen_scheduler(scheduler: str | None, backend, input_bytes: int | None,
+                     dashboard_address: str | None = None) -> str | None:
+    """The scheduler a run uses when none is named: 'threads' (no cluster) for an input smaller
+    than LIGHT_START_BYTES on a backend that runs in this process (the CPU), unless a dashboard
+    was asked for; else the one named (None: the local cluster)."""
+    if scheduler is not None or input_bytes is None or input_bytes >= LIGHT_START_BYTES \
+            or dashboard_address is not None:
+        return scheduler
+    # a backend with a cluster of its own (GPUs: a worker per device) keeps it; the call only
+    # makes the context manager, it starts nothing
+    return "threads" if backend.local_cluster(quiet=True) is None else scheduler
+
+
 @contextmanager
 def open_executor(scheduler: str | None, backend, client=None, quiet: bool = False,
-                  dashboard_address: str | None = None):
-    """scheduler: None/'local' (a LocalCluster sized to the machine), 'sync' or 'threads'
-    (no cluster), or a scheduler address such as tcp://10.0.0.5:8786. dashboard_address: where
-    the local cluster serves its dashboard (DASHBOARD_ADDRESS, ":0" for any free port); None, the
-    default, serves none (a library call opens no port, and drawing the pages means importing
-    bokeh before the first task)."""
+                  dashboard_address: str | None = None, input_bytes: int | None = None):
+    """scheduler: None (a light start: no cluster for an input under LIGHT_START_BYTES, given
+    input_bytes; else as 'local'), 'local' (a LocalCluster sized to the machine), 'sync' or
+    'threads' (no cluster), or a scheduler address such as tcp://10.0.0.5:8786.
+    dashboard_address: where the local cluster serves its dashboard (DASHBOARD_ADDRESS, ":0" for
+    any free port); None, the default, serves none (a library call opens no port, and drawing
+    the pages means importing bokeh before the first task)."""
     if client is not None:
         yield Executor(client)
         return
+    scheduler = chosen_scheduler(scheduler, backend, input_bytes, dashboard_address)
     if scheduler in ("sync", "threads", "synchronous"):
         yield Executor(None, "sync" if scheduler != "threads" else "threads")
         return
