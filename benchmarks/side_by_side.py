@@ -34,8 +34,10 @@ def run_each(names, run, results_dir: Path, prefix: str, input_bytes: int, keep_
         r.update(input_bytes=input_bytes, log=str(log))
         if r["ok"]:
             r["mb_per_s"] = input_bytes / 1e6 / r["seconds"]
+            steady = f", {r['steady_cores']:.2f} cores busy mid-run" if r.get("steady_cores") else ""
             print(f"  {r['seconds']:.2f} s, {r['mb_per_s']:.1f} MB/s, {r['rows']:,} rows, "
-                  f"peak RSS {r['peak_rss_mb']:,.0f} MB, CPU {r['cpu_seconds']:.1f} s", flush=True)
+                  f"peak RSS {r['peak_rss_mb']:,.0f} MB (process tree), CPU {r['cpu_seconds']:.1f} s{steady}",
+                  flush=True)
         else:
             print(f"  FAILED: {r.get('error', '')[:300]}", flush=True)
         if not keep_output:

@@ -57,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default="auto", choices=backend_choices(),
                      help="auto (default): the GPU where one is usable, else the CPU")
     run.add_argument("--scheduler", default=None,
-                     help="a dask scheduler address; 'local' starts a cluster on this machine; 'sync' or "
-                          "'threads' run without a cluster (default: 'threads' for inputs under 32 MiB on the "
-                          "CPU, else 'local')")
+                     help="a dask scheduler address; 'local' starts a cluster on this machine; 'processes' "
+                          "one with a worker process per core (CPU); 'sync' or 'threads' run without a cluster "
+                          "(default: 'threads' for inputs under 32 MiB on the CPU, else 'local')")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help=SET_HELP)
     run.add_argument("--json", action="store_true", help="print the run summary as JSON")
