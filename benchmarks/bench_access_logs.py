@@ -33,12 +33,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import proctree  # noqa: E402  (the process tree's summed memory and each thread's CPU, sampled)
 import side_by_side  # noqa: E402  (the loop and results file every side-by-side benchmark shares)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SYSTEMS = ("pandas", "polars", "duckdb", "gpuetl-cpu")
+SYSTEMS = ("pandas", "polars", "duckdb", "gpuetl-cpu", "gpuetl-processes")
 PEERS = ("pandas", "polars", "duckdb")
 
 # One pattern for every peer: valid for Python `re`, Rust `regex` (polars) and RE2 (duckdb).
@@ -212,6 +211,7 @@ def peer_command(script: Path, name: str, src: Path, out: Path) -> list[str]:
 
 def _run_system(name: str, src: Path, out: Path, log: Path, timeout: float) -> dict:
     cmd = (gpuetl_command(src, out) if name == "gpuetl-cpu"
+           else gpuetl_command(src, out) + ["--scheduler", "processes"] if name == "gpuetl-processes"
            else peer_command(Path(__file__).resolve(), name, src, out))
     return run_command(name, cmd, out, log, timeout)
 
@@ -241,7 +241,7 @@ def run_command(name: str, cmd: list[str], out: Path, log: Path, timeout: float)
 
         timer = threading.Timer(timeout, kill)
         timer.start()
-        with proctree.TreeWatch(p.pid) as watch:     # memory summed over the tree, each thread's CPU
+        with side_by_side.TreeWatch(p.pid) as watch:     # memory summed over the tree, each thread's CPU
             _, status, ru = os.wait4(p.pid, 0)  # rusage of this child (and its reaped children)
         seconds = time.perf_counter() - t0
         timer.cancel()

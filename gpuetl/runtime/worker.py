@@ -31,10 +31,8 @@ def worker_env(environ: dict | None = None) -> dict:
     import site
     from pathlib import Path
 
-    import gpuetl
-
     env = dict(os.environ if environ is None else environ)
-    root = str(Path(gpuetl.__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])          # the folder gpuetl/ is in
     installed = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
     if root not in installed:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
