@@ -40,25 +40,39 @@ def worker_env(environ: dict | None = None) -> dict:
     return env
 
 
+_on_orphaned: list = []      # what to do when the parent is gone: close the worker, once it runs
+
+
 def _exit_when_orphaned() -> None:
-    """The parent holds our stdin open; when it closes (the parent ended, however), exit."""
+    """The parent holds our stdin open; when it closes (the run ended, or the parent died
+    however), close the worker (which removes its scratch folder), and exit in any case soon."""
+    import time
+
     def watch():
         try:
             while sys.stdin.buffer.read(1 << 16):
                 pass
         except (OSError, ValueError):
             pass
+        if _on_orphaned:
+            _on_orphaned[0]()
+            time.sleep(CLOSE_SECONDS)
         os._exit(0)
 
     threading.Thread(target=watch, name="gpuetl-parent-watch", daemon=True).start()
 
 
+CLOSE_SECONDS = 10      # how long an orphaned worker may take to close before it just exits
+
+
 async def _serve(address: str, name: str, settings: dict) -> None:
     from distributed import Worker
 
+    loop = asyncio.get_running_loop()
     async with Worker(address, name=name, nthreads=settings.get("nthreads", 1),
                       memory_limit=settings.get("memory_limit", "auto"), host="127.0.0.1",
                       silence_logs=False) as worker:
+        _on_orphaned.append(lambda: loop.call_soon_threadsafe(lambda: asyncio.ensure_future(worker.close())))
         await worker.finished()
 
 
@@ -103,9 +117,9 @@ def worker_class():
             process, self.process = self.process, None
             if process is not None:
                 if process.stdin is not None:
-                    process.stdin.close()          # the worker exits on its own when told so
+                    process.stdin.close()          # the worker closes (its scratch folder too) and exits
                 try:
-                    await asyncio.wait_for(process.wait(), 10)
+                    await asyncio.wait_for(process.wait(), 15)
                 except asyncio.TimeoutError:
                     process.kill()
                     await process.wait()

@@ -73,3 +73,20 @@ def test_the_workers_are_processes_of_their_own_running_gpuetls_worker_program(m
             assert argv[1:3] == [b"-m", b"gpuetl.runtime.worker"], argv
             assert pid in children()
     assert not set(pids.values()) & set(children())
+
+
+@pytest.mark.slow
+def test_the_worker_processes_leave_no_scratch_folder_behind(tmp_path, monkeypatch):
+    """A worker told to go (its stdin closed) closes itself, which removes its scratch folder
+    under the temporary directory, before it exits."""
+    from gpuetl.backends.cpu import CpuBackend
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))          # the workers' environment is a copy of this one
+    monkeypatch.setattr(executor, "local_threads", lambda: 2)
+    with executor.open_executor("processes", CpuBackend(), quiet=True) as ex:
+        folders = ex.client.run(lambda dask_worker: dask_worker.local_directory)
+        assert all(f.startswith(str(scratch)) and os.path.isdir(f) for f in folders.values()), folders
+    assert not [f for f in folders.values() if os.path.exists(f)]
+    assert not [p.name for p in scratch.rglob("worker-*")]
