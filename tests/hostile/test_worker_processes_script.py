@@ -46,3 +46,36 @@ def test_a_script_without_a_main_guard_runs_once_on_worker_processes(tmp_path, s
     assert c["rows_in"] == 400 and c["quarantined"] == 10
     assert c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
     assert (work / "out" / "_SUCCESS").exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_on_worker_processes_commits_nothing_and_leaves_no_worker(tmp_path, surroundings,
+                                                                                  monkeypatch):
+    """Every record bad: the workers' error reaches the caller as gpuetl's DataError, nothing is
+    committed, the run's temporary files are gone but the failed run's report, no worker process
+    is left and nothing outside the dataset folder changed."""
+    import gpuetl
+    from gpuetl.errors import DataError
+    from gpuetl.runtime import executor
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.log").write_text("".join(f"not an access log line {i}\n" for i in range(3000)))
+    spec = {"version": 1, "name": "all-bad", "source": {"type": "text", "path": "in/*.log", "blocksize": "16KiB"},
+            "parse": {"preset": "apache_combined"}, "on_error": "quarantine", "sink": {"path": "out"}}
+    monkeypatch.setattr(executor, "local_threads", lambda: 2)
+    before = children()
+    with surroundings(tmp_path, dataset=tmp_path / "out"), pytest.raises(DataError, match="no record was kept"):
+        gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="processes")
+    assert children() == before
+    out = tmp_path / "out"
+    assert not (out / "_SUCCESS").exists() and not (out / "_manifest.json").exists()
+    left = [p.relative_to(out).parts for p in out.rglob("*") if p.is_file()]
+    assert left and all(parts[0] == "_tmp" and parts[1].endswith("-report") for parts in left), left
+
+
+def children() -> list[int]:
+    pids = []
+    for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+        with open(f"/proc/{os.getpid()}/task/{tid}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    return sorted(pids)
