@@ -10,8 +10,9 @@ runs every system on that same file, one after the other, each in a fresh
 subprocess: parse with the Apache combined regex into 12 string columns, type
 them (status int16, size int64 with '-' -> null, time -> UTC timestamp[us]) and
 write zstd Parquet. Reports wall seconds (process start included), input MB/s,
-output rows (read back from the Parquet files), peak RSS, and throughput
-relative to the fastest system. See benchmarks/README.md for the rules.
+output rows (read back from the Parquet files), peak RSS summed over the process
+tree (sampled every 50 ms: worker processes count), CPU seconds, the cores kept busy in the
+middle of the run, and throughput relative to the fastest system. See benchmarks/README.md for the rules.
 
 Not a test; nothing here is imported by the package.
 """
@@ -36,7 +37,7 @@ import side_by_side  # noqa: E402  (the loop and results file every side-by-side
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SYSTEMS = ("pandas", "polars", "duckdb", "gpuetl-cpu")
+SYSTEMS = ("pandas", "polars", "duckdb", "gpuetl-cpu", "gpuetl-processes")
 PEERS = ("pandas", "polars", "duckdb")
 
 # One pattern for every peer: valid for Python `re`, Rust `regex` (polars) and RE2 (duckdb).
@@ -210,6 +211,7 @@ def peer_command(script: Path, name: str, src: Path, out: Path) -> list[str]:
 
 def _run_system(name: str, src: Path, out: Path, log: Path, timeout: float) -> dict:
     cmd = (gpuetl_command(src, out) if name == "gpuetl-cpu"
+           else gpuetl_command(src, out) + ["--scheduler", "processes"] if name == "gpuetl-processes"
            else peer_command(Path(__file__).resolve(), name, src, out))
     return run_command(name, cmd, out, log, timeout)
 
@@ -239,13 +241,20 @@ def run_command(name: str, cmd: list[str], out: Path, log: Path, timeout: float)
 
         timer = threading.Timer(timeout, kill)
         timer.start()
-        _, status, ru = os.wait4(p.pid, 0)  # rusage of this child (and its reaped children)
+        with side_by_side.TreeWatch(p.pid) as watch:     # memory summed over the tree, each thread's CPU
+            _, status, ru = os.wait4(p.pid, 0)  # rusage of this child (and its reaped children)
         seconds = time.perf_counter() - t0
         timer.cancel()
         p.returncode = os.waitstatus_to_exitcode(status)
     res["seconds"] = seconds
-    res["peak_rss_mb"] = ru.ru_maxrss / 1024  # Linux: KiB
+    tree = watch.summary()
+    res["max_process_rss_mb"] = ru.ru_maxrss / 1024  # Linux: KiB; the largest one process reached
+    res["peak_rss_mb"] = max(tree.get("peak_rss_mb", 0.0), res["max_process_rss_mb"])  # summed over the tree
     res["cpu_seconds"] = ru.ru_utime + ru.ru_stime
+    res["cores_busy"] = res["cpu_seconds"] / seconds if seconds > 0 else None
+    res["steady_cores"] = tree.get("steady_cores")
+    res["processes"] = tree.get("processes")
+    res["busiest_threads"] = tree.get("threads")
     res["returncode"] = p.returncode
     if timed_out.is_set():
         res["error"] = f"timed out after {timeout:.0f} s"

@@ -45,8 +45,9 @@ class Pipeline:
             log=None, report: bool = True):
         """Run and commit the dataset; returns a RunResult (counts, shards, out_dir, manifest).
 
-        client: an existing distributed.Client; scheduler: a scheduler address, 'local' (default:
-        a LocalCluster for this run), or 'sync'/'threads' (no cluster, for small jobs and tests).
+        client: an existing distributed.Client; scheduler: a scheduler address, 'local' (a
+        LocalCluster for this run), or 'sync'/'threads' (no cluster); the default is 'threads'
+        for an input under 32 MiB on the CPU (runtime/executor.py: LIGHT_START_BYTES), else 'local'.
         progress: show each stage's progress on stderr. report: write the run report
         (_report.json, _report.html) next to the dataset (docs/observing.md). backend: a name, or
         a backend object from gpuetl.backends.get_backend (with its switches, docs/gpu.md)."""
@@ -55,7 +56,8 @@ class Pipeline:
 
         chosen = get_backend(backend) if isinstance(backend, str) else backend
         plan = self.plan(chosen)
-        with open_executor(scheduler, chosen, client=client, quiet=not progress) as executor:
+        with open_executor(scheduler, chosen, client=client, quiet=not progress,
+                           input_bytes=plan.input_bytes) as executor:
             return run_plan(plan, chosen, executor, progress=progress, log=log or (lambda *_: None), report=report)
 
     def preview(self, n: int = 20, backend: str = "cpu"):

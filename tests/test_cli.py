@@ -223,11 +223,12 @@ def test_run_set_without_equals_exit_2(workdir, capsys):
 
 
 def test_run_with_local_cluster_and_no_terminal_serves_no_dashboard(workdir, tmp_path):
-    """The default scheduler starts a local dask cluster; with no one at a terminal to open a
+    """The local dask cluster (named: a small input gets none by default); with no one at a terminal to open a
     dashboard, none is served (its pages cost an import of bokeh before the first task)."""
     path = pipeline_file(workdir, name="cluster.yaml")
     out = tmp_path / "cluster"
-    proc = subprocess.run([*GPUETL, "run", str(path), "--backend", "cpu", "--set", f"sink.path={out}"],
+    proc = subprocess.run([*GPUETL, "run", str(path), "--backend", "cpu", "--scheduler", "local",
+                           "--set", f"sink.path={out}"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "dashboard" not in proc.stderr
@@ -250,7 +251,8 @@ def test_run_in_a_terminal_prints_the_dashboard_link(workdir, tmp_path, monkeypa
     monkeypatch.setattr(executor, "DASHBOARD_ADDRESS", ":0")
     monkeypatch.setattr(sys, "stderr", Terminal())
     path = pipeline_file(workdir, name="watched.yaml")
-    assert main(["run", str(path), "--backend", "cpu", "--set", f"sink.path={tmp_path / 'o'}"]) == 0
+    assert main(["run", str(path), "--backend", "cpu", "--scheduler", "local",
+                 "--set", f"sink.path={tmp_path / 'o'}"]) == 0
     link = re.search(r"^dashboard: (http://\S+)$", sys.stderr.getvalue(), re.M)
     assert link and not link[1].endswith(":8787/status"), sys.stderr.getvalue()
     assert (tmp_path / "o" / "_SUCCESS").exists()

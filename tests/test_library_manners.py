@@ -1,6 +1,7 @@
 """A program that uses gpuetl as a library keeps its process as it was: `import gpuetl` and
 `Pipeline.run()` leave the environment, polars' thread pool, Arrow's default memory pool, the
-GC, logging levels, warning filters and dask's settings alone. Process-wide speed settings belong to the `gpuetl`
+GC, logging levels, warning filters, signal handlers, atexit handlers and dask's settings alone,
+and no worker process outlives the run. Process-wide speed settings belong to the `gpuetl`
 command (gpuetl/cli/tuning.py). Each check runs in a fresh interpreter, as a caller's program would."""
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TUNING_VARS = ("POLARS_MAX_THREADS", "_RJEM_MALLOC_CONF", "ARROW_DEFAULT_MEMORY_POOL", "GPUETL_NO_TUNING")
 
 CALLER = textwrap.dedent("""
-    import gc, json, logging, os, sys, warnings
+    import atexit, gc, json, logging, os, signal, sys, warnings
+
+    registered = []                 # who registers an exit handler from here on (the module of each)
+    _register = atexit.register
+    def register(func, *args, **kwargs):
+        registered.append(getattr(func, "__module__", None) or repr(func))
+        return _register(func, *args, **kwargs)
+    atexit.register = register
 
     def state():
         import pyarrow as pa
@@ -34,6 +42,11 @@ CALLER = textwrap.dedent("""
                 "loggers": loggers, "handlers": handlers,
                 "root_handlers": [type(h).__name__ for h in logging.getLogger().handlers],
                 "warnings": [repr(f) for f in warnings.filters],
+                "atexit": [m for m in registered if m.startswith("gpuetl")],
+                "signals": {name: repr(signal.getsignal(getattr(signal, name)))
+                            for name in ("SIGINT", "SIGTERM", "SIGCHLD", "SIGHUP", "SIGPIPE")},
+                "children": sorted(int(p) for t in os.listdir(f"/proc/{os.getpid()}/task")    # any thread's
+                                   for p in open(f"/proc/{os.getpid()}/task/{t}/children").read().split()),
                 "dask_config": json.dumps(sys.modules["dask"].config.config, sort_keys=True, default=repr)
                                if "distributed" in sys.modules else None}
 
@@ -80,7 +93,7 @@ def libraries_own_env() -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scheduler", ["sync", "local"])
+@pytest.mark.parametrize("scheduler", ["sync", "local", "processes"])
 @pytest.mark.parametrize("order", ["gpuetl-first", "libraries-first"])
 def test_import_and_run_leave_the_callers_process_as_it_was(tmp_path, scheduler, order, polars_default_threads,
                                                             libraries_own_env):
@@ -99,6 +112,9 @@ def test_import_and_run_leave_the_callers_process_as_it_was(tmp_path, scheduler,
         assert now["gc"] == before["gc"], moment
         assert now["warnings"] == before["warnings"], moment
         assert now["root_handlers"] == before["root_handlers"], moment
+        assert now["signals"] == before["signals"], moment
+        assert now["children"] == before["children"] == [], moment     # worker processes ended with the run
+        assert now["atexit"] == [], moment          # (libraries register their own when imported)
         if order == "libraries-first":      # dask's settings (distributed adds its own when imported)
             assert now["dask_config"] == before["dask_config"], moment
         # loggers the caller had keep their levels and handlers; loggers that libraries created

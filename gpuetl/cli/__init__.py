@@ -57,8 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default="auto", choices=backend_choices(),
                      help="auto (default): the GPU where one is usable, else the CPU")
     run.add_argument("--scheduler", default=None,
-                     help="a dask scheduler address; 'local' (default) starts a cluster on this machine; "
-                          "'sync' or 'threads' run without a cluster")
+                     help="a dask scheduler address; 'local' starts a cluster on this machine; 'processes' "
+                          "one with a worker process per core (CPU); 'sync' or 'threads' run without a cluster "
+                          "(default: 'threads' for inputs under 32 MiB on the CPU, else 'local')")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help=SET_HELP)
     run.add_argument("--json", action="store_true", help="print the run summary as JSON")
@@ -310,7 +311,7 @@ def cmd_run(args) -> int:
 def _run_command(args) -> int:
     from ..api import load
     from ..backends import get_backend
-    from ..runtime.executor import DASHBOARD_ADDRESS, dashboard_is_local, open_executor
+    from ..runtime.executor import DASHBOARD_ADDRESS, chosen_scheduler, dashboard_is_local, open_executor
     from ..runtime.progress import display_for
     from ..runtime.run import run_plan
 
@@ -339,8 +340,10 @@ def _run_command(args) -> int:
         f"({format_size(plan.input_bytes)}), {_count(len(plan.partitions), 'partition')}")
     started = time.perf_counter()
     watched = sys.stderr.isatty() and not args.quiet    # a dashboard only where someone can open its link
+    # a small input runs without a cluster (and so without a dashboard) unless one is asked for
+    scheduler = chosen_scheduler(args.scheduler, backend, plan.input_bytes, args.dashboard_address)
     address = args.dashboard_address or (DASHBOARD_ADDRESS if watched else None)     # asked for: served
-    with open_executor(args.scheduler, backend, quiet=True, dashboard_address=address) as executor:
+    with open_executor(scheduler, backend, quiet=True, dashboard_address=address) as executor:
         tuning.freeze_heap()
         if executor.dashboard_link:
             link = executor.dashboard_link

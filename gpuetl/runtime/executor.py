@@ -18,8 +18,9 @@ from ..errors import GpuetlError, SpecError
 
 class Executor:
     def __init__(self, client=None, scheduler: str | None = None, dashboard: bool = True,
-                 dashboard_host: str | None = None):
+                 dashboard_host: str | None = None, own: bool = False):
         self.client = client
+        self.own = own                  # gpuetl's own cluster, started for this run
         self.scheduler = scheduler
         self.dashboard = dashboard      # False: gpuetl's own cluster, started without one
         self.dashboard_host = dashboard_host    # the host gpuetl's own cluster serves its dashboard on
@@ -163,9 +164,9 @@ class Executor:
 
     def settle(self, timeout: float = 30.0) -> None:
         """After a failure or Ctrl-C, wait (at most `timeout` seconds) until no task occupies a
-        thread of gpuetl's own in-process cluster: a task whose result is no longer wanted runs
+        thread of gpuetl's own cluster (in this process or its worker processes): a task whose result is no longer wanted runs
         on, and would write into the run's temporary folder after the run removed it."""
-        if self.client is None or not self.in_process:
+        if self.client is None or not (self.in_process or self.own):
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -292,21 +293,51 @@ def dashboard_is_local(address: str) -> bool:
         return False
 
 
+# Inputs below this size run without a cluster when no scheduler is named: dask's threaded
+# scheduler in this process. Its threads are the in-process cluster's, so a cluster would only add
+# its start (importing distributed, a scheduler and a worker: ~0.3-1 s, more on a busy machine)
+# and its bounded hand-over of results, which an input of a few tens of MB does not need.
+LIGHT_START_BYTES = 32 << 20
+
+
+def chosen_scheduler(scheduler: str | None, backend, input_bytes: int | None,
+                     dashboard_address: str | None = None) -> str | None:
+    """The scheduler a run uses when none is named: 'threads' (no cluster) for an input smaller
+    than LIGHT_START_BYTES on a backend that runs in this process (the CPU), unless a dashboard
+    was asked for; else the one named (None: the local cluster)."""
+    if scheduler is not None or input_bytes is None or input_bytes >= LIGHT_START_BYTES \
+            or dashboard_address is not None:
+        return scheduler
+    # a backend with a cluster of its own (GPUs: a worker per device) keeps it; the call only
+    # makes the context manager, it starts nothing
+    return "threads" if backend.local_cluster(quiet=True) is None else scheduler
+
+
 @contextmanager
 def open_executor(scheduler: str | None, backend, client=None, quiet: bool = False,
-                  dashboard_address: str | None = None):
-    """scheduler: None/'local' (a LocalCluster sized to the machine), 'sync' or 'threads'
-    (no cluster), or a scheduler address such as tcp://10.0.0.5:8786. dashboard_address: where
-    the local cluster serves its dashboard (DASHBOARD_ADDRESS, ":0" for any free port); None, the
-    default, serves none (a library call opens no port, and drawing the pages means importing
-    bokeh before the first task)."""
+                  dashboard_address: str | None = None, input_bytes: int | None = None):
+    """scheduler: None (a light start: no cluster for an input under LIGHT_START_BYTES, given
+    input_bytes; else as 'local'), 'local' (a LocalCluster sized to the machine), 'processes'
+    (on the CPU: a worker process per core, runtime/worker.py), 'sync' or 'threads' (no
+    cluster), or a scheduler address such as tcp://10.0.0.5:8786.
+    dashboard_address: where the local cluster serves its dashboard (DASHBOARD_ADDRESS, ":0" for
+    any free port); None, the default, serves none (a library call opens no port, and drawing
+    the pages means importing bokeh before the first task)."""
     if client is not None:
         yield Executor(client)
         return
+    scheduler = chosen_scheduler(scheduler, backend, input_bytes, dashboard_address)
     if scheduler in ("sync", "threads", "synchronous"):
         yield Executor(None, "sync" if scheduler != "threads" else "threads")
         return
     from distributed import Client
+
+    if scheduler == "processes":
+        with backend_cluster(backend, quiet, dashboard_address, processes=True) as cluster, Client(cluster) as c:
+            c.wait_for_workers(len(cluster.worker_spec), timeout=WORKER_START_TIMEOUT)
+            yield Executor(c, dashboard=dashboard_address is not None, own=True,
+                           dashboard_host=dashboard_address.rpartition(":")[0] if dashboard_address else None)
+        return
 
     if scheduler and scheduler != "local":
         try:
@@ -317,12 +348,12 @@ def open_executor(scheduler: str | None, backend, client=None, quiet: bool = Fal
             yield Executor(c)
         return
     with backend_cluster(backend, quiet, dashboard_address) as cluster, Client(cluster) as c:
-        yield Executor(c, dashboard=dashboard_address is not None,
+        yield Executor(c, dashboard=dashboard_address is not None, own=True,
                        dashboard_host=dashboard_address.rpartition(":")[0] if dashboard_address else None)
 
 
 @contextmanager
-def backend_cluster(backend, quiet: bool, dashboard_address: str | None = None):
+def backend_cluster(backend, quiet: bool, dashboard_address: str | None = None, processes: bool = False):
     """gpuetl's own cluster. Its scheduler serves the gpuetl page (runtime/dashboard.py): the
     route is set for the cluster's start only, and a taken dashboard port raises no warning
     there (the command prints the address it got instead)."""
@@ -344,7 +375,10 @@ def backend_cluster(backend, quiet: bool, dashboard_address: str | None = None):
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
             own = backend.local_cluster(quiet=quiet, dashboard_address=dashboard_address)
-            cluster = stack.enter_context(own if own is not None else _cpu_cluster(dashboard_address))
+            if own is None:
+                own = (_process_cluster(dashboard_address, quiet=levels.get("distributed.worker") is not None)
+                       if processes else _cpu_cluster(dashboard_address))
+            cluster = stack.enter_context(own)
         yield cluster
 
 
@@ -365,6 +399,39 @@ def _cpu_cluster(dashboard_address: str | None):
                             # without a dashboard the scheduler still serves /health and the like:
                             # on a free local port, not dask's usual 8787
                             scheduler_kwargs={} if dashboard_address else {"dashboard_address": "127.0.0.1:0"})
+
+
+WORKER_START_TIMEOUT = 120      # seconds for the worker processes to start and connect
+
+
+def _process_cluster(dashboard_address: str | None, quiet: bool):
+    """A worker process per core (one task thread each), each its own program (runtime/worker.py),
+    around a scheduler in this process: the Python between kernels runs on every core at once,
+    where the in-process cluster's threads take turns holding one GIL. Each worker pays its
+    interpreter's start and imports (~1 CPU-s), and a partition's rows reach the client's
+    writer through its spill file, not in memory."""
+    import logging
+
+    from distributed import Scheduler, SpecCluster
+    from distributed.worker_memory import parse_memory_limit
+
+    from .worker import worker_class
+
+    n = local_threads()
+    settings = {"dask": {key: dask.config.get(key) for key in _WORKER_SETTINGS if dask.config.get(key, None) is not None},
+                "nthreads": 1, "memory_limit": parse_memory_limit("auto", 1, n, logger=logging.getLogger("distributed")), "quiet_worker_log": quiet}
+    worker = {"cls": worker_class(), "options": {"settings": settings}}
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0,
+                                                "dashboard": dashboard_address is not None,
+                                                "dashboard_address": dashboard_address or "127.0.0.1:0"}}
+    return SpecCluster(workers={i: worker for i in range(n)}, scheduler=scheduler, worker=worker,
+                       silence_logs=logging.ERROR, name="gpuetl-processes")
+
+
+# what a worker process takes from this process's dask settings (runtime/worker.py)
+_WORKER_SETTINGS = ("distributed.worker.profile.enabled", "distributed.worker.profile.interval",
+                    "distributed.admin.tick.interval", "distributed.worker.memory.monitor-interval",
+                    "distributed.admin.system-monitor.interval")
 
 
 def local_threads() -> int:

@@ -47,7 +47,7 @@ def test_the_default_dashboard_listens_on_loopback_only():
 def test_a_run_at_a_terminal_serves_the_dashboard_on_loopback(pipe, tmp_path, monkeypatch):
     monkeypatch.setattr(executor, "DASHBOARD_ADDRESS", any_port(executor.DASHBOARD_ADDRESS))
     monkeypatch.setattr(sys, "stderr", Terminal())
-    assert main(["run", str(pipe), "--backend", "cpu", "--no-progress"]) == 0
+    assert main(["run", str(pipe), "--backend", "cpu", "--no-progress", "--scheduler", "local"]) == 0
     err = sys.stderr.getvalue()
     assert re.search(r"^dashboard: http://127\.0\.0\.1:\d+/status$", err, re.M), err
     assert "reachable from other machines" not in err and (tmp_path / "out" / "_SUCCESS").exists()

@@ -179,3 +179,24 @@ def test_a_manifest_report_entry_outside_the_dataset_is_not_trusted(logs, capsys
     with pytest.raises(OutputError):
         run(logs, mode="overwrite")
     assert victim.read_text() == "mine"
+
+
+def test_the_pages_bokehjs_is_what_bokeh_itself_inlines_without_importing_bokeh(monkeypatch):
+    """bokeh_scripts reads BokehJS from bokeh's files: the same text bokeh.resources renders in
+    mode "inline" (its defaults: minified, log level info), and no bokeh module is imported for
+    it (importing bokeh.resources costs ~0.2 CPU-s a run)."""
+    import subprocess
+    import sys
+
+    for name in ("BOKEH_LOG_LEVEL", "BOKEH_MINIFIED", "BOKEH_DEV", "BOKEH_RESOURCES"):
+        monkeypatch.delenv(name, raising=False)
+    code = ("import sys; from gpuetl.runtime.report import bokeh_scripts; page = bokeh_scripts(); "
+            "print(len(page), sorted(m for m in sys.modules if m.split('.')[0] in ('bokeh', 'jinja2')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 1)
+    assert out[1].strip() == "[]"
+    from bokeh.resources import Resources
+
+    from gpuetl.runtime.report import bokeh_scripts
+
+    expected = Resources(mode="inline", components=["bokeh", "bokeh-api"]).render_js()
+    assert bokeh_scripts() == expected and int(out[0]) == len(expected)
