@@ -16,7 +16,7 @@ import pytest
 import gpuetl
 from gpuetl.backends.cpu import CpuBackend
 from gpuetl.plan.compile import compile_plan
-from gpuetl.runtime import run as run_module
+from gpuetl.runtime.phases import mapping
 from gpuetl.runtime.partition import read_partition
 from gpuetl.sources.counters import CountedFrame, PartitionCounters
 from gpuetl.sources.pins import digest
@@ -128,13 +128,13 @@ def test_counters_arrive_in_each_map_result_through_a_global_step(tmp_path, monk
     data = _write_jsonl(tmp_path / "in", records)
     monkeypatch.setattr(CpuBackend, "piece_bytes", 4000)
     results = []
-    real = run_module.spill_partition
+    real = mapping.spill_partition
 
     def kept(*args, **kwargs):
         results.append(real(*args, **kwargs))
         return results[-1]
 
-    monkeypatch.setattr(run_module, "spill_partition", kept)
+    monkeypatch.setattr(mapping, "spill_partition", kept)
     spec = {"version": 1, "name": "t", "source": {"type": "jsonl", "path": "in/a.jsonl", "blocksize": "16KiB"},
             "columns": {"id": "int64", "text": "string"}, "extra_fields": "drop",
             "steps": [{"filter": "id != 7"}, {"dedupe": {"on": ["id"]}}], "sink": {"path": "out"}}
