@@ -17,6 +17,7 @@ import dask
 from ..columns import STATUS_DEDUPLICATED, STATUS_FILTERED, STATUS_QUARANTINED
 from ..errors import DataError, OutputError, OutputWriteFailed, SourceError
 from ..plan.compile import Plan
+from . import append
 from .graph import build_partitions
 from ..sinks import commit as commit_protocol
 from ..sinks.layout import MIN_SHARD_ROWS, Layout, cut_points
@@ -27,6 +28,7 @@ from ..sources.pins import FilePin, Identity
 from ..storage import bare, is_remote
 from ..sinks.base import get_sink
 from ..sinks.shard_writer import ShardResult
+from ..sinks.versions import VersionedSink
 from ..sinks.parquet import ShardTask
 from ..sinks.spill import MapResult, load_result, spill_partition
 from ..sources.formats.jsonl import dropped_fields_summary, empty_declared_columns
@@ -55,6 +57,7 @@ class RunResult:
     input_bytes: int
     manifest: dict = field(repr=False, default_factory=dict)
     report: Path | str | None = None    # the run report's HTML file (a URL on an object store)
+    nothing_to_append: bool = False     # sink.mode append found no new input: no new version
 
     @property
     def rows_out(self) -> int:
@@ -105,8 +108,21 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
         output_folder = sink.output_folder(out, log)
         if not spec.sink.durable:             # sink.durable: false, for this folder only (gpuetl/durable.py)
             output_folder.durable = False
+    if spec.sink.delta_log:
+        from ..sinks.delta import check_schema
+
+        check_schema(plan.output_schema)
     with output_folder as folder:
         folder.survey(mode)
+        if mode == "append":                  # runtime/append.py: what this version reads
+            plan = append.settle(plan, backend, folder, _pipeline_digest)
+            if plan.nothing_to_append:
+                log(f"nothing to append: every input of source.path is held by dataset version "
+                    f"{plan.held.version} of {out} already")
+                manifest = plan.held.manifest
+                return RunResult(out, manifest["counts"], manifest["stages"], manifest["shards"],
+                                 manifest["quarantine"], manifest.get("bad_records", {}), manifest["backend"], 0.0, 0,
+                                 manifest, nothing_to_append=True)
         if mode == "resume":
             done = _already_complete(plan, out, folder.inventory.manifest, folder.inventory.complete)
             if done is not None:
@@ -153,6 +169,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                          + (" (sink.mode: resume keeps the finished work)" if mode == "resume" else "")) from None
             raise
         try:
+            result.manifest = append.before_commit(plan, result.manifest, run_tmp)
             folder.commit(run_tmp, result.manifest)
         except OutputError:
             if not folder.journal_written and mode != "resume":      # nothing changed: nothing to finish
@@ -212,9 +229,11 @@ STATE = "_state.json"
 
 
 def _pipeline_digest(plan: Plan) -> str:
-    """What decides the output, from the validated pipeline: everything but sink.mode."""
+    """What decides the output, from the validated pipeline: everything but sink.mode (and, in
+    append mode, source.path: the inputs are tracked by their pins, sinks/versions.py)."""
     spec = plan.spec.model_dump(mode="json")
-    spec.get("sink", {}).pop("mode", None)
+    if spec.get("sink", {}).pop("mode", None) == "append":
+        spec.get("source", {}).pop("path", None)
     spec.pop("cache", None)               # where inputs are cached does not change the output
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
@@ -356,7 +375,7 @@ def _run(plan: Plan, backend, executor, run_tmp: Path, watch: RunProgress, log, 
     schema = plan.output_schema
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
     file_names = Whole(f.display for f in plan.files)      # in every spill task: passed whole
-    sink = get_sink(spec.sink.type)
+    sink = _sink_of(plan)
     options = sink.write_options(spec.sink)
     backend.start_reports(executor.client)
 
@@ -514,12 +533,18 @@ def _write_and_record(sink, task: ShardTask, pieces: list[str], state_dir: str |
     return result
 
 
+def _sink_of(plan: Plan):
+    """The sink that writes the run's files: in append mode, one naming them by the new version."""
+    sink = get_sink(plan.spec.sink.type)
+    return sink if plan.held is None else VersionedSink(sink, plan.held.version + 1)
+
+
 def _map_partitions(plan, maps: dict, finished: dict, executor, run_tmp: Path, options, watch: RunProgress, *,
                     backend, stream: bool):
     """Run the map tasks, taking their results in partition order (at most a few ahead of the
     one taken). With `stream`, each one's pieces go to its split's writer as it arrives:
     (results, the shards written); else (results, None)."""
-    sink = get_sink(plan.spec.sink.type)
+    sink = _sink_of(plan)
     tasks = _shard_tasks(plan.layout, [], plan.output_schema, options, sink) if stream else []
     writers = {t.split: sink.shard_writer(backend, str(run_tmp / "data" / t.relpath), plan.output_schema, options, t)
                for t in tasks}

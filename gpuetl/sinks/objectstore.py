@@ -37,7 +37,8 @@ from .. import storage
 from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
                      OutputFolder, check_journal, finish_commits, finished_commit, interrupted_text, listed_files,
-                     looks_like_our_manifest, manifest_bytes, refuse, success_bytes, unsafe_reason)
+                     looks_like_our_manifest, manifest_bytes, refuse, sort_listed, success_bytes,
+                     unsafe_reason)
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
@@ -345,8 +346,10 @@ class ObjectStoreFolder:
     def commit(self, run_tmp: Path, manifest: dict) -> None:
         self._check_lock()
         run = run_tmp.name
-        moves = sorted(listed_files(manifest) - {MANIFEST, SUCCESS})
         previous = sorted(set(self.inventory.ours) - {SUCCESS})
+        uploaded = set(self._listing(f"{TMP}/{run}/data/"))      # by workers (sinks/runstore.py)
+        moves, keep, _ = sort_listed(manifest, previous, lambda rel: (run_tmp / "data" / rel).exists()
+                                     or f"{TMP}/{run}/data/{rel}" in uploaded)
         self._write(f"{TMP}/{run}/{OWNER}", json.dumps({**this_process(RUN_FORMAT), "run": run,
                                                          "uploads": moves}).encode())
         for rel in moves:
@@ -368,7 +371,12 @@ class ObjectStoreFolder:
         if in_way:
             raise OutputError(f"sink.path: {self._url(in_way[0])} appeared during the run and gpuetl did not write "
                               "it; refusing to replace it", hint="move it or choose another sink.path")
-        journal = {"format": JOURNAL_FORMAT, "run": run, "previous": previous, "moves": moves, "manifest": manifest}
+        gone = [rel for rel in keep if rel not in present]
+        if gone:
+            raise OutputError(f"sink.path: {self._url(gone[0])}, a file of the dataset this commit keeps, is gone",
+                              hint=f"run `gpuetl verify {self.url}`; rewrite the dataset with sink.mode: overwrite")
+        journal = {"format": JOURNAL_FORMAT, "run": run, "previous": previous, "moves": moves, "keep": keep,
+                   "manifest": manifest}
         self._write(f"{TMP}/{run}/{JOURNAL}", json.dumps(journal, indent=1).encode())
         self.journal_written = True
         self._roll_forward(run, journal)
@@ -431,8 +439,9 @@ class ObjectStoreFolder:
         raw = manifest_bytes(journal["manifest"])
         if self._read(SUCCESS, 1 << 16) != success_bytes(raw):        # else committed: only cleaning up is left
             self._remove([SUCCESS])
+            kept = set(journal.get("keep", []))
             for rel in previous:
-                if rel not in (MANIFEST, SUCCESS):
+                if rel not in (MANIFEST, SUCCESS) and rel not in kept:
                     _hook("removing", rel)
                     self._remove([rel])
             self._remove([MANIFEST])
