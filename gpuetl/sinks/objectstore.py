@@ -516,12 +516,16 @@ class ObjectStoreReader(ObjectStoreFolder):
         return digest.hexdigest()
 
 
-def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, list]:
+def verify_remote(url: str, storage_options: dict | None = None, dataset_version: int | None = None
+                  ) -> tuple[dict, list]:
     """verify for a dataset in a store: every shard re-hashed from the store, the manifest against
-    itself and _SUCCESS, keys the manifest does not list. Changes nothing."""
+    itself and _SUCCESS, keys the manifest does not list. Changes nothing. dataset_version: check
+    that version of an append dataset (sinks/versions.py)."""
     from .manifest_check import Problem, check_listed_files
+    from .versions import select_version
 
     reader, manifest = read_remote_manifest(url, storage_options)
+    manifest, version_raw = select_version(manifest, dataset_version, reader.read, reader.url)
     problems = [Problem(f"{TMP}/{run}", interrupted_text(finished_commit(
         reader.read(f"{TMP}/{run}/{JOURNAL}"), reader.read(MANIFEST), reader.read(SUCCESS, 1 << 16)), reader.url))
         for run in reader.pending_journals()]
@@ -532,10 +536,12 @@ def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, 
         problems.append(Problem(SUCCESS, "does not hold the manifest's sha256: the manifest was edited after the "
                                          "commit"))
     sizes = reader.sizes()                          # every key, from one listing
+    own = hashlib.sha256(version_raw if version_raw is not None else reader.read(MANIFEST)).hexdigest()
     listed, found = check_listed_files(
-        manifest, lambda rel: "not a path inside the dataset" if unsafe_reason(rel) else sizes.get(rel), reader.sha256)
+        manifest, lambda rel: "not a path inside the dataset" if unsafe_reason(rel) else sizes.get(rel), reader.sha256,
+        own_sha256=own, reports=version_raw is None)
     problems += found
-    if listed is None:
+    if listed is None or version_raw is not None:      # an earlier version: later ones' files are no strays
         return manifest, problems
     for rel in sizes:
         if rel.split("/")[0] != TMP and not any(p.startswith(".") for p in rel.split("/")) and rel not in listed:
@@ -543,10 +549,14 @@ def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, 
     return manifest, problems
 
 
-def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | None = None) -> dict:
+def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | None = None,
+                   dataset_version: int | None = None) -> dict:
     import io
 
+    from .versions import select_version
+
     reader, manifest = read_remote_manifest(url, storage_options)
+    manifest = select_version(manifest, dataset_version, reader.read, reader.url)[0]
     sample = []
     for shard in manifest.get("shards", []):
         if shard.get("rows"):

@@ -268,3 +268,38 @@ def select_version(latest: dict, version: int | None, read, where: str) -> tuple
 
 def _ranges(versions: list[int]) -> str:
     return f"version {versions[0]}" if len(versions) == 1 else f"versions {versions[0]}–{versions[-1]}"
+
+
+def _reader(out):
+    """(read(rel) -> bytes | None, where, the latest manifest) of the dataset at out."""
+    from ..storage import is_remote
+
+    if is_remote(out):
+        from .objectstore import read_remote_manifest
+
+        reader, manifest = read_remote_manifest(str(out))
+        return reader.read, reader.url, manifest
+    from .dataset import read_listed, read_manifest
+
+    folder, manifest = read_manifest(out)
+    return (lambda rel: read_listed(folder, rel)), str(folder), manifest
+
+
+def read_version_report(out, version: int) -> dict | None:
+    """The run report of dataset version `version` (kept as _versions/NNNNN.report.json, its
+    sha256 in the latest manifest); None when it is the latest version (its _report.json)."""
+    read, where, latest = _reader(out)
+    manifest, raw = select_version(latest, version, read, where)
+    if raw is None:
+        return None
+    entry = next(e for e in latest["versions"] if e.get("version") == version)
+    kept = entry.get("report")
+    if not isinstance(kept, dict) or unsafe_reason(kept.get("path")):
+        raise DataError(f"{where}: dataset version {version} kept no run report")
+    data = read(kept["path"])
+    if data is None or hashlib.sha256(data).hexdigest() != kept.get("sha256"):
+        raise DataError(f"{where}/{kept['path']}: missing, or not the report the manifest lists (sha256)")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise DataError(f"{where}/{kept['path']}: not valid JSON ({err})") from None
