@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..cache import RemoteInputs
-from ..sinks.versions import Held, read_latest
+from ..sinks.dataset import read_latest
+from ..sinks.versions import Held
 from ..sources.files import InputFile, InputFiles, PartitionInputs, resolve_inputs
 from ..storage import is_remote, local_path
 from ..sources.parsers import RegexParser

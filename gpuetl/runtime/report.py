@@ -255,7 +255,7 @@ def read_report(out: str | Path, dataset_version: int | None = None) -> tuple[di
     if not remote:
         dataset_folder(out)            # a wrong name on the command line: exit 2, as verify says it
     if dataset_version is not None:
-        from ..sinks.versions import read_version_report
+        from ..sinks.dataset import read_version_report
 
         report = read_version_report(out, dataset_version)
         if report is not None:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from ..durable import sync_dir, sync_file
 from ..errors import OutputError, OutputWriteFailed
+from .delta import DELTA_ENTRY, DELTA_LOG, commit_version
 from .lock import LOCK, LOCK_FORMAT, LOCK_TEMP, RunLock, describe, is_alive, left_lock, this_process
 
 SUCCESS = "_SUCCESS"
@@ -658,10 +659,6 @@ def check_journal(journal, run: str, present, on_disk: set[str]) -> dict:
     return journal
 
 
-DELTA_LOG = "_delta_log"
-DELTA_ENTRY = re.compile(re.escape(DELTA_LOG) + r"/[0-9]{20}\.json")      # a Delta commit's log entry (sinks/delta.py)
-
-
 def sort_listed(manifest: dict, previous: list[str], staged) -> tuple[list[str], list[str], list[str]]:
     """The files a new manifest lists, by what the commit does with each: (moves: written by the
     run, `staged(rel)`, and moved into place; keep: files of the dataset before it that the new
@@ -966,8 +963,6 @@ class OutputFolder:
         with self.tmp.subtree(run_name) as run:
             tree.write_file(MANIFEST, raw, staging=run)
             if journal["manifest"].get("delta_log"):       # after the manifest, before _SUCCESS (sinks/delta.py)
-                from .delta import commit_version
-
                 commit_version(self.out, journal["manifest"])
                 tree.sync(rel=DELTA_LOG)
             tree.write_file(SUCCESS, success_bytes(raw), staging=run)

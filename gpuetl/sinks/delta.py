@@ -15,8 +15,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import re
+
 from ..errors import OutputError, SpecError
-from .commit import DELTA_LOG
+
+DELTA_LOG = "_delta_log"
+DELTA_ENTRY = re.compile(re.escape(DELTA_LOG) + r"/[0-9]{20}\.json")      # a Delta commit's log entry
 INSTALL_HINT = "pip install 'gpuetl[delta]' (the deltalake package), or set sink.delta_log: false"
 
 

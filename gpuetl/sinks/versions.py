@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DataError, OutputError, SpecError, SourceError
-from ..sources.pins import FilePin, Identity
-from .commit import MANIFEST, SUCCESS, manifest_bytes, success_bytes, unsafe_reason
+from ..sources.pins import FilePin
+from .commit import MANIFEST, manifest_bytes, unsafe_reason
 
 VERSIONS = "_versions"
 VERSION_KEY = "dataset_version"
@@ -66,36 +66,6 @@ class VersionedSink:
 
 
 # -- before the run: what earlier versions hold ------------------------------------------------
-
-def read_latest(out, storage_options: dict | None = None) -> dict | None:
-    """The committed manifest of the dataset at out, or None when there is no dataset there yet
-    (read before the run's lock is taken: the run checks it again under the lock)."""
-    from ..storage import is_remote
-
-    if is_remote(out):
-        from .objectstore import ObjectStoreReader
-
-        reader = ObjectStoreReader(str(out), storage_options)
-        raw, success = reader.read(MANIFEST), reader.read(SUCCESS, 1 << 16)
-    else:
-        raw, success = _read_plain(Path(out) / MANIFEST), _read_plain(Path(out) / SUCCESS, 1 << 16)
-    if raw is None or success != success_bytes(raw):
-        return None
-    try:
-        manifest = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return manifest if isinstance(manifest, dict) else None
-
-
-def _read_plain(path: Path, limit: int = 1 << 30) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read(limit) if os.fstat(fd).st_mode & 0o170000 == 0o100000 else None
-
 
 def version_of(manifest: dict | None) -> int:
     """The dataset version a manifest describes (0: no dataset)."""
@@ -269,37 +239,3 @@ def select_version(latest: dict, version: int | None, read, where: str) -> tuple
 def _ranges(versions: list[int]) -> str:
     return f"version {versions[0]}" if len(versions) == 1 else f"versions {versions[0]}–{versions[-1]}"
 
-
-def _reader(out):
-    """(read(rel) -> bytes | None, where, the latest manifest) of the dataset at out."""
-    from ..storage import is_remote
-
-    if is_remote(out):
-        from .objectstore import read_remote_manifest
-
-        reader, manifest = read_remote_manifest(str(out))
-        return reader.read, reader.url, manifest
-    from .dataset import read_listed, read_manifest
-
-    folder, manifest = read_manifest(out)
-    return (lambda rel: read_listed(folder, rel)), str(folder), manifest
-
-
-def read_version_report(out, version: int) -> dict | None:
-    """The run report of dataset version `version` (kept as _versions/NNNNN.report.json, its
-    sha256 in the latest manifest); None when it is the latest version (its _report.json)."""
-    read, where, latest = _reader(out)
-    manifest, raw = select_version(latest, version, read, where)
-    if raw is None:
-        return None
-    entry = next(e for e in latest["versions"] if e.get("version") == version)
-    kept = entry.get("report")
-    if not isinstance(kept, dict) or unsafe_reason(kept.get("path")):
-        raise DataError(f"{where}: dataset version {version} kept no run report")
-    data = read(kept["path"])
-    if data is None or hashlib.sha256(data).hexdigest() != kept.get("sha256"):
-        raise DataError(f"{where}/{kept['path']}: missing, or not the report the manifest lists (sha256)")
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as err:
-        raise DataError(f"{where}/{kept['path']}: not valid JSON ({err})") from None
