@@ -142,8 +142,10 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
     default_key = tuple(k for k in source.default_key if k in schema)     # what places rows without shard.key
     if any(f.url for f in files):
         metadata = {**metadata, "input_tiers": remote.summary()}
-    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, _layout(spec.shard, default_key),
-                notes, metadata, remote, held)
+    layout = _layout(spec.shard, default_key)
+    if held is not None:              # an input's place among every input the dataset holds (placement)
+        layout = replace(layout, file_offset=len(held.by_path))
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, layout, notes, metadata, remote, held)
     _check_shard(plan)
     _note_thin_shards(plan)
     if backend is not None:

@@ -16,7 +16,7 @@ from ..sources.pins import FilePin
 from ..storage import is_remote
 from . import commit as commit_protocol
 from .base import sink_of_manifest
-from .commit import MANIFEST, SUCCESS, TMP, success_bytes
+from .commit import MANIFEST, SUCCESS, TMP, success_bytes, unsafe_reason
 from .manifest_check import Problem, check_listed_files, entries_problem
 from .versions import select_version, version_of
 
