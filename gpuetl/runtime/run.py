@@ -230,10 +230,12 @@ STATE = "_state.json"
 
 def _pipeline_digest(plan: Plan) -> str:
     """What decides the output, from the validated pipeline: everything but sink.mode (and, in
-    append mode, source.path: the inputs are tracked by their pins, sinks/versions.py)."""
+    append mode, source.path, whose inputs are tracked by their pins, and sink.path, where the
+    dataset lies: sinks/versions.py)."""
     spec = plan.spec.model_dump(mode="json")
     if spec.get("sink", {}).pop("mode", None) == "append":
         spec.get("source", {}).pop("path", None)
+        spec["sink"].pop("path", None)
     spec.pop("cache", None)               # where inputs are cached does not change the output
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 

@@ -125,7 +125,8 @@ _CHANGED_HINT = ("name the changed data as a new file, restore the old one, or r
 
 def check_base(out, manifest: dict | None, digest: str, schema: dict) -> None:
     """Refusals before an append reads anything: the dataset is an append dataset of this
-    pipeline (its fingerprint leaves out source.path and sink.mode) with this output schema."""
+    pipeline (its fingerprint leaves out source.path, sink.mode and sink.path) with this output
+    schema."""
     if manifest is None:
         return
     if not version_of(manifest):
@@ -135,7 +136,7 @@ def check_base(out, manifest: dict | None, digest: str, schema: dict) -> None:
                                "folder")
     if (manifest.get("fingerprint") or {}).get("pipeline") != digest:
         raise OutputError(f"sink.mode append: the pipeline file changed since dataset version {version_of(manifest)} "
-                          f"of {out} (only source.path and sink.mode may change between versions)",
+                          f"of {out} (only source.path, sink.mode and sink.path may change between versions)",
                           hint="undo the change, or write the changed pipeline's output to another sink.path "
                                "(or rewrite this one with sink.mode: overwrite)")
     before = [(c.get("name"), c.get("type")) for c in manifest.get("schema") or [] if isinstance(c, dict)]
