@@ -70,10 +70,16 @@ def shard_digests(out: Path) -> list[tuple[str, str]]:
     return [(s["path"], s["sha256"]) for s in manifest["shards"] + manifest["quarantine"]]
 
 
-def check_after_kill(base: Path, out: Path, v2: Path, v3: Path, delta: bool, capsys) -> str:
+def seen_data(out: Path):
+    """What a reader per docs/consuming.md sees, less the run report's files (each run writes its own)."""
     seen = read_as_documented(out)
-    v2_files = read_as_documented(v2)
-    v3_files = read_as_documented(v3)
+    return seen if seen == "incomplete" else {k: v for k, v in seen.items() if not k.startswith("_report.")}
+
+
+def check_after_kill(base: Path, out: Path, v2: Path, v3: Path, delta: bool, capsys) -> str:
+    seen = seen_data(out)
+    v2_files = seen_data(v2)
+    v3_files = seen_data(v3)
     if seen != "incomplete":
         assert seen in (v2_files, v3_files), "a reader saw files of neither version"
     if not pending(out):
@@ -123,11 +129,11 @@ def test_an_append_killed_in_its_commit_leaves_version_2_or_a_commit_the_next_ru
     steps = Steps(monkeypatch)
     out = tmp_path / "case"
     shutil.copytree(v2, out)
-    before = read_as_documented(out)
+    before = seen_data(out)
     with surroundings(base):           # the inputs and the versions the test compares with
         journal_written = next(i for i, step in enumerate(log) if commit.JOURNAL in step and "replace" in step)
         assert killed_append(base, out, delta, steps, monkeypatch, journal_written - 1) == journal_written - 1
-        assert not pending(out) and read_as_documented(out) == before, "killed before its journal: version 2 intact"
+        assert not pending(out) and seen_data(out) == before, "killed before its journal: version 2 intact"
         assert killed_append(base, out, delta, steps, monkeypatch, journal_written + 3) == journal_written + 3
         assert pending(out), "killed after the journal: a commit to finish"
         assert check_after_kill(base, out, v2, v3, delta, capsys) == "incomplete"

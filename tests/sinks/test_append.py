@@ -249,3 +249,19 @@ def test_an_unknown_dataset_version_and_a_bad_loader_argument_are_usage_errors(t
         gpuetl.Loader(str(three_days / "out"), split="train", dataset_version=9)
     with pytest.raises(SpecError, match="dataset_version must be a positive integer"):
         gpuetl.Loader(str(three_days / "out"), split="train", dataset_version=0)
+
+
+def test_a_journal_that_keeps_files_the_dataset_did_not_hold_or_creates_other_than_a_delta_entry_is_untrusted():
+    from gpuetl.sinks.commit import JOURNAL_FORMAT, check_journal
+
+    manifest = {"shards": [{"path": "train/part-v00001-00000.parquet"}, {"path": "train/part-v00002-00000.parquet"}]}
+    journal = {"format": JOURNAL_FORMAT, "run": "r", "previous": ["_manifest.json", "train/part-v00001-00000.parquet"],
+               "moves": ["train/part-v00002-00000.parquet"], "keep": ["train/part-v00001-00000.parquet"],
+               "created": [], "manifest": manifest}
+    assert check_journal(journal, "r", lambda rel: True, {"train/part-v00001-00000.parquet"}) is journal
+    with pytest.raises(ValueError, match="keeps files the dataset before it did not hold"):
+        check_journal({**journal, "keep": ["train/other.parquet"]}, "r", lambda rel: True, set())
+    with pytest.raises(ValueError, match="no Delta log entries"):
+        check_journal({**journal, "created": ["train/part-v00003-00000.parquet"]}, "r", lambda rel: True, set())
+    with pytest.raises(ValueError, match="lists files the commit does not move"):
+        check_journal({**journal, "keep": []}, "r", lambda rel: True, set())
