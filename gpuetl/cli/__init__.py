@@ -247,6 +247,10 @@ def cmd_plan(args) -> int:
 
     plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
+    if plan.nothing_to_append:
+        _show(f"pipeline {spec.name}: nothing to append: every input of source.path is held by dataset version "
+              f"{plan.held.version} of {plan.out_dir}")
+        return 0
     _show(f"pipeline {spec.name}: {_count(len(plan.files), 'input file')}, {format_size(plan.input_bytes)}")
     _show(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
     if (multiline := spec.source.multiline) is not None:
@@ -377,6 +381,10 @@ def print_summary(result, seconds: float) -> None:
     c = result.counts
     rate = result.input_bytes / seconds / 1e6 if seconds > 0 else 0.0
     _show(f"dataset: {result.out_dir}")
+    if version := result.manifest.get("dataset_version"):      # sink.mode append: this version's counts below
+        total = result.manifest["counts"]["rows_out"]
+        _show(f"  dataset version {version}" + (" (nothing appended)" if getattr(result, "nothing_to_append", False)
+                                                else "") + f": {total:,} rows in all its versions")
     _show(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for s in result.stages:
