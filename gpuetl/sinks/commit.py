@@ -949,7 +949,8 @@ class OutputFolder:
         for rel in previous:
             if rel not in new and rel != MANIFEST:
                 tree.unlink_file(rel)
-        folders = {"/".join(p.split("/")[:i]) for p in previous for i in range(1, p.count("/") + 1)}
+        gone = [rel for rel in previous if rel not in new]       # an earlier version's files (keep): untouched
+        folders = {"/".join(p.split("/")[:i]) for p in gone for i in range(1, p.count("/") + 1)}
         for folder in sorted(folders, key=lambda f: -f.count("/")):
             tree.rmdir_if_empty(folder)              # emptied: the previous dataset's split folders
         if has_data:                                  # gone: every file was moved already
@@ -958,7 +959,7 @@ class OutputFolder:
                     tree.move_in(data, rel, set(previous))
                 for folder in sorted({os.path.dirname(rel) for rel in moves}):
                     data.sync(rel=folder)             # the moves' sources on the disk
-        for folder in sorted({"/".join(p.split("/")[:i]) for p in previous + moves for i in range(p.count("/") + 1)}):
+        for folder in sorted({"/".join(p.split("/")[:i]) for p in gone + moves for i in range(p.count("/") + 1)}):
             tree.sync(rel=folder)                     # removals and moves on the disk before the manifest names them
         with self.tmp.subtree(run_name) as run:
             tree.write_file(MANIFEST, raw, staging=run)
