@@ -87,10 +87,20 @@ class Held:
         self.version = version_of(self.manifest)
         inputs = (self.manifest or {}).get("inputs") or []
         self.by_path = {i["path"]: i for i in inputs if isinstance(i, dict) and isinstance(i.get("path"), str)}
+        self.by_identity = {}            # a held file under another name (the pipeline file moved)
+        for entry in self.by_path.values():
+            pin = FilePin.from_json(entry)
+            if pin is not None and pin.identity is not None:
+                self.by_identity[pin.identity.key()] = entry
 
     def keep(self, f) -> bool:
         """Whether the listed input f is read by this append: True when no version holds it."""
         entry = self.by_path.get(f.display)
+        if entry is None and f.identity is not None and f.identity.key() in self.by_identity:
+            held = self.by_identity[f.identity.key()]
+            self.notes.append(f"append: {f.display} is {held['path']} (the same file, not written since), held by "
+                              f"dataset version {held.get(VERSION_KEY, '?')}: not read again")
+            return False
         if entry is None:
             return True
         which = f"dataset version {entry.get(VERSION_KEY, '?')}"

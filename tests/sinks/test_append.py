@@ -265,3 +265,13 @@ def test_a_journal_that_keeps_files_the_dataset_did_not_hold_or_creates_other_th
         check_journal({**journal, "created": ["train/part-v00003-00000.parquet"]}, "r", lambda rel: True, set())
     with pytest.raises(ValueError, match="lists files the commit does not move"):
         check_journal({**journal, "keep": []}, "r", lambda rel: True, set())
+
+
+def test_a_held_file_named_another_way_is_not_read_again(tmp_path):
+    day(tmp_path, 1)
+    run(tmp_path)
+    (tmp_path / "logs").symlink_to(tmp_path / "in")            # the same files by another path
+    day(tmp_path, 2)
+    result = run(tmp_path, spec(source=["logs/day1.log", "in/day2.log"]))
+    assert [i["path"] for i in result.manifest["inputs"]] == ["in/day1.log", "in/day2.log"]
+    assert result.manifest["version_counts"]["rows_in"] == 600
