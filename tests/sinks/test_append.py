@@ -275,3 +275,17 @@ def test_a_held_file_named_another_way_is_not_read_again(tmp_path):
     result = run(tmp_path, spec(source=["logs/day1.log", "in/day2.log"]))
     assert [i["path"] for i in result.manifest["inputs"]] == ["in/day1.log", "in/day2.log"]
     assert result.manifest["version_counts"]["rows_in"] == 600
+
+
+@pytest.mark.slow
+def test_shuffled_shards_cut_by_count_are_written_per_version_and_split_as_one_run_would(tmp_path):
+    data = spec(count=4, shuffle=True)
+    for n in (1, 2):
+        day(tmp_path, n, lines=400)
+        result = run(tmp_path, data)
+    names = sorted(s["path"] for s in result.manifest["shards"])
+    assert names == sorted(f"{split}/part-v{v:05d}-{k:05d}.parquet" for v in (1, 2)
+                           for split, shards in (("train", 3), ("val", 1)) for k in range(shards))
+    whole = run(tmp_path, {**data, "sink": {**data["sink"], "mode": "overwrite", "path": str(tmp_path / "whole")}})
+    assert rows_by_split(tmp_path / "out", result.manifest) == rows_by_split(tmp_path / "whole", whole.manifest)
+    assert main(["verify", str(tmp_path / "out")]) == 0
