@@ -30,12 +30,11 @@ def log_file(table_version: int) -> str:
 
 
 def check_delta_sink(sink) -> None:
-    """At validate time: the deltalake package is importable and the sink is a local folder."""
-    from ..storage import is_remote
+    """At validate time: the deltalake package is importable and the sink a local folder or s3://."""
+    from ..storage import is_remote, scheme
 
-    if is_remote(sink.path):
-        raise ValueError("delta_log: true is written to local dataset folders only; an object-store sink.path "
-                         "takes no Delta log yet")
+    if is_remote(sink.path) and scheme(sink.path) not in ("s3", "s3a"):
+        raise ValueError("delta_log: true is written to local dataset folders and s3:// only")
     try:
         import deltalake  # noqa: F401
     except ImportError:
@@ -65,16 +64,43 @@ def log_entry(manifest: dict, new_shards: list[dict]) -> dict:
             "files": [{"path": log_file(k)} for k in range(table_version + 1)]}
 
 
-def commit_version(out: Path, manifest: dict) -> None:
+def delta_options(url: str, storage_options: dict | None) -> dict:
+    """delta-rs's options for an s3:// dataset, from the sink's storage_options (s3fs's names) and
+    the AWS environment as botocore reads it; commits are conditional PUTs (If-None-Match), so two
+    writers never both make one Delta version."""
+    import os
+
+    options = dict(storage_options or {})
+    client = dict(options.get("client_kwargs") or {})
+    found = {"AWS_ACCESS_KEY_ID": options.get("key"), "AWS_SECRET_ACCESS_KEY": options.get("secret"),
+             "AWS_SESSION_TOKEN": options.get("token"),
+             "AWS_ENDPOINT_URL": client.get("endpoint_url") or options.get("endpoint_url")
+             or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"),
+             "AWS_REGION": client.get("region_name") or os.environ.get("AWS_REGION")
+             or os.environ.get("AWS_DEFAULT_REGION")}
+    out = {k: str(v) for k, v in found.items() if v}
+    if options.get("anon"):
+        out["AWS_SKIP_SIGNATURE"] = "true"
+    if out.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        out["AWS_ALLOW_HTTP"] = "true"
+    out["conditional_put"] = "etag"
+    return out
+
+
+def commit_version(out, manifest: dict, exists=None, storage_options: dict | None = None) -> None:
     """Make the manifest's Delta commit in out/_delta_log (after the manifest, before _SUCCESS):
-    nothing when the log holds that version already (a commit finished again from its journal)."""
+    nothing when the log holds that version already (a commit finished again from its journal).
+    out: the dataset folder, or its s3:// URL (exists(rel): whether that object is there)."""
     entry = manifest.get("delta_log")
     if not isinstance(entry, dict):
         return
+    remote = isinstance(out, str)
+    if exists is None:
+        exists = lambda rel: (Path(out) / rel).is_file()  # noqa: E731
     table_version = entry["table_version"]
-    if (out / log_file(table_version)).is_file():
+    if exists(log_file(table_version)):
         return
-    if table_version and not (out / log_file(table_version - 1)).is_file():
+    if table_version and not exists(log_file(table_version - 1)):
         raise OutputError(f"sink.path: {out / DELTA_LOG} lacks Delta version {table_version - 1}; the Delta log "
                           f"cannot take version {table_version}", hint="rewrite the dataset with sink.mode: overwrite")
     try:
@@ -95,13 +121,15 @@ def commit_version(out: Path, manifest: dict) -> None:
     hooks = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
     props = CommitProperties(custom_metadata={"gpuetl.dataset_version": str(table_version + 1),
                                               "gpuetl.pipeline": str(manifest.get("name"))})
+    options = delta_options(out, storage_options) if remote else None
     if table_version == 0:
         create_table_with_add_actions(str(out), schema, adds, mode="error", name=manifest.get("name"),
-                                      commit_properties=props, post_commithook_properties=hooks)
+                                      storage_options=options, commit_properties=props,
+                                      post_commithook_properties=hooks)
     else:
-        DeltaTable(str(out)).create_write_transaction(adds, mode="append", schema=schema,
-                                                      commit_properties=props, post_commithook_properties=hooks)
-    if not (out / log_file(table_version)).is_file():
+        DeltaTable(str(out), storage_options=options).create_write_transaction(
+            adds, mode="append", schema=schema, commit_properties=props, post_commithook_properties=hooks)
+    if not exists(log_file(table_version)):
         raise OutputError(f"sink.path: the Delta commit of {out} did not make version {table_version} (another "
                           "writer committed to its log?)", hint="rewrite the dataset with sink.mode: overwrite")
 

@@ -39,6 +39,7 @@ from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, 
                      OutputFolder, check_journal, finish_commits, finished_commit, interrupted_text, listed_files,
                      looks_like_our_manifest, manifest_bytes, refuse, sort_listed, success_bytes,
                      unsafe_reason)
+from .delta import DELTA_LOG
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
@@ -348,8 +349,8 @@ class ObjectStoreFolder:
         run = run_tmp.name
         previous = sorted(set(self.inventory.ours) - {SUCCESS})
         uploaded = set(self._listing(f"{TMP}/{run}/data/"))      # by workers (sinks/runstore.py)
-        moves, keep, _ = sort_listed(manifest, previous, lambda rel: (run_tmp / "data" / rel).exists()
-                                     or f"{TMP}/{run}/data/{rel}" in uploaded)
+        moves, keep, created = sort_listed(manifest, previous, lambda rel: (run_tmp / "data" / rel).exists()
+                                           or f"{TMP}/{run}/data/{rel}" in uploaded)
         self._write(f"{TMP}/{run}/{OWNER}", json.dumps({**this_process(RUN_FORMAT), "run": run,
                                                          "uploads": moves}).encode())
         for rel in moves:
@@ -376,7 +377,7 @@ class ObjectStoreFolder:
             raise OutputError(f"sink.path: {self._url(gone[0])}, a file of the dataset this commit keeps, is gone",
                               hint=f"run `gpuetl verify {self.url}`; rewrite the dataset with sink.mode: overwrite")
         journal = {"format": JOURNAL_FORMAT, "run": run, "previous": previous, "moves": moves, "keep": keep,
-                   "manifest": manifest}
+                   "created": created, "manifest": manifest}
         self._write(f"{TMP}/{run}/{JOURNAL}", json.dumps(journal, indent=1).encode())
         self.journal_written = True
         self._roll_forward(run, journal)
@@ -457,6 +458,12 @@ class ObjectStoreFolder:
                                                 hint="run again with sink.mode: overwrite") from None
                 _hook("copied", rel)
             self._write(MANIFEST, raw)
+            if journal["manifest"].get("delta_log"):       # after the manifest, before _SUCCESS (sinks/delta.py)
+                from .delta import commit_version
+
+                with self._errors(DELTA_LOG, "write the Delta log in"):
+                    commit_version(self.url, journal["manifest"], lambda rel: self._exists(rel) is not None,
+                                   self.options)
             self._write(SUCCESS, success_bytes(raw))
         self._abandon_remote(run)     # its uploads, what its tasks left there, the journal, the owner last
 

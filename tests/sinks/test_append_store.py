@@ -14,11 +14,11 @@ from gpuetl.errors import SourceError
 from gpuetl.samples import write_access_logs
 
 
-def spec(source: str, sink: str) -> dict:
+def spec(source: str, sink: str, delta: bool = False) -> dict:
     return {"version": 1, "name": "days", "source": {"type": "text", "path": source, "blocksize": "32KiB"},
             "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"},
             "shard": {"count": 2, "splits": {"train": 0.8, "val": 0.2}},
-            "sink": {"path": sink, "mode": "append", "row_group_rows": 500}}
+            "sink": {"path": sink, "mode": "append", "row_group_rows": 500, "delta_log": delta}}
 
 
 def run(tmp_path, data):
@@ -57,3 +57,25 @@ def test_a_store_dataset_appends_versions_and_reads_each_back(s3, tmp_path, caps
         run(tmp_path, data)
     manifest = json.loads(s3.get("out/_manifest.json"))
     assert manifest["dataset_version"] == 2 and main(["verify", s3.url("out")]) == 0
+
+
+@pytest.mark.slow
+def test_a_store_dataset_with_a_delta_log_reads_back_each_version_through_delta_rs(s3, tmp_path):
+    deltalake = pytest.importorskip("deltalake")
+    from gpuetl.sinks.delta import delta_options
+
+    local = tmp_path / "local"
+    local.mkdir()
+    data = spec(s3.url("in/*.log"), s3.url("out"), delta=True)
+    for n in (1, 2):
+        write_access_logs(local / f"day{n}.log", lines=300, seed=n, bad_every=40)
+        s3.put(f"in/day{n}.log", (local / f"day{n}.log").read_bytes())
+        manifest = run(tmp_path, data).manifest
+    assert [k for k in s3.keys("out/_delta_log/")] == [f"out/_delta_log/{k:020d}.json" for k in range(2)]
+    options = delta_options(s3.url("out"), None)
+    for k, entry in enumerate(manifest["versions"]):
+        listed = {p for e in manifest["versions"][:k + 1] for p in e["shards"]}
+        rows = sum(s["rows"] for s in manifest["shards"] if s["path"] in listed)
+        table = deltalake.DeltaTable(s3.url("out"), version=k, storage_options=options)
+        assert table.to_pyarrow_table().num_rows == rows
+    assert main(["verify", s3.url("out")]) == 0
