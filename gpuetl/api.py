@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import get_backend
+from .errors import SpecError
 from .spec.loader import LoadedSpec, build_spec, load_spec
 
 
@@ -68,7 +69,12 @@ class Pipeline:
         from .runtime.preview import preview_plan
 
         chosen = get_backend(backend)
-        return preview_plan(self.plan(chosen), chosen, n)
+        plan = self.plan(chosen)
+        if plan.nothing_to_append:
+            raise SpecError(f"nothing to preview: every input of source.path is held by dataset version "
+                            f"{plan.held.version} of {plan.out_dir} (sink.mode append previews the inputs a run "
+                            "would read)", hint="--set sink.mode=overwrite previews the first inputs")
+        return preview_plan(plan, chosen, n)
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Pipeline:

@@ -111,7 +111,7 @@ def test_validate_bad_file_subprocess_has_no_traceback(tmp_path):
     path.write_text("version: 1\nname: x\nsource: {type: text, path: a.log}\nsink: {path: o, mode: eror}\n")
     proc = subprocess.run([*GPUETL, "validate", str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert "bad.yaml:4: sink.mode: 'eror' is not one of error, overwrite, resume; did you mean 'error'?" in proc.stderr
+    assert "bad.yaml:4: sink.mode: 'eror' is not one of error, overwrite, resume, append; did you mean 'error'?" in proc.stderr
     no_traceback(proc.stdout, proc.stderr)
 
 

@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = sub.add_parser("inspect", help="what a dataset holds")
     inspect.add_argument("out", help=DATASET_FOLDER)
     inspect.add_argument("--json", action="store_true", help="print it as JSON")
+    inspect.add_argument("--dataset-version", type=_positive, metavar="N", help=VERSION_HELP)
     verify = sub.add_parser("verify", help="re-check shards against the manifest; exit 1 on mismatch")
     verify.add_argument("out", help=DATASET_FOLDER)
     verify.add_argument("--repair", action="store_true",
@@ -109,10 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also check that the inputs the manifest pins are unchanged (objects: ETag, version "
                              "id and size; local files: every range re-hashed, xxh3-128): whether the dataset can "
                              "be rebuilt from them")
+    verify.add_argument("--dataset-version", type=_positive, metavar="N", help=VERSION_HELP)
     report = sub.add_parser("report", help="print a dataset's run report (_report.json) as text")
     report.add_argument("out", help="the dataset folder, or a failed run's report folder under _tmp/")
     report.add_argument("--open", action="store_true", help="open _report.html in the web browser")
     report.add_argument("--json", action="store_true", help="print the report's JSON")
+    report.add_argument("--dataset-version", type=_positive, metavar="N", help=VERSION_HELP)
     sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     return parser
 
@@ -245,6 +248,10 @@ def cmd_plan(args) -> int:
 
     plan = load(args.file, args.overrides).plan(args.backend)
     spec = plan.spec
+    if plan.nothing_to_append:
+        _show(f"pipeline {spec.name}: nothing to append: every input of source.path is held by dataset version "
+              f"{plan.held.version} of {plan.out_dir}")
+        return 0
     _show(f"pipeline {spec.name}: {_count(len(plan.files), 'input file')}, {format_size(plan.input_bytes)}")
     _show(f"partitions: {len(plan.partitions)} (blocksize {format_size(spec.source.blocksize)})")
     if (multiline := spec.source.multiline) is not None:
@@ -377,6 +384,10 @@ def print_summary(result, seconds: float) -> None:
     c = result.counts
     rate = result.input_bytes / seconds / 1e6 if seconds > 0 else 0.0
     _show(f"dataset: {result.out_dir}")
+    if version := result.manifest.get("dataset_version"):      # sink.mode append: this version's counts below
+        total = result.manifest["counts"]["rows_out"]
+        _show(f"  dataset version {version}" + (" (nothing appended)" if getattr(result, "nothing_to_append", False)
+                                                else "") + f": {total:,} rows in all its versions")
     _show(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
     for s in result.stages:
@@ -485,10 +496,14 @@ def _cell(text: str) -> str:
     return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…"
 
 
+VERSION_HELP = ("that dataset version of a dataset sink.mode: append wrote (1, 2, …; default: the latest); "
+                "each version's manifest is kept under _versions/")
+
+
 def cmd_inspect(args) -> int:
     from ..sinks.dataset import inspect_dataset
 
-    info = inspect_dataset(args.out)
+    info = inspect_dataset(args.out, dataset_version=args.dataset_version)
     for name in info["interrupted_commits"]:
         _show(f"note: the commit of run {name} was interrupted; `gpuetl verify --repair {info['path']}` "
               "finishes it", file=sys.stderr)
@@ -498,6 +513,15 @@ def cmd_inspect(args) -> int:
     m = info["manifest"]
     _show(f"dataset {info['path']}: pipeline {m['name']}, {'complete' if info['complete'] else 'INCOMPLETE'}, "
           f"backend {m['backend']}, seed {m['seed']}")
+    if m.get("dataset_version"):
+        v = m["dataset_version"]
+        _show(f"  dataset version {v}" + (f" (created {m['run']['created_at']})"
+                                                              if isinstance(m.get("run"), dict) else ""))
+        vc = m.get("version_counts") or {}
+        if vc:
+            _show(f"  this version: rows in {vc.get('rows_in', 0):,} = out {vc.get('rows_out', 0):,} + filtered "
+                  f"{vc.get('filtered', 0):,} + deduplicated {vc.get('deduplicated', 0):,} + quarantined "
+                  f"{vc.get('quarantined', 0):,}")
     c = m["counts"]
     _show(f"  rows in {c['rows_in']:,} = out {c['rows_out']:,} + filtered {c['filtered']:,} "
           f"+ deduplicated {c['deduplicated']:,} + quarantined {c['quarantined']:,}")
@@ -517,7 +541,7 @@ def cmd_verify(args) -> int:
     if args.repair:
         for name in repair(args.out, log=lambda *a: _show(*a, file=sys.stderr)):
             _show(f"{args.out}: finished the interrupted commit of run {name}")
-    manifest, problems = verify_dataset(args.out)
+    manifest, problems = verify_dataset(args.out, dataset_version=args.dataset_version)
     for left in leftovers(args.out):          # under _tmp/: no reader sees them; the dataset is not wrong
         print(f"LEFTOVER {left}" + ("; the next run or `gpuetl verify --repair` removes it" if left.removable else ""))
     if args.inputs:
@@ -547,14 +571,15 @@ def cmd_verify(args) -> int:
         _show(f"{args.out}: {len(problems)} problem{'s' if len(problems) > 1 else ''}", file=sys.stderr)
         return 1
     n = len(manifest.get("shards", [])) + len(manifest.get("quarantine", [])) + len(manifest.get("reports", []))
-    _show(f"{args.out}: ok, {_count(n, 'file')} match{'es' if n == 1 else ''} the manifest")
+    which = f" of dataset version {args.dataset_version}" if args.dataset_version else ""
+    _show(f"{args.out}: ok, {_count(n, 'file')} match{'es' if n == 1 else ''} the manifest{which}")
     return 0
 
 
 def cmd_report(args) -> int:
     from ..runtime.report import read_report, render_text
 
-    report, page = read_report(args.out)
+    report, page = read_report(args.out, dataset_version=args.dataset_version)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
@@ -562,7 +587,10 @@ def cmd_report(args) -> int:
     if args.open:
         import webbrowser
 
-        if isinstance(page, str):          # on an object store: a browser cannot open it there
+        if page is None:
+            _show(f"gpuetl report: dataset version {args.dataset_version} keeps its report's JSON only (the HTML "
+                  "page is the latest version's)", file=sys.stderr)
+        elif isinstance(page, str):          # on an object store: a browser cannot open it there
             _show(f"gpuetl report: {page} is on an object store; copy it here to open it", file=sys.stderr)
         elif not webbrowser.open(page.resolve().as_uri()):
             _show(f"gpuetl report: no web browser to open; the report is {page}", file=sys.stderr)

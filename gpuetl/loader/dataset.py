@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 
 from ..errors import DataError, SpecError
 from ..sinks.commit import MANIFEST, SUCCESS, success_bytes, unsafe_reason
-from ..sinks.dataset import read_manifest, regular_file
+from ..sinks.dataset import read_listed, read_manifest, regular_file
+from ..sinks.versions import select_version
 from ..storage import is_remote
 
 
@@ -34,7 +35,8 @@ class Shard:
 class Dataset:
     """One split of a committed dataset (local folder or s3://… prefix)."""
 
-    def __init__(self, root, split: str | None, storage_options: dict | None = None, cache: dict | None = None):
+    def __init__(self, root, split: str | None, storage_options: dict | None = None, cache: dict | None = None,
+                 dataset_version: int | None = None):
         self.remote = is_remote(root)
         self.options = storage_options
         self.local_copies: dict[str, str] = {}        # shard path -> its copy in the cache tier
@@ -60,8 +62,13 @@ class Dataset:
         if raw is None or success != success_bytes(raw) or json.loads(raw) != manifest:
             raise DataError(f"{where}: does not hold the sha256 of the _manifest.json beside it (a commit is under way "
                             f"or was interrupted, or the manifest was edited); run `gpuetl verify {self.root}`")
-        self.manifest = manifest
         self.manifest_sha256 = hashlib.sha256(raw).hexdigest()
+        if dataset_version is not None:      # an earlier version: its manifest, as the latest lists it
+            read = self._remote_reader.read if self.remote else (lambda rel: read_listed(folder, rel))
+            manifest, version_raw = select_version(manifest, dataset_version, read, self.root)
+            if version_raw is not None:
+                self.manifest_sha256 = hashlib.sha256(version_raw).hexdigest()
+        self.manifest = manifest
         shards = manifest.get("shards")
         if not isinstance(shards, list):
             raise DataError(f"{where[:-len(SUCCESS)]}{MANIFEST}: `shards` is not a list")

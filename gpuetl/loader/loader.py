@@ -51,7 +51,7 @@ class Loader:
                  drop_last: bool = True, prefetch: int = 2, device: str = "cpu", output: str | None = None,
                  cache=None, verify: bool = False, shuffle_buffer: int = 10_000, num_workers: int = 2,
                  storage_options: dict | None = None, decode_images: str | None = None,
-                 image_column: str = "image"):
+                 image_column: str = "image", dataset_version: int | None = None):
         output = output or ("numpy" if device == "cpu" else "torch")
         for name, value in (("batch_size", batch_size), ("world_size", world_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -73,7 +73,10 @@ class Loader:
             raise SpecError("Loader: decode_images gives numpy arrays or tensors: use output='numpy' or 'torch'")
         if device == "cuda":
             _refuse_cuda(output)
-        self.data = Dataset(dataset, split, storage_options, cache)
+        if dataset_version is not None and (not isinstance(dataset_version, int) or isinstance(dataset_version, bool)
+                                            or dataset_version < 1):
+            raise SpecError(f"Loader: dataset_version must be a positive integer, not {dataset_version!r}")
+        self.data = Dataset(dataset, split, storage_options, cache, dataset_version=dataset_version)
         names = self.data.schema.names if self.data.schema is not None else []
         if columns is not None:
             columns = list(columns)

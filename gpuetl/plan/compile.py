@@ -10,6 +10,8 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..cache import RemoteInputs
+from ..sinks.dataset import read_latest
+from ..sinks.versions import Held
 from ..sources.files import InputFile, InputFiles, PartitionInputs, resolve_inputs
 from ..storage import is_remote, local_path
 from ..sources.parsers import RegexParser
@@ -78,6 +80,11 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)      # the source's additions to the manifest (labels)
     remote: RemoteInputs | None = field(default=None, repr=False)   # keeps remote inputs' local copies
+    held: Held | None = None          # sink.mode append: the inputs earlier dataset versions hold
+
+    @property
+    def nothing_to_append(self) -> bool:
+        return self.held is not None and not self.files
 
     @property
     def spec(self):
@@ -99,8 +106,16 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
                           spec.cache and spec.cache.max_bytes)
     fmt = get_source(spec.source.type)
     ranged = getattr(fmt, "reads_ranges_in_store", None)      # a format that reads lines says so
+    out_dir = spec.sink.path.rstrip("/") if is_remote(spec.sink.path) else \
+        Path(os.path.normpath(_resolve(loaded.base_dir, local_path(spec.sink.path))))   # as the run writes it
+    held = Held(read_latest(out_dir, spec.sink.storage_options)) if spec.sink.mode == "append" else None
     files = resolve_inputs(spec.source.paths, loaded.base_dir, spec.source.compression, notes, remote,
-                           ranged=bool(ranged and ranged(spec)))
+                           ranged=bool(ranged and ranged(spec)), keep=held and held.keep)
+    if held is not None:
+        notes += held.notes
+        if not files:                 # every input is held by an earlier version: nothing to read
+            schema = {c["name"]: c["type"] for c in held.manifest.get("schema") or []}
+            return Plan(loaded, [], [], [], [], schema, out_dir, _layout(spec.shard, ()), notes, {}, remote, held)
     partitions, source, metadata = fmt.plan(loaded, files, notes, backend)
     if not isinstance(source, (SourceStage, RecordStage)):
         raise TypeError(f"source type {spec.source.type!r}: plan() returned {type(source).__name__}, neither a "
@@ -126,13 +141,13 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
         stages.append(StageInfo(i, step.name, dict(schema), _step_detail(step)))
     if not schema:
         raise SpecError(f"{loaded.key('steps')}: the steps leave no columns to write")
-    out_dir = spec.sink.path.rstrip("/") if is_remote(spec.sink.path) else \
-        Path(os.path.normpath(_resolve(loaded.base_dir, local_path(spec.sink.path))))   # as the run writes it
     default_key = tuple(k for k in source.default_key if k in schema)     # what places rows without shard.key
     if any(f.url for f in files):
         metadata = {**metadata, "input_tiers": remote.summary()}
-    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, _layout(spec.shard, default_key),
-                notes, metadata, remote)
+    layout = _layout(spec.shard, default_key)
+    if held is not None:              # an input's place among every input the dataset holds (placement)
+        layout = replace(layout, file_offset=len(held.by_path))
+    plan = Plan(loaded, files, partitions, segments, stages, schema, out_dir, layout, notes, metadata, remote, held)
     _check_shard(plan)
     _note_thin_shards(plan)
     if backend is not None:

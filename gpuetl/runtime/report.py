@@ -241,9 +241,10 @@ def write_report(report: dict, folder: Path, durable: bool = True) -> list[dict]
     return entries
 
 
-def read_report(out: str | Path) -> tuple[dict, Path | str]:
+def read_report(out: str | Path, dataset_version: int | None = None) -> tuple[dict, Path | str | None]:
     """The report of the dataset at out (or of a failed run: a folder under _tmp/ holding one);
-    on an object store (s3://...), read from there and its HTML named by URL."""
+    on an object store (s3://...), read from there and its HTML named by URL. dataset_version:
+    the report of that version of an append dataset (its JSON, kept under _versions/; no page)."""
     from ..errors import DataError
 
     from ..sinks.dataset import dataset_folder
@@ -252,6 +253,12 @@ def read_report(out: str | Path) -> tuple[dict, Path | str]:
     remote = is_remote(out)
     if not remote:
         dataset_folder(out)            # a wrong name on the command line: exit 2, as verify says it
+    if dataset_version is not None:
+        from ..sinks.dataset import read_version_report
+
+        report = read_version_report(out, dataset_version)
+        if report is not None:
+            return report, None
     path = join(str(out), REPORT_JSON) if remote else Path(out) / REPORT_JSON
     try:
         text = filesystem(str(out)).cat_file(path) if remote else path.read_text()

@@ -24,6 +24,7 @@ from ..sinks import commit as commit_protocol
 from ..sinks.runstore import workers_share_disk
 from ..sources.files import check_objects_unchanged
 from ..storage import is_remote
+from . import append
 from .phases import accounting, manifest, mapping, resume, sharding
 from .phases.context import RunContext, RunResult
 from .phases.folder import open_output
@@ -66,8 +67,21 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
     mode = spec.sink.mode
     output_folder = open_output(plan, log)
     out = plan.out_dir
+    if spec.sink.delta_log:
+        from ..sinks.delta import check_schema
+
+        check_schema(plan.output_schema)
     with output_folder as folder:
         folder.survey(mode)
+        if mode == "append":                  # runtime/append.py: what this version reads
+            plan = append.settle(plan, backend, folder, resume.pipeline_digest)
+            if plan.nothing_to_append:
+                log(f"nothing to append: every input of source.path is held by dataset version "
+                    f"{plan.held.version} of {out} already")
+                manifest = plan.held.manifest
+                return RunResult(out, manifest["counts"], manifest["stages"], manifest["shards"],
+                                 manifest["quarantine"], manifest.get("bad_records", {}), manifest["backend"], 0.0, 0,
+                                 manifest, nothing_to_append=True)
         if mode == "resume":
             done = resume.already_complete(plan, folder.inventory)
             if done is not None:
@@ -108,6 +122,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
                          + (" (sink.mode: resume keeps the finished work)" if mode == "resume" else "")) from None
             raise
         try:
+            result.manifest = append.before_commit(plan, result.manifest, run_tmp)
             folder.commit(run_tmp, result.manifest)
         except OutputError:
             if not folder.journal_written and mode != "resume":      # nothing changed: nothing to finish

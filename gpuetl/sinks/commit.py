@@ -41,6 +41,7 @@ from pathlib import Path
 
 from ..durable import sync_dir, sync_file
 from ..errors import OutputError, OutputWriteFailed
+from .delta import DELTA_ENTRY, DELTA_LOG, commit_version
 from .lock import LOCK, LOCK_FORMAT, LOCK_TEMP, RunLock, describe, is_alive, left_lock, this_process
 
 SUCCESS = "_SUCCESS"
@@ -396,10 +397,16 @@ class Inventory:
 
 
 def listed_files(manifest: dict) -> set[str]:
-    """Every path a manifest proves gpuetl wrote (raises ValueError on an entry that is no path)."""
+    """Every path a manifest proves gpuetl wrote (raises ValueError on an entry that is no path):
+    shards, quarantine and report files; an append dataset's version manifests and their reports
+    (sinks/versions.py); the Delta log's files (sinks/delta.py)."""
     paths = {MANIFEST, SUCCESS}
+    versions = manifest.get("versions") if isinstance(manifest.get("versions"), list) else []
+    delta = manifest.get("delta_log") if isinstance(manifest.get("delta_log"), dict) else {}
     for entry in (list(manifest.get("shards") or []) + list(manifest.get("quarantine") or [])
-                  + list(manifest.get("reports") or [])):          # the run report's files
+                  + list(manifest.get("reports") or [])          # the run report's files
+                  + versions + [v.get("report") for v in versions if isinstance(v, dict) and v.get("report")]
+                  + list(delta.get("files") or [])):
         rel = entry.get("path") if isinstance(entry, dict) else None
         why = unsafe_reason(rel)
         if why or rel.split("/")[0] == TMP:
@@ -632,19 +639,40 @@ def check_journal(journal, run: str, present, on_disk: set[str]) -> dict:
     if not isinstance(journal, dict) or journal.get("format") != JOURNAL_FORMAT or journal.get("run") != run:
         raise ValueError("not a commit journal of this run")
     moves, previous, manifest = journal.get("moves"), journal.get("previous"), journal.get("manifest")
-    if not isinstance(moves, list) or not isinstance(previous, list) or not isinstance(manifest, dict):
+    keep, created = journal.get("keep", []), journal.get("created", [])
+    if not all(isinstance(x, list) for x in (moves, previous, keep, created)) or not isinstance(manifest, dict):
         raise ValueError("it lacks its moves, previous files or manifest")
-    for rel in moves + previous:
+    for rel in moves + previous + keep + created:
         why = unsafe_reason(rel)
-        if why or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves):
+        if why or rel.split("/")[0] == TMP or (rel in (MANIFEST, SUCCESS) and rel in moves + keep + created):
             raise ValueError(f"it names the path {rel!r}, which gpuetl would never write ({why or 'a reserved name'})")
+    if not set(keep) <= set(previous):
+        raise ValueError("it keeps files the dataset before it did not hold")
+    if any(not DELTA_ENTRY.fullmatch(rel) for rel in created):
+        raise ValueError("it names files the commit would create that are no Delta log entries")
     listed = listed_files(manifest)
-    if not listed - {MANIFEST, SUCCESS} <= set(moves):
+    if not listed - {MANIFEST, SUCCESS} <= set(moves) | set(keep) | set(created):
         raise ValueError("its manifest lists files the commit does not move")
     unproven = sorted(rel for rel in set(previous) - on_disk - listed if present(rel))
     if unproven:
         raise ValueError(f"it would remove {unproven[0]!r}, which no manifest lists")
     return journal
+
+
+def sort_listed(manifest: dict, previous: list[str], staged) -> tuple[list[str], list[str], list[str]]:
+    """The files a new manifest lists, by what the commit does with each: (moves: written by the
+    run, `staged(rel)`, and moved into place; keep: files of the dataset before it that the new
+    one holds as they are, an earlier version's shards; created: the Delta log entry the commit
+    itself writes). A Delta log entry the previous dataset holds under the same name (one being
+    overwritten) is created again, never kept: its contents differ."""
+    listed = sorted(listed_files(manifest) - {MANIFEST, SUCCESS})
+    before = set(previous)
+    delta = manifest.get("delta_log") if isinstance(manifest.get("delta_log"), dict) else {}
+    newest = f"{DELTA_LOG}/{delta.get('table_version', -1):020d}.json" if delta else None
+    created = [rel for rel in listed if rel == newest and not staged(rel)]
+    keep = [rel for rel in listed if rel in before and rel not in created and not staged(rel)]
+    moves = [rel for rel in listed if rel not in keep and rel not in created]
+    return moves, keep, created
 
 
 def validate_journal(run: _Tree, tree: _Tree) -> dict:
@@ -829,10 +857,10 @@ class OutputFolder:
         self.lock.check()
         with self.tmp.subtree(run_tmp.name) as run:
             # what the manifest lists, not whatever is in data/ (a killed writer's .partial stays behind)
-            moves = sorted(listed_files(manifest) - {MANIFEST, SUCCESS})
             previous = sorted(set(self.inventory.ours) - {SUCCESS})
+            moves, keep, created = sort_listed(manifest, previous, lambda rel: run.lstat(f"data/{rel}") is not None)
             journal = {"format": JOURNAL_FORMAT, "run": run_tmp.name, "previous": previous, "moves": moves,
-                       "manifest": manifest}
+                       "keep": keep, "created": created, "manifest": manifest}
             self._preflight(run_tmp.name, journal)     # a refusal now leaves the old dataset as it was
             try:
                 run.write_file(JOURNAL, journal_bytes(journal))
@@ -879,7 +907,11 @@ class OutputFolder:
         absent) with no link on the way. Whether the run's data folder is still there."""
         has_data = _isdir(self.tmp, f"{run_name}/data")
         previous = set(journal["previous"])
-        for rel in [SUCCESS, MANIFEST, *journal["previous"], *journal["moves"]]:
+        for rel in journal.get("keep", []):
+            if self.tree.lstat(rel) is None:
+                raise OutputError(f"sink.path: {self.out / rel}, a file of the dataset this commit keeps, is gone",
+                                  hint=f"run `gpuetl verify {self.out}`; rewrite the dataset with sink.mode: overwrite")
+        for rel in [SUCCESS, MANIFEST, *journal["previous"], *journal["moves"], *journal.get("created", [])]:
             st = self.tree.lstat(rel)
             if st is not None:
                 self.tree._refuse_unless_file(rel, st)
@@ -913,11 +945,12 @@ class OutputFolder:
         tree.unlink_file(SUCCESS)
         tree.sync()                                   # gone for good before any file of the dataset changes
         moves, previous = journal["moves"], journal["previous"]
-        new = set(moves)
+        new = set(moves) | set(journal.get("keep", []))
         for rel in previous:
             if rel not in new and rel != MANIFEST:
                 tree.unlink_file(rel)
-        folders = {"/".join(p.split("/")[:i]) for p in previous for i in range(1, p.count("/") + 1)}
+        gone = [rel for rel in previous if rel not in new]       # an earlier version's files (keep): untouched
+        folders = {"/".join(p.split("/")[:i]) for p in gone for i in range(1, p.count("/") + 1)}
         for folder in sorted(folders, key=lambda f: -f.count("/")):
             tree.rmdir_if_empty(folder)              # emptied: the previous dataset's split folders
         if has_data:                                  # gone: every file was moved already
@@ -926,10 +959,13 @@ class OutputFolder:
                     tree.move_in(data, rel, set(previous))
                 for folder in sorted({os.path.dirname(rel) for rel in moves}):
                     data.sync(rel=folder)             # the moves' sources on the disk
-        for folder in sorted({"/".join(p.split("/")[:i]) for p in previous + moves for i in range(p.count("/") + 1)}):
+        for folder in sorted({"/".join(p.split("/")[:i]) for p in gone + moves for i in range(p.count("/") + 1)}):
             tree.sync(rel=folder)                     # removals and moves on the disk before the manifest names them
         with self.tmp.subtree(run_name) as run:
             tree.write_file(MANIFEST, raw, staging=run)
+            if journal["manifest"].get("delta_log"):       # after the manifest, before _SUCCESS (sinks/delta.py)
+                commit_version(self.out, journal["manifest"])
+                tree.sync(rel=DELTA_LOG)
             tree.write_file(SUCCESS, success_bytes(raw), staging=run)
 
 

@@ -16,8 +16,9 @@ from ..sources.pins import FilePin
 from ..storage import is_remote
 from . import commit as commit_protocol
 from .base import sink_of_manifest
-from .commit import MANIFEST, SUCCESS, TMP
+from .commit import MANIFEST, SUCCESS, TMP, success_bytes, unsafe_reason
 from .manifest_check import Problem, check_listed_files, entries_problem
+from .versions import select_version, version_of
 
 
 def dataset_folder(out: str | Path) -> Path:
@@ -99,14 +100,17 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
+def verify_dataset(out: str | Path, dataset_version: int | None = None) -> tuple[dict, list[Problem]]:
     """Re-hash every shard and quarantine file against the manifest, check the manifest against
-    itself and _SUCCESS against the manifest; list what is wrong. Changes nothing."""
+    itself and _SUCCESS against the manifest; list what is wrong. Changes nothing.
+    dataset_version: check that version of an append dataset (sinks/versions.py): its manifest
+    against the sha256 the latest lists, and the files it lists."""
     if is_remote(out):
         from .objectstore import verify_remote
 
-        return verify_remote(str(out))
+        return verify_remote(str(out), dataset_version=dataset_version)
     out, manifest = read_manifest(out)
+    manifest, version_raw = select_version(manifest, dataset_version, lambda rel: read_listed(out, rel), str(out))
     problems: list[Problem] = []
     for name in commit_protocol.pending_journals(out):
         problems.append(Problem(f"{TMP}/{name}", commit_protocol.interrupted_commit(out, name, out)))
@@ -124,9 +128,11 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
         st = regular_file(out, rel)
         return st.st_size if isinstance(st, os.stat_result) else st
 
-    listed, found = check_listed_files(manifest, size_of, lambda rel: _sha256(out / rel))
+    own = hashlib.sha256(version_raw if version_raw is not None else (out / MANIFEST).read_bytes()).hexdigest()
+    listed, found = check_listed_files(manifest, size_of, lambda rel: _sha256(out / rel), own_sha256=own,
+                                       reports=version_raw is None)
     problems += found
-    if listed is None:
+    if listed is None or version_raw is not None:      # an earlier version: later ones' files are no strays
         return manifest, problems
     for folder, dirs, files in os.walk(out):
         rel_folder = os.path.relpath(folder, out)
@@ -141,15 +147,17 @@ def verify_dataset(out: str | Path) -> tuple[dict, list[Problem]]:
     return manifest, problems
 
 
-def inspect_dataset(out: str | Path, sample_rows: int = 3) -> dict:
+def inspect_dataset(out: str | Path, sample_rows: int = 3, dataset_version: int | None = None) -> dict:
+    """What the dataset holds (dataset_version: that version of an append dataset)."""
     if is_remote(out):
         from .objectstore import inspect_remote, read_remote_manifest
 
         manifest = read_remote_manifest(str(out))[1]
-        info = inspect_remote(str(out), sample_rows, sink_of_manifest(manifest))
+        info = inspect_remote(str(out), sample_rows, sink_of_manifest(manifest), dataset_version=dataset_version)
         info["splits"] = _splits(info["manifest"])
         return info
     out, manifest = read_manifest(out)
+    manifest = select_version(manifest, dataset_version, lambda rel: read_listed(out, rel), str(out))[0]
     malformed = entries_problem(manifest)
     if malformed:
         raise DataError(f"{out / MANIFEST}: {malformed}")
@@ -166,6 +174,16 @@ def inspect_dataset(out: str | Path, sample_rows: int = 3) -> dict:
     complete = not pending and isinstance(regular_file(out, SUCCESS), os.stat_result)
     return {"path": str(out), "complete": complete, "manifest": manifest, "splits": splits, "sample": sample,
             "interrupted_commits": pending}
+
+
+def read_listed(out: Path, rel: str) -> bytes | None:
+    """A file the manifest lists, read without following a link (None: missing or not a file)."""
+    st = regular_file(out, rel)
+    if not isinstance(st, os.stat_result):
+        return None
+    fd = os.open(out / rel, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def _splits(manifest: dict) -> dict[str, dict]:
@@ -235,3 +253,63 @@ def verify_inputs(manifest: dict, log=None) -> list[Problem]:
                                           + (f"; and {len(check.mismatches) - 3} more ranges"
                                              if len(check.mismatches) > 3 else "")))
     return problems
+
+
+# -- dataset versions (sinks/versions.py) ------------------------------------------------------
+
+def read_latest(out, storage_options: dict | None = None) -> dict | None:
+    """The committed manifest of the dataset at out, or None when there is no dataset there yet
+    (read before the run's lock is taken: the run checks it again under the lock)."""
+    if is_remote(out):
+        from .objectstore import ObjectStoreReader
+
+        reader = ObjectStoreReader(str(out), storage_options)
+        raw, success = reader.read(MANIFEST), reader.read(SUCCESS, 1 << 16)
+    else:
+        raw, success = _read_plain(Path(out) / MANIFEST), _read_plain(Path(out) / SUCCESS, 1 << 16)
+    if raw is None or success != success_bytes(raw):
+        return None
+    try:
+        manifest = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def _read_plain(path: Path, limit: int = 1 << 30) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(limit) if os.fstat(fd).st_mode & 0o170000 == 0o100000 else None
+
+def _reader(out):
+    """(read(rel) -> bytes | None, where, the latest manifest) of the dataset at out."""
+    if is_remote(out):
+        from .objectstore import read_remote_manifest
+
+        reader, manifest = read_remote_manifest(str(out))
+        return reader.read, reader.url, manifest
+    folder, manifest = read_manifest(out)
+    return (lambda rel: read_listed(folder, rel)), str(folder), manifest
+
+
+def read_version_report(out, version: int) -> dict | None:
+    """The run report of dataset version `version` (kept as _versions/NNNNN.report.json, its
+    sha256 in the latest manifest); None when it is the latest version (its _report.json)."""
+    read, where, latest = _reader(out)
+    manifest, raw = select_version(latest, version, read, where)
+    if raw is None:
+        return None
+    entry = next(e for e in latest["versions"] if e.get("version") == version)
+    kept = entry.get("report")
+    if not isinstance(kept, dict) or unsafe_reason(kept.get("path")):
+        raise DataError(f"{where}: dataset version {version} kept no run report")
+    data = read(kept["path"])
+    if data is None or hashlib.sha256(data).hexdigest() != kept.get("sha256"):
+        raise DataError(f"{where}/{kept['path']}: missing, or not the report the manifest lists (sha256)")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise DataError(f"{where}/{kept['path']}: not valid JSON ({err})") from None

@@ -31,6 +31,7 @@ class Layout:
     seed: int
     count: int | None
     target_bytes: int | None
+    file_offset: int = 0        # an append's new inputs come after the inputs earlier versions hold (sinks/versions.py)
 
     @property
     def split_names(self) -> list[str]:
@@ -52,6 +53,8 @@ class Layout:
         if not (self.splits and len(self.splits) > 1) and not self.shuffle and not self.ranged:
             return xp.zeros(len(df), dtype=xp.int8), xp.zeros(len(df), dtype=xp.uint64), None
         ident = [df[FILE_INDEX], df[OFFSET]]
+        if self.file_offset:         # an input's place among every input of the dataset, not of this run alone
+            ident[0] = (ident[0] + self.file_offset).astype(ident[0].dtype)
         key_cols = [df[k] for k in self.key] if self.key else ident
         p = backend.hash64(key_cols, self.seed)
         if len(self.splits) > 1:

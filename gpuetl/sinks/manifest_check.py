@@ -76,17 +76,46 @@ def entries_problem(manifest: dict) -> str | None:
     return None
 
 
-def check_listed_files(manifest: dict, size_of, sha256_of) -> tuple[set[str] | None, list[Problem]]:
+def check_listed_files(manifest: dict, size_of, sha256_of, *, own_sha256: str | None = None,
+                       reports: bool = True) -> tuple[set[str] | None, list[Problem]]:
     """What verify checks wherever the dataset lies: the manifest well formed and consistent, and
     each file it lists present, of its size and sha256. size_of(rel): the size, None when missing,
     or why it is not a file of the dataset; sha256_of(rel): its digest. Returns the paths the
-    manifest accounts for (None when it is malformed) and the problems."""
+    manifest accounts for (None when it is malformed) and the problems. An append dataset's
+    version manifests are checked against the sha256 listed (the manifest's own entry against
+    `own_sha256`, the digest of the manifest's bytes); its Delta log files are there. `reports`:
+    check the run report's files (an earlier version's were replaced by later runs)."""
     malformed = entries_problem(manifest)
     if malformed:
         return None, [Problem(MANIFEST, malformed)]
     problems = _consistency(manifest)
     listed = {MANIFEST, SUCCESS}
-    for entry in manifest["shards"] + manifest["quarantine"] + manifest.get("reports", []):
+    versions = manifest.get("versions") if isinstance(manifest.get("versions"), list) else []
+    entries = manifest["shards"] + manifest["quarantine"] + (manifest.get("reports", []) if reports else [])
+    for v in versions:
+        if not isinstance(v, dict) or not isinstance(v.get("path"), str):
+            return None, [Problem(MANIFEST, "an entry of versions lacks its path")]
+        if v.get("sha256") is None:            # the manifest's own: the same bytes
+            listed.add(v["path"])
+            if own_sha256 is not None:
+                size = size_of(v["path"])
+                if size is None or isinstance(size, str):
+                    problems.append(Problem(v["path"], size or "missing"))
+                elif sha256_of(v["path"]) != own_sha256:
+                    problems.append(Problem(v["path"], "does not hold the bytes of the manifest of its version"))
+        else:
+            entries.append(v)
+        if isinstance(v.get("report"), dict):
+            entries.append(v["report"])
+    delta = manifest.get("delta_log") if isinstance(manifest.get("delta_log"), dict) else {}
+    for entry in delta.get("files") or []:
+        rel = entry.get("path") if isinstance(entry, dict) else None
+        if isinstance(rel, str):
+            listed.add(rel)
+            size = size_of(rel)
+            if size is None or isinstance(size, str):
+                problems.append(Problem(rel, size or "missing (an entry of the Delta log)"))
+    for entry in entries:
         rel = entry["path"]
         listed.add(rel)
         size = size_of(rel)

@@ -37,7 +37,9 @@ from .. import storage
 from ..errors import OutputError, OutputWriteFailed
 from .commit import (JOURNAL, JOURNAL_FORMAT, MANIFEST, MANIFEST_FORMAT, OWNER, RUN_FORMAT, SUCCESS, TMP, Inventory,
                      OutputFolder, check_journal, finish_commits, finished_commit, interrupted_text, listed_files,
-                     looks_like_our_manifest, manifest_bytes, refuse, success_bytes, unsafe_reason)
+                     looks_like_our_manifest, manifest_bytes, refuse, sort_listed, success_bytes,
+                     unsafe_reason)
+from .delta import DELTA_LOG
 from .lock import LOCK, LOCK_FORMAT, describe, is_alive, this_process
 from .runstore import RunStore
 
@@ -345,8 +347,10 @@ class ObjectStoreFolder:
     def commit(self, run_tmp: Path, manifest: dict) -> None:
         self._check_lock()
         run = run_tmp.name
-        moves = sorted(listed_files(manifest) - {MANIFEST, SUCCESS})
         previous = sorted(set(self.inventory.ours) - {SUCCESS})
+        uploaded = set(self._listing(f"{TMP}/{run}/data/"))      # by workers (sinks/runstore.py)
+        moves, keep, created = sort_listed(manifest, previous, lambda rel: (run_tmp / "data" / rel).exists()
+                                           or f"{TMP}/{run}/data/{rel}" in uploaded)
         self._write(f"{TMP}/{run}/{OWNER}", json.dumps({**this_process(RUN_FORMAT), "run": run,
                                                          "uploads": moves}).encode())
         for rel in moves:
@@ -368,7 +372,12 @@ class ObjectStoreFolder:
         if in_way:
             raise OutputError(f"sink.path: {self._url(in_way[0])} appeared during the run and gpuetl did not write "
                               "it; refusing to replace it", hint="move it or choose another sink.path")
-        journal = {"format": JOURNAL_FORMAT, "run": run, "previous": previous, "moves": moves, "manifest": manifest}
+        gone = [rel for rel in keep if rel not in present]
+        if gone:
+            raise OutputError(f"sink.path: {self._url(gone[0])}, a file of the dataset this commit keeps, is gone",
+                              hint=f"run `gpuetl verify {self.url}`; rewrite the dataset with sink.mode: overwrite")
+        journal = {"format": JOURNAL_FORMAT, "run": run, "previous": previous, "moves": moves, "keep": keep,
+                   "created": created, "manifest": manifest}
         self._write(f"{TMP}/{run}/{JOURNAL}", json.dumps(journal, indent=1).encode())
         self.journal_written = True
         self._roll_forward(run, journal)
@@ -431,8 +440,9 @@ class ObjectStoreFolder:
         raw = manifest_bytes(journal["manifest"])
         if self._read(SUCCESS, 1 << 16) != success_bytes(raw):        # else committed: only cleaning up is left
             self._remove([SUCCESS])
+            kept = set(journal.get("keep", []))
             for rel in previous:
-                if rel not in (MANIFEST, SUCCESS):
+                if rel not in (MANIFEST, SUCCESS) and rel not in kept:
                     _hook("removing", rel)
                     self._remove([rel])
             self._remove([MANIFEST])
@@ -448,6 +458,12 @@ class ObjectStoreFolder:
                                                 hint="run again with sink.mode: overwrite") from None
                 _hook("copied", rel)
             self._write(MANIFEST, raw)
+            if journal["manifest"].get("delta_log"):       # after the manifest, before _SUCCESS (sinks/delta.py)
+                from .delta import commit_version
+
+                with self._errors(DELTA_LOG, "write the Delta log in"):
+                    commit_version(self.url, journal["manifest"], lambda rel: self._exists(rel) is not None,
+                                   self.options)
             self._write(SUCCESS, success_bytes(raw))
         self._abandon_remote(run)     # its uploads, what its tasks left there, the journal, the owner last
 
@@ -507,12 +523,16 @@ class ObjectStoreReader(ObjectStoreFolder):
         return digest.hexdigest()
 
 
-def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, list]:
+def verify_remote(url: str, storage_options: dict | None = None, dataset_version: int | None = None
+                  ) -> tuple[dict, list]:
     """verify for a dataset in a store: every shard re-hashed from the store, the manifest against
-    itself and _SUCCESS, keys the manifest does not list. Changes nothing."""
+    itself and _SUCCESS, keys the manifest does not list. Changes nothing. dataset_version: check
+    that version of an append dataset (sinks/versions.py)."""
     from .manifest_check import Problem, check_listed_files
+    from .versions import select_version
 
     reader, manifest = read_remote_manifest(url, storage_options)
+    manifest, version_raw = select_version(manifest, dataset_version, reader.read, reader.url)
     problems = [Problem(f"{TMP}/{run}", interrupted_text(finished_commit(
         reader.read(f"{TMP}/{run}/{JOURNAL}"), reader.read(MANIFEST), reader.read(SUCCESS, 1 << 16)), reader.url))
         for run in reader.pending_journals()]
@@ -523,10 +543,12 @@ def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, 
         problems.append(Problem(SUCCESS, "does not hold the manifest's sha256: the manifest was edited after the "
                                          "commit"))
     sizes = reader.sizes()                          # every key, from one listing
+    own = hashlib.sha256(version_raw if version_raw is not None else reader.read(MANIFEST)).hexdigest()
     listed, found = check_listed_files(
-        manifest, lambda rel: "not a path inside the dataset" if unsafe_reason(rel) else sizes.get(rel), reader.sha256)
+        manifest, lambda rel: "not a path inside the dataset" if unsafe_reason(rel) else sizes.get(rel), reader.sha256,
+        own_sha256=own, reports=version_raw is None)
     problems += found
-    if listed is None:
+    if listed is None or version_raw is not None:      # an earlier version: later ones' files are no strays
         return manifest, problems
     for rel in sizes:
         if rel.split("/")[0] != TMP and not any(p.startswith(".") for p in rel.split("/")) and rel not in listed:
@@ -534,10 +556,14 @@ def verify_remote(url: str, storage_options: dict | None = None) -> tuple[dict, 
     return manifest, problems
 
 
-def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | None = None) -> dict:
+def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | None = None,
+                   dataset_version: int | None = None) -> dict:
     import io
 
+    from .versions import select_version
+
     reader, manifest = read_remote_manifest(url, storage_options)
+    manifest = select_version(manifest, dataset_version, reader.read, reader.url)[0]
     sample = []
     for shard in manifest.get("shards", []):
         if shard.get("rows"):

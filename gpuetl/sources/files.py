@@ -152,11 +152,12 @@ def _input_files(blob: bytes, ends: bytes) -> InputFiles:
 
 
 def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
-                   notes: list[str] | None = None, remote=None, ranged: bool = False) -> list[InputFile]:
+                   notes: list[str] | None = None, remote=None, ranged: bool = False, keep=None) -> list[InputFile]:
     """Expand globs ('**' allowed) relative to base_dir: sorted, each real file once, regular
     files only. What is left out (other kinds of files, the same file by another name) is
     added to `notes`. Object-store patterns need `remote` (a cache.RemoteInputs), which fetches
-    their objects and must live as long as the inputs are read."""
+    their objects and must live as long as the inputs are read. keep(InputFile) -> bool: which
+    of the listed inputs to read (an append's new ones), asked before an object is fetched."""
     remote_patterns = [p for p in patterns if storage.is_remote(p)]
     patterns = [storage.local_path(p) for p in patterns if not storage.is_remote(p)]
     objects = _remote_objects(remote_patterns, remote)
@@ -202,6 +203,9 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
         for m, st in files:
             found[os.path.abspath(m)] = st
     result: list[InputFile] = []
+    if objects and keep is not None:
+        objects = [o for o in objects if keep(InputFile(0, o.url, o.url, o.size, o.mtime_ns, None, o.url, o.etag,
+                                                        o.version_id))]
     if objects:
         kinds = {o.url: _compression(o.url, compression) for o in objects}
         in_place = remote.in_place([o for o in objects if ranged and kinds[o.url] is None])
@@ -226,8 +230,11 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
         if first != display:             # the same file by another name (a link): read once
             duplicates.append(f"{display} (= {first})")
             continue
-        result.append(InputFile(len(result), path, display, st.st_size, st.st_mtime_ns, _compression(path, compression),
-                                identity=Identity.of(st)))
+        listed = InputFile(len(result), path, display, st.st_size, st.st_mtime_ns, _compression(path, compression),
+                           identity=Identity.of(st))
+        if keep is not None and not keep(listed):
+            continue
+        result.append(listed)
         if compression == "infer" and result[-1].compression is None and notes is not None and sniffed < MAX_SNIFFED:
             sniffed += 1
             if kind := compressed_by_its_bytes(path):

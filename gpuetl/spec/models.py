@@ -247,7 +247,10 @@ class Sink(Model):
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
     row_group_rows: int | None = Field(None, ge=1)
     row_group_bytes: Size | None = None
-    mode: Literal["error", "overwrite", "resume"] = "error"
+    mode: Literal["error", "overwrite", "resume", "append"] = Field(
+        "error", description="error | overwrite | resume | append (new inputs become a new dataset version)")
+    delta_log: bool = Field(False, description="also write a Delta Lake log (_delta_log/, one commit per dataset "
+                                               "version); needs the deltalake package (pip install gpuetl[delta])")
     durable: bool = Field(True, description="flush every file to the disk before it is published (fsync), so a "
                                             "power cut never leaves a dataset naming empty files; false: scratch output")
     storage_options: dict[str, Any] | None = STORAGE_OPTIONS
@@ -277,6 +280,14 @@ class Sink(Model):
     def _one_row_group(self):
         if self.row_group_rows is not None and self.row_group_bytes is not None:
             raise ValueError("give at most one of row_group_rows and row_group_bytes")
+        return self
+
+    @model_validator(mode="after")
+    def _delta_log(self):
+        if self.delta_log:
+            from ..sinks.delta import check_delta_sink
+
+            check_delta_sink(self)
         return self
 
 

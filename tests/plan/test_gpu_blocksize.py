@@ -79,10 +79,10 @@ def test_gpuetl_plan_for_the_gpu_shows_the_devices_blocksize(monkeypatch, logs, 
 def test_the_blocksize_taken_is_in_the_runs_fingerprint(monkeypatch, logs):
     """A run resumed where the device gives another blocksize would cut other partitions: the
     fingerprint differs, so resume refuses rather than mixing two partitionings."""
-    from gpuetl.runtime.run import _pipeline_digest
+    from gpuetl.runtime.phases.resume import pipeline_digest
 
     digests = []
     for memory in (H200, [(15 * GIB, 16 * GIB)], H200):
         _device(monkeypatch, memory)
-        digests.append(_pipeline_digest(gpuetl.Pipeline.from_dict(_spec(), base_dir=logs).plan(GpuPlanning())))
+        digests.append(pipeline_digest(gpuetl.Pipeline.from_dict(_spec(), base_dir=logs).plan(GpuPlanning())))
     assert digests[0] != digests[1] and digests[0] == digests[2]

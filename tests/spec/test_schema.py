@@ -64,7 +64,7 @@ def test_top_level_matches_the_contract(schema):
     assert set(schema["properties"]["on_error"]["enum"]) == {"fail", "drop", "quarantine"}
     defs = schema["$defs"]
     assert {"text", "jsonl", "csv", "parquet", "images"} == set(defs["Source"]["properties"]["type"]["enum"])
-    assert {"error", "overwrite", "resume"} == set(defs["Sink"]["properties"]["mode"]["enum"])
+    assert {"error", "overwrite", "resume", "append"} == set(defs["Sink"]["properties"]["mode"]["enum"])
     assert {"zstd", "snappy", "gzip", "lz4", "none"} == set(defs["Sink"]["properties"]["compression"]["enum"])
     assert {"apache_common", "apache_combined", "nginx_combined", "syslog_rfc3164", "syslog_rfc5424",
             "json"} <= set(json.dumps(defs["Parse"]["properties"]["preset"]).replace('"', " ").split())

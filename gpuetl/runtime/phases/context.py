@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ...plan.compile import Plan
 from ...sinks.base import get_sink
+from ...sinks.versions import VersionedSink
 from ...sinks.runstore import RunStore, SinkThroughStore
 from ...sinks.shard_writer import ShardResult
 from ...sinks.spill import MapResult
@@ -31,6 +32,7 @@ class RunResult:
     input_bytes: int
     manifest: dict = field(repr=False, default_factory=dict)
     report: Path | str | None = None    # the run report's HTML file (a URL on an object store)
+    nothing_to_append: bool = False     # sink.mode append found no new input: no new version
 
     @property
     def rows_out(self) -> int:
@@ -86,6 +88,8 @@ class RunContext:
     def sink(self):
         """The pipeline's sink; through the store, its tasks upload what they write there."""
         sink = get_sink(self.plan.spec.sink.type)
+        if self.plan.held is not None:        # sink.mode append: the new version's names
+            sink = VersionedSink(sink, self.plan.held.version + 1)
         return SinkThroughStore(sink, self.store) if self.store is not None else sink
 
     @cached_property

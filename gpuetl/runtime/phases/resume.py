@@ -24,10 +24,14 @@ from .context import RunContext, RunResult
 STATE = "_state.json"
 
 
-def _pipeline_digest(plan: Plan) -> str:
-    """What decides the output, from the validated pipeline: everything but sink.mode."""
+def pipeline_digest(plan: Plan) -> str:
+    """What decides the output, from the validated pipeline: everything but sink.mode (and, in
+    append mode, source.path, whose inputs are tracked by their pins, and sink.path, where the
+    dataset lies: sinks/versions.py)."""
     spec = plan.spec.model_dump(mode="json")
-    spec.get("sink", {}).pop("mode", None)
+    if spec.get("sink", {}).pop("mode", None) == "append":
+        spec.get("source", {}).pop("path", None)
+        spec["sink"].pop("path", None)
     spec.pop("cache", None)               # where inputs are cached does not change the output
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
@@ -35,7 +39,7 @@ def _pipeline_digest(plan: Plan) -> str:
 def fingerprint(plan: Plan, backend=None) -> dict:
     """What must not change for finished work to be reused: the pipeline (but sink.mode), every
     input, the backend and gpuetl's version."""
-    return {"pipeline": _pipeline_digest(plan), "partitions": len(plan.partitions),
+    return {"pipeline": pipeline_digest(plan), "partitions": len(plan.partitions),
             "backend": backend.name if backend is not None else None, "gpuetl": __version__,
             "inputs": [f.pin() for f in plan.files]}
 

@@ -1,0 +1,52 @@
+"""The run's side of dataset versions (sinks/versions.py) and of the Delta log (sinks/delta.py):
+under the output folder's lock, settle what an append reads; once the run's manifest is final,
+make it the next version's and stage the version's files for the commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import OutputError
+from ..plan.compile import Plan, compile_plan
+from ..sinks import versions
+from ..sinks.commit import listed_files
+
+
+def settle(plan: Plan, backend, folder, digest) -> Plan:
+    """Under the lock, after the survey (which finished any interrupted commit): the plan an
+    append runs, compiled again when the dataset moved on since it was compiled (a commit
+    finished just now, another append); the refusals that come before any data is read.
+    digest(plan): the pipeline's fingerprint, source.path and sink.mode left out."""
+    inv = folder.inventory
+    if inv.ours and not inv.complete:
+        raise OutputError(f"sink.path: {folder.out} holds an incomplete dataset (no _SUCCESS); an append adds to "
+                          "a complete one", hint=f"run `gpuetl verify --repair {folder.out}`, or rewrite it with "
+                                                 "sink.mode: overwrite")
+    manifest = inv.manifest if inv.complete else None
+    if versions.version_of(manifest) != plan.held.version or (manifest is None) != (plan.held.manifest is None):
+        plan = compile_plan(plan.loaded, backend)
+        if versions.version_of(manifest) != plan.held.version:
+            raise OutputError(f"sink.path: {folder.out} changed while this run looked at it",
+                              hint="run again")
+    versions.check_base(folder.out, manifest, digest(plan), plan.output_schema)
+    if manifest is not None:
+        missing = sorted(listed_files(manifest) - set(inv.ours))
+        if missing:
+            raise OutputError(f"sink.path: {folder.out} lacks {missing[0]}, a file its manifest lists; an append "
+                              "adds to a whole dataset", hint=f"run `gpuetl verify {folder.out}`")
+    return plan
+
+
+def before_commit(plan: Plan, manifest: dict, run_tmp: Path) -> dict:
+    """The run's final manifest as the dataset's next version (append), with its Delta commit
+    (sink.delta_log); the version's own files staged in the run's data folder."""
+    own_shards = list(manifest["shards"])
+    if plan.held is not None:
+        manifest = versions.merge(plan.held.manifest, manifest)
+    if plan.spec.sink.delta_log:
+        from ..sinks.delta import log_entry
+
+        manifest["delta_log"] = log_entry(manifest, own_shards)
+    if plan.held is not None:
+        versions.stage_files(run_tmp / "data", manifest)
+    return manifest
