@@ -142,6 +142,10 @@ class Dataset:
 
         return bare(join(self.root, shard.path))
 
+    def is_local(self, shard: Shard) -> bool:
+        """The shard is a file on this machine (the dataset's own, or its copy in the cache tier)."""
+        return not self.remote or shard.path in self.local_copies
+
     def open(self, shard: Shard):
         """A binary file object of the shard (the caller closes it)."""
         if shard.path in self.local_copies:

@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
+from ..backends.batches import BatchSpec, check_device, device_batches, storage_dtype
 from ..errors import DataError, SpecError
 from . import order as order_mod
 from .dataset import Dataset
@@ -72,7 +73,7 @@ class Loader:
         if decode_images and output == "arrow":
             raise SpecError("Loader: decode_images gives numpy arrays or tensors: use output='numpy' or 'torch'")
         if device == "cuda":
-            _refuse_cuda(output)
+            check_device()
         self.data = Dataset(dataset, split, storage_options, cache)
         names = self.data.schema.names if self.data.schema is not None else []
         if columns is not None:
@@ -96,15 +97,21 @@ class Loader:
         self.kinds = {c: _column_kind(self.data.schema.field(c).type) for c in self.columns} if names else {}
         if decode_images:
             self.kinds[image_column] = "image"
-        if output == "torch":
+        if output in ("torch", "cupy"):
             refused = [c for c, k in self.kinds.items() if k == "arrow"]
             if refused:
-                raise SpecError(f"Loader: output='torch' takes numeric, boolean and timestamp columns; leave out "
+                raise SpecError(f"Loader: output={output!r} takes numeric, boolean and timestamp columns; leave out "
                                 f"{', '.join(refused)} (columns=[...])")
         self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, epoch
         self.rank, self.world_size, self.drop_last, self.prefetch = rank, world_size, drop_last, prefetch
         self.device, self.output, self.verify = device, output, verify
         self.shuffle_buffer, self.num_workers = shuffle_buffer, num_workers
+        # the table work: pyarrow on the host, or the device's (backends/batches.py); same arguments
+        self._frames = _HostBatches(self) if device == "cpu" else device_batches(BatchSpec(
+            columns=list(self.columns), read_columns=list(self.read_columns), kinds=dict(self.kinds),
+            dtypes={c: storage_dtype(self.data.schema.field(c).type) for c, k in self.kinds.items()
+                    if k in ("numeric", "time")},
+            output=output, decode_images=decode_images, image_column=image_column, where=str(self.data.root)))
         # units: (shard index, row group) in manifest order
         self.units = [(s, g) for s, shard in enumerate(self.data.shards) for g in range(len(shard.group_rows))]
         self.unit_rows = [self.data.shards[s].group_rows[g] for s, g in self.units]
@@ -227,13 +234,15 @@ class Loader:
                     self.data.sha256(shard)
                     self._checked.add(s)
         t0 = time.perf_counter()
-        table = self.data.read_group(shard, g, self.read_columns)
-        self._stats.add(read_s=time.perf_counter() - t0, rows_read=table.num_rows,
+        unit = self._frames.read(self.data, shard, g)
+        self._stats.add(read_s=time.perf_counter() - t0, rows_read=self._frames.rows(unit),
                         bytes_read=shard.group_bytes[g], groups_read=1)
-        return table
+        return unit
 
     def _produce(self, order: order_mod.EpochOrder, start: int, n_steps: int):
-        """Batches of this rank, in order; row groups read by `num_workers` threads (or inline)."""
+        """Batches of this rank, in order; row groups read by `num_workers` threads (or inline).
+        The table work is self._frames' (host or device), on the same windows and runs."""
+        frames = self._frames
         pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="gpuetl-loader") if self.num_workers else None
         reads: dict[int, Future | pa.Table] = {}     # stream unit index -> its table (or the read under way)
         windows: dict[int, pa.Table] = {}
@@ -262,8 +271,8 @@ class Loader:
             parts = []
             for k in order.window_units(w):
                 a, b = int(order.starts[k]), int(order.starts[k + 1])
-                parts.append(table_of(k).slice(max(lo - a, 0), min(hi, b) - max(lo, a)))
-            table = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+                parts.append((table_of(k), max(lo - a, 0), min(hi, b) - max(lo, a)))
+            table = frames.window(parts, order.window_perm(w))
             for k in [k for k in reads if int(order.starts[k + 1]) <= lo]:    # row groups behind this window
                 got = reads.pop(k)
                 if isinstance(got, Future):
@@ -277,19 +286,12 @@ class Loader:
         try:
             B = self.batch_size
             for j in range(n_steps):
-                pos = order_mod.batch_positions(order.n, start, j, B, self.world_size, self.rank)
+                runs = order_mod.batch_runs(order.n, start, j, B, self.world_size, self.rank, order.window)
                 if j + 1 < n_steps and pool:          # read ahead: the row groups of this rank's next batch
-                    after = order_mod.batch_positions(order.n, start, j + 1, B, self.world_size, self.rank)
-                    for w in np.unique(after // order.window):
-                        want(int(w))
-                w_of = pos // order.window
-                pieces = []
-                i = 0
-                while i < len(pos):                     # runs of positions in one window
-                    w = int(w_of[i])
-                    e = i + int(np.argmax(w_of[i:] != w)) if (w_of[i:] != w).any() else len(pos)
-                    pieces.append((window(w), order.stream_rows(w, pos[i:e] - w * order.window)))
-                    i = e
+                    after = order_mod.batch_runs(order.n, start, j + 1, B, self.world_size, self.rank, order.window)
+                    for w in sorted({w for w, _, _ in after}):
+                        want(w)
+                pieces = [frames.piece(window(w), order, w, lo, hi) for w, lo, hi in runs]
                 if pool:                                # batches are cut and converted by the threads too,
                     assembling.append(pool.submit(self._assemble, pieces))     # handed out in order
                     while len(assembling) > depth:
@@ -306,10 +308,9 @@ class Loader:
                 pool.shutdown(wait=True, cancel_futures=True)
 
     def _assemble(self, pieces, pool=None):
-        """A batch from (window table, rows) pieces: rows taken, joined and converted."""
+        """A batch from its pieces (self._frames.piece), joined and converted."""
         t0 = time.perf_counter()
-        taken = [table.take(pa.array(rows)) for table, rows in pieces]
-        batch = self._convert(taken[0] if len(taken) == 1 else pa.concat_tables(taken), pool)
+        batch = self._frames.batch(pieces, pool)
         self._stats.add(assemble_s=time.perf_counter() - t0)
         return batch
 
@@ -429,12 +430,28 @@ def _ahead(batches, depth: int):
             thread.join(timeout=0.05)
 
 
-def _refuse_cuda(output: str) -> None:
-    from ..backends.gpu_support import gpu_count, rapids_available
 
-    if not (rapids_available() and gpu_count()):
-        raise SpecError(f"Loader: device='cuda' needs an NVIDIA GPU with RAPIDS installed (the GPU backend); "
-                        f"{'RAPIDS is not importable' if not rapids_available() else 'no GPU is visible'}. "
-                        "Use device='cpu'")
-    raise NotImplementedError(f"Loader: device='cuda' (output={output!r}) is not implemented yet; use device='cpu' "
-                              "and move the batches to the device")
+class _HostBatches:
+    """backends.batches.BatchFrames on the host: pyarrow tables; a window kept in stream order
+    and a batch's rows taken from it by the window's permutation (order.stream_rows)."""
+
+    def __init__(self, loader: Loader):
+        self.loader = loader
+
+    def read(self, data: Dataset, shard, group: int) -> pa.Table:
+        return data.read_group(shard, group, self.loader.read_columns)
+
+    def rows(self, table: pa.Table) -> int:
+        return table.num_rows
+
+    def window(self, parts, perm) -> pa.Table:
+        sliced = [t.slice(a, n) for t, a, n in parts]
+        return pa.concat_tables(sliced).combine_chunks() if len(sliced) > 1 else sliced[0]
+
+    def piece(self, window: pa.Table, order: order_mod.EpochOrder, w: int, lo: int, hi: int):
+        return window, order.stream_rows(w, np.arange(lo, hi, dtype=np.int64))
+
+    def batch(self, pieces, pool=None):
+        """Rows taken, joined and converted (Loader._convert)."""
+        taken = [table.take(pa.array(rows)) for table, rows in pieces]
+        return self.loader._convert(taken[0] if len(taken) == 1 else pa.concat_tables(taken), pool)
