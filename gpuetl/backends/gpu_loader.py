@@ -33,7 +33,7 @@ from ..errors import DataError
 LOADER_CALLS: list[tuple[str, int, tuple[str, ...]]] = [
     ("pylibcudf.io.SourceInfo", 1, ()),
     ("pylibcudf.io.parquet.ParquetReaderOptions.builder", 1, ()),
-    ("pylibcudf.io.parquet.ParquetReaderOptionsBuilder.columns", 1, ()),
+    ("pylibcudf.io.parquet.ParquetReaderOptionsBuilder.column_names", 1, ()),
     ("pylibcudf.io.parquet.ParquetReaderOptionsBuilder.use_pandas_metadata", 1, ()),
     ("pylibcudf.io.parquet.ParquetReaderOptionsBuilder.build", 0, ()),
     ("pylibcudf.io.parquet.ParquetReaderOptions.set_row_groups", 1, ()),
@@ -73,7 +73,7 @@ class LibcudfTables:
     def read(self, path: str, group: int, columns: list[str]):
         plc = self.plc
         options = (plc.io.parquet.ParquetReaderOptions.builder(plc.io.SourceInfo([path]))
-                   .columns(columns).use_pandas_metadata(False).build())
+                   .column_names(columns).use_pandas_metadata(False).build())
         options.set_row_groups([[group]])
         got = plc.io.parquet.read_parquet(options)
         names = got.column_names()
