@@ -65,7 +65,8 @@ class ArrowTables:
         col = col.fill_null(0) if nulls else col         # what a device buffer holds under a null is undefined
         if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
             col = col.view(pa.int64() if dtype == "int64" else pa.int32())
-        return col.to_numpy(zero_copy_only=False).astype(dtype, copy=False), nulls
+        # a writable array, as a device buffer is (Arrow's host buffers are read-only)
+        return np.array(col.to_numpy(zero_copy_only=False), dtype=dtype), nulls
 
 
 @pytest.fixture
@@ -171,3 +172,24 @@ def test_a_shard_swapped_for_a_link_is_not_read_on_the_device(dataset_copy, emul
     with pytest.raises(DataError, match="cannot be read"):
         next(iter(loader))
     assert outside.exists() and shard.is_symlink()
+
+
+@pytest.mark.torch
+def test_torch_output_shares_the_arrays_memory_through_dlpack(loader_dataset, emulated, monkeypatch):
+    """output='torch' on the device hands each column's array to torch.from_dlpack: the tensor is
+    the array's memory (on a GPU, the CuPy view of the device buffer), not a copy."""
+    torch = pytest.importorskip("torch")
+    handed = []
+    original = gpu_loader.DeviceBatches._torch
+
+    def keeping(array):
+        handed.append(array)
+        return original(array)
+
+    monkeypatch.setattr(gpu_loader.DeviceBatches, "_torch", staticmethod(keeping))
+    batch = next(iter(gpuetl.Loader(loader_dataset, columns=COLUMNS, device="cuda", output="torch", batch_size=32,
+                                    num_workers=0, prefetch=0)))
+    assert [type(t) for t in batch.values()] == [torch.Tensor] * 3
+    for tensor, array in zip(batch.values(), handed):
+        assert tensor.data_ptr() == array.ctypes.data
+    assert batch["status"].dtype == torch.int16 and batch["time"].dtype == torch.int64
