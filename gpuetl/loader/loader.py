@@ -283,14 +283,23 @@ class Loader:
 
         assembling: deque[Future] = deque()
         depth = _assembling_depth(self.num_workers, self.prefetch)
+        # read ahead: the row groups of this rank's next batch, and (from the second batch on, so
+        # the first read has the cores to itself) of the batch a window or a row group further on,
+        # whichever is longer: a row group is asked for while the one before it is being consumed,
+        # not when the batches read ahead into the queue run out (one batch ahead, the consumer
+        # waited for each row group's read at every row-group boundary)
+        B = self.batch_size
+        far = max(1, -(-max(order.window, max(self.unit_rows, default=0)) // (B * self.world_size)))
         try:
-            B = self.batch_size
             for j in range(n_steps):
                 runs = order_mod.batch_runs(order.n, start, j, B, self.world_size, self.rank, order.window)
-                if j + 1 < n_steps and pool:          # read ahead: the row groups of this rank's next batch
-                    after = order_mod.batch_runs(order.n, start, j + 1, B, self.world_size, self.rank, order.window)
-                    for w in sorted({w for w, _, _ in after}):
-                        want(w)
+                if pool:
+                    for jj in ((j + 1, j + far) if j else (j + 1,)):
+                        if jj < n_steps:
+                            after = order_mod.batch_runs(order.n, start, jj, B, self.world_size, self.rank,
+                                                         order.window)
+                            for w in sorted({w for w, _, _ in after}):
+                                want(w)
                 pieces = [frames.piece(window(w), order, w, lo, hi) for w, lo, hi in runs]
                 if pool:                                # batches are cut and converted by the threads too,
                     assembling.append(pool.submit(self._assemble, pieces))     # handed out in order

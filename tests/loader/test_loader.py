@@ -266,3 +266,37 @@ def test_a_numeric_column_with_nulls_is_refused_for_numpy_and_read_as_arrow(load
     with pytest.raises(DataError, match="column 'size' holds nulls"):
         for _ in gpuetl.Loader(loader_dataset, columns=["size"], batch_size=500, drop_last=False):
             pass
+
+
+def test_a_row_group_is_read_while_the_one_before_it_is_consumed(loader_dataset, monkeypatch):
+    """Reading ahead reaches a row group's length past the batch being made (here 200 rows: 10
+    batches of 20), so a row group's read starts while the batches before it are still being
+    handed out, not when the batches queued ahead run out (one batch ahead, the consumer waited
+    for the read at each row-group boundary: the stub step's wait)."""
+    made, started = [], {}
+    assemble, read_unit = gpuetl.Loader._assemble, gpuetl.Loader._read_unit
+
+    def counting(self, pieces, pool=None):
+        out = assemble(self, pieces, pool)
+        made.append(1)
+        return out
+
+    def noting(self, u):
+        started.setdefault(u, len(made))
+        return read_unit(self, u)
+
+    monkeypatch.setattr(gpuetl.Loader, "_assemble", counting)
+    monkeypatch.setattr(gpuetl.Loader, "_read_unit", noting)
+    B = 20
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=B, shuffle_buffer=100, seed=2, num_workers=1,
+                           prefetch=2)
+    n = sum(1 for _ in loader)
+    order = loader.order(0)
+    first_need = {}
+    for j in range(n):
+        for w, _, _ in order_mod.batch_runs(order.n, 0, j, B, 1, 0, order.window):
+            for k in order.window_units(w):
+                first_need.setdefault(int(order.units[k]), j)
+    far = max(order.window, max(loader.unit_rows)) // B
+    late = {u: (started[u], j) for u, j in first_need.items() if j > far and started[u] > j - far // 2}
+    assert len(first_need) > 4 and not late, late
