@@ -189,6 +189,16 @@ class Dataset:
             raise DataError(f"{self.where(shard)}: sha256 {digest.hexdigest()[:12]}…, the manifest says "
                             f"{shard.sha256[:12]}…: the shard is damaged or was replaced; run `gpuetl verify {self.root}`")
 
+    def iter_group(self, shard: Shard, group: int, columns, rows: int):
+        """The row group's columns as record batches of `rows` rows, each decoded when asked for."""
+        try:
+            with self.open(shard) as fh:
+                yield from pq.ParquetFile(fh, metadata=shard.metadata).iter_batches(
+                    batch_size=rows, row_groups=[group], columns=columns)
+        except (pa.ArrowException, OSError) as err:
+            raise DataError(f"{self.where(shard)}: row group {group} cannot be read ({err}); the shard is damaged; "
+                            f"run `gpuetl verify {self.root}`") from None
+
     def read_group(self, shard: Shard, group: int, columns) -> pa.Table:
         try:
             with self.open(shard) as fh:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import numpy as np
@@ -274,19 +275,19 @@ def test_a_row_group_is_read_while_the_one_before_it_is_consumed(loader_dataset,
     handed out, not when the batches queued ahead run out (one batch ahead, the consumer waited
     for the read at each row-group boundary: the stub step's wait)."""
     made, started = [], {}
-    assemble, read_unit = gpuetl.Loader._assemble, gpuetl.Loader._read_unit
+    assemble, fill = gpuetl.Loader._assemble, gpuetl.Loader._fill
 
     def counting(self, pieces, pool=None):
         out = assemble(self, pieces, pool)
         made.append(1)
         return out
 
-    def noting(self, u):
+    def noting(self, u, reading):
         started.setdefault(u, len(made))
-        return read_unit(self, u)
+        return fill(self, u, reading)
 
     monkeypatch.setattr(gpuetl.Loader, "_assemble", counting)
-    monkeypatch.setattr(gpuetl.Loader, "_read_unit", noting)
+    monkeypatch.setattr(gpuetl.Loader, "_fill", noting)
     B = 20
     loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=B, shuffle_buffer=100, seed=2, num_workers=1,
                            prefetch=2)
@@ -300,3 +301,39 @@ def test_a_row_group_is_read_while_the_one_before_it_is_consumed(loader_dataset,
     far = max(order.window, max(loader.unit_rows)) // B
     late = {u: (started[u], j) for u, j in first_need.items() if j > far and started[u] > j - far // 2}
     assert len(first_need) > 4 and not late, late
+
+
+def test_the_first_batch_waits_for_its_own_rows_not_for_its_whole_row_group(loader_dataset, monkeypatch):
+    """A reader thread decodes a row group a chunk at a time, and a window takes its rows as soon
+    as they are decoded: here the read of every row group stops after its first chunk until the
+    consumer holds its first batch, which must come out of that first chunk alone."""
+    from gpuetl.loader import dataset as dataset_mod
+    from gpuetl.loader import loader as loader_mod
+
+    monkeypatch.setattr(loader_mod, "CHUNK_ROWS", 50)
+    first_out = threading.Event()
+    original = dataset_mod.Dataset.iter_group
+
+    def held(self, shard, group, columns, rows):
+        for i, batch in enumerate(original(self, shard, group, columns, rows)):
+            if i == 1:
+                first_out.wait(10)              # the rest of the row group: only once a batch is out
+            yield batch
+
+    def whole(self, shard, group, columns):
+        first_out.wait(10)                      # a whole row group: only once a batch is out
+        return read_group(self, shard, group, columns)
+
+    read_group = dataset_mod.Dataset.read_group
+    monkeypatch.setattr(dataset_mod.Dataset, "iter_group", held)
+    monkeypatch.setattr(dataset_mod.Dataset, "read_group", whole)
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=10, shuffle_buffer=50, seed=3, num_workers=2,
+                           prefetch=2)
+    it = iter(loader)
+    t0 = time.perf_counter()
+    batch = next(it)
+    waited = time.perf_counter() - t0
+    assert not first_out.is_set() and waited < 5 and len(batch["_offset"]) == 10
+    first_out.set()
+    rest = list(it)
+    assert 1 + len(rest) == len(loader)
