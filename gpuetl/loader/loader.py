@@ -259,12 +259,16 @@ class Loader:
                         self.data.sha256(shard)
                         self._checked.add(s)
             t0 = time.perf_counter()
-            for batch in self.data.iter_group(shard, g, self.read_columns, CHUNK_ROWS):
-                if reading.stopped:
-                    return
-                reading.add(batch)
-            self._stats.add(read_s=time.perf_counter() - t0, rows_read=reading.have,
-                            bytes_read=shard.group_bytes[g], groups_read=1)
+            try:
+                for batch in self.data.iter_group(shard, g, self.read_columns, CHUNK_ROWS):
+                    if reading.stopped:         # no longer needed (behind the windows, or the pass ended)
+                        break
+                    reading.add(batch)
+            finally:                            # a row group read in part counts its rows, its bytes pro rata
+                rows = shard.group_rows[g] or 1
+                self._stats.add(read_s=time.perf_counter() - t0, rows_read=reading.have,
+                                bytes_read=shard.group_bytes[g] * min(reading.have, rows) // rows,
+                                groups_read=int(reading.have >= shard.group_rows[g]))
         except BaseException as err:            # raised where a window takes the rows
             reading.error = err
         finally:
