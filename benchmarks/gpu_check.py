@@ -485,7 +485,9 @@ def loader_job(datasets: Path, tabular: str, images_limit: int, smoke: bool) -> 
                 break
         sync()
         seconds = time.perf_counter() - t0
-        out["images"] = {"images": n, "seconds": seconds, "images_per_s": n / seconds, "shape_chw": shape,
+        n, decoded = min(n, loader.rows), n         # the padding of a last batch (drop_last=False) not counted
+        out["images"] = {"images": n, "decoded": decoded, "seconds": seconds, "images_per_s": n / seconds,
+                         "shape_chw": shape,
                          "meets_goal": n / seconds >= LOADER_IMAGES_GOAL, "fallbacks": fallback_counts(),
                          "stats": loader.stats()}
     except Exception as err:               # noqa: BLE001

@@ -34,7 +34,7 @@ DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml", "cupy": "cupy-cuda13x", "cupy
                 "cvcuda": "cvcuda-cu13", "dateutil": "python-dateutil", "_pytest": "pytest"}
 # modules of the repository itself that tests import by their top-level name
 LOCAL = {"gpuetl", "conftest", "hostile", "imagedata", "objectstore_server", "peak_memory", "textdata",
-         "watched_logs", "gallery", "loaderdata"}
+         "watched_logs", "gallery", "loaderdata", "test_gpu_api"}
 
 
 def _imports(path: Path, top_level_only: bool) -> set[str]:

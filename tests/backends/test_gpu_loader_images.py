@@ -27,7 +27,7 @@ from gpuetl.backends import gpu_images, gpu_loader  # noqa: E402
 from gpuetl.backends.gpu_support import fallback_counts, reset_tallies  # noqa: E402
 from gpuetl.loader import loader as loader_mod  # noqa: E402
 from imagedata import photo_folder, run_images  # noqa: E402
-from loader.test_cuda_emulated import ArrowTables  # noqa: E402
+from loaderdata import ArrowTables  # noqa: E402
 
 
 class _Decoded:
