@@ -211,20 +211,29 @@ class Loader:
 
     def _images(self, table: pa.Table, pool) -> np.ndarray:
         """The batch's images as one uint8 array, (B, H, W, C) or (B, C, H, W), decoded as the CPU
-        image steps decode (backends/cpu_images.py); every image must have the same size."""
+        image steps decode (backends/cpu_images.py): a JPEG by TurboJPEG straight into the batch's
+        array where that gives Pillow's pixels, anything else by `decode`; every image must have
+        the same size."""
+        from ..backends import cpu_images
+
         w, h, c = (table.column(k).to_pylist() for k in ("width", "height", "channels"))
         sizes = set(zip(w, h, c))
         if len(sizes) > 1:
             raise DataError(f"{self.data.root}: the images of a batch differ in size ({sorted(sizes)[:3]}…): "
                             "decode_images needs a dataset resized to one size (the resize step)")
-        items = list(zip(table.column(self.image_column).to_pylist(), table.column("format").to_pylist(), w, h, c))
-        try:
-            arrays = list(pool.map(_decode_one, items)) if pool else [_decode_one(i) for i in items]
-        except ValueError as err:
-            raise DataError(f"{self.data.root}: an image of column {self.image_column!r} cannot be decoded: {err}") from None
-        H, W, C = (h[0], w[0], c[0]) if items else (0, 0, 0)
-        stacked = np.stack(arrays) if arrays else np.zeros((0, H, W, C), np.uint8)
-        return np.ascontiguousarray(stacked.transpose(0, 3, 1, 2)) if self.decode_images == "chw" else stacked
+        H, W, C = (h[0], w[0], c[0]) if w else (0, 0, 0)
+        images, formats = table.column(self.image_column), table.column("format").to_pylist()
+        out = np.empty((len(w), H, W, C), np.uint8)
+        for i, fmt in enumerate(formats):
+            data = images[i].as_buffer() if images[i].is_valid else None
+            if fmt != "raw" and data is not None and cpu_images.decode_jpeg_into(data, cpu_images.MODES.get(C, ""), out[i]):
+                continue
+            try:
+                out[i] = _decode_one((data.to_pybytes() if data is not None else None, fmt, W, H, C))
+            except (ValueError, TypeError, KeyError) as err:
+                raise DataError(f"{self.data.root}: an image of column {self.image_column!r} cannot be decoded: "
+                                f"{err}") from None
+        return np.ascontiguousarray(out.transpose(0, 3, 1, 2)) if self.decode_images == "chw" else out
 
     def _read_unit(self, u: int) -> pa.Table:
         s, g = self.units[u]
