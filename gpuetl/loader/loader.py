@@ -284,7 +284,9 @@ class Loader:
             reading.finish()
 
     def _produce(self, order: order_mod.EpochOrder, start: int, n_steps: int):
-        """Batches of this rank, in order; row groups read by `num_workers` threads (or inline).
+        """Batches of this rank, in order; row groups read by `num_workers` threads (or inline), batches
+        cut by threads of their own (a batch never queues behind a row group's read: sharing one
+        pool, the batches right after the first waited as long as it did, behind the reads ahead).
         The table work is self._frames' (host or device), on the same windows and runs."""
         frames = self._frames
         pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="gpuetl-loader") if self.num_workers else None
@@ -326,6 +328,7 @@ class Loader:
 
         assembling: deque[Future] = deque()
         depth = _assembling_depth(self.num_workers, self.prefetch)
+        cutters = ThreadPoolExecutor(max(depth, 1), thread_name_prefix="gpuetl-loader-cut") if pool else None
         # read ahead: the row groups of this rank's next batch, and (from the second batch on, so
         # the first read has the cores to itself) of the batch a window or a row group further on,
         # whichever is longer: a row group is asked for while the one before it is being consumed,
@@ -345,7 +348,7 @@ class Loader:
                                 want(w)
                 pieces = [frames.piece(window(w), order, w, lo, hi) for w, lo, hi in runs]
                 if pool:                                # batches are cut and converted by the threads too,
-                    assembling.append(pool.submit(self._assemble, pieces))     # handed out in order
+                    assembling.append(cutters.submit(self._assemble, pieces))  # handed out in order
                     while len(assembling) > depth:
                         yield assembling.popleft().result()
                 else:
@@ -358,6 +361,7 @@ class Loader:
                     if isinstance(f, (Future, _Reading)):
                         f.cancel()
                 pool.shutdown(wait=True, cancel_futures=True)
+                cutters.shutdown(wait=True, cancel_futures=True)
 
     def _assemble(self, pieces, pool=None):
         """A batch from its pieces (self._frames.piece), joined and converted."""

@@ -337,3 +337,27 @@ def test_the_first_batch_waits_for_its_own_rows_not_for_its_whole_row_group(load
     first_out.set()
     rest = list(it)
     assert 1 + len(rest) == len(loader)
+
+
+def test_a_batch_is_not_cut_behind_a_row_group_being_read(loader_dataset, monkeypatch):
+    """Batches are cut by threads of their own: with one reader thread held up in the read of a
+    row group asked for ahead, the batches of the row group already read still come out."""
+    gate = threading.Event()
+    fill = gpuetl.Loader._fill
+
+    def held(self, u, reading):
+        if u not in first:
+            gate.wait(10)                       # a read ahead that takes its time
+        return fill(self, u, reading)
+
+    monkeypatch.setattr(gpuetl.Loader, "_fill", held)
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=10, shuffle_buffer=50, seed=4, num_workers=1,
+                           prefetch=3)
+    order = loader.order(0)
+    first = {int(order.units[k]) for k in order.window_units(0)}
+    it = iter(loader)
+    t0 = time.perf_counter()
+    got = [next(it) for _ in range(5)]          # window 0: 50 rows of the first row group
+    assert time.perf_counter() - t0 < 5 and not gate.is_set() and len(got) == 5
+    gate.set()
+    assert 5 + sum(1 for _ in it) == len(loader)
