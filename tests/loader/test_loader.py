@@ -361,3 +361,18 @@ def test_a_batch_is_not_cut_behind_a_row_group_being_read(loader_dataset, monkey
     assert time.perf_counter() - t0 < 5 and not gate.is_set() and len(got) == 5
     gate.set()
     assert 5 + sum(1 for _ in it) == len(loader)
+
+
+@pytest.mark.parametrize("n, start, B, W, window", [(1000, 0, 64, 1, 100), (1000, 130, 64, 3, 100), (50, 0, 64, 2, 100),
+                                                    (1000, 0, 1000, 1, 10_000), (999, 17, 7, 5, 13)])
+def test_batch_runs_are_the_batch_positions_in_window_runs(n, start, B, W, window):
+    """order.batch_runs (what both the host and the device cut batches by) covers exactly the
+    positions order.batch_positions gives, in order, each run inside one window, padding wrapped."""
+    steps = order_mod.steps(n, start, B, W, drop_last=False)
+    for j in range(steps):
+        for rank in range(W):
+            want = order_mod.batch_positions(n, start, j, B, W, rank)
+            runs = order_mod.batch_runs(n, start, j, B, W, rank, window)
+            got = np.concatenate([np.arange(w * window + lo, w * window + hi) for w, lo, hi in runs])
+            np.testing.assert_array_equal(got, want)
+            assert all(0 <= lo < hi <= window for _, lo, hi in runs)
