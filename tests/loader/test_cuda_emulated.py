@@ -149,3 +149,22 @@ def test_torch_output_shares_the_arrays_memory_through_dlpack(loader_dataset, em
     for tensor, array in zip(batch.values(), handed):
         assert tensor.data_ptr() == array.ctypes.data
     assert batch["status"].dtype == torch.int16 and batch["time"].dtype == torch.int64
+
+
+def test_a_store_dataset_is_read_on_the_host_and_copied_unless_cached(s3, loader_dataset, emulated, tmp_path):
+    """In an object store without a cache copy, a row group is read by pyarrow and copied to the
+    device (upload); with `cache=`, the local copy is read by the device reader through its
+    descriptor. Both give the CPU path's batches."""
+    for path in sorted(loader_dataset.rglob("*")):
+        if path.is_file():
+            s3.put(f"data/{path.relative_to(loader_dataset).as_posix()}", path.read_bytes())
+    url = s3.url("data")
+    want = _rows(gpuetl.Loader(loader_dataset, columns=COLUMNS, batch_size=64, seed=2))
+    remote = gpuetl.Loader(url, columns=COLUMNS, device="cuda", output="cupy", batch_size=64, seed=2)
+    assert _rows(remote) == want
+    assert emulated[-1].calls.get("read", 0) == 0 and emulated[-1].calls["upload"] == remote.stats()["row_groups_read"]
+    cached = gpuetl.Loader(url, columns=COLUMNS, device="cuda", output="cupy", batch_size=64, seed=2,
+                           cache={"path": str(tmp_path / "cache"), "max_bytes": "1GiB"})
+    assert _rows(cached) == want
+    assert emulated[-1].calls.get("upload", 0) == 0 and emulated[-1].paths
+    assert all(p.startswith("/proc/self/fd/") for p in emulated[-1].paths)
