@@ -243,16 +243,20 @@ class Loader:
     def _read_unit(self, u: int) -> pa.Table:
         s, g = self.units[u]
         shard = self.data.shards[s]
-        if self.verify and s not in self._checked:
-            with self._check_lock:
-                if s not in self._checked:
-                    self.data.sha256(shard)
-                    self._checked.add(s)
+        self._verify(s)
         t0 = time.perf_counter()
         unit = self._frames.read(self.data, shard, g)
         self._stats.add(read_s=time.perf_counter() - t0, rows_read=self._frames.rows(unit),
                         bytes_read=shard.group_bytes[g], groups_read=1)
         return unit
+
+    def _verify(self, s: int) -> None:
+        """verify=True: shard s's sha256 checked against the manifest, once, before its first read."""
+        if self.verify and s not in self._checked:
+            with self._check_lock:
+                if s not in self._checked:
+                    self.data.sha256(self.data.shards[s])
+                    self._checked.add(s)
 
     def _start_read(self, u: int, pool: ThreadPoolExecutor):
         """Unit u read by a reader thread: on the host a _Reading, whose rows a window can take as
@@ -267,11 +271,7 @@ class Loader:
         s, g = self.units[u]
         shard = self.data.shards[s]
         try:
-            if self.verify and s not in self._checked:
-                with self._check_lock:
-                    if s not in self._checked:
-                        self.data.sha256(shard)
-                        self._checked.add(s)
+            self._verify(s)
             t0 = time.perf_counter()
             try:
                 for batch in self.data.iter_group(shard, g, self.read_columns, CHUNK_ROWS):
