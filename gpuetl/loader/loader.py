@@ -491,7 +491,6 @@ def _ahead(batches, depth: int):
             thread.join(timeout=0.05)
 
 
-
 class _HostBatches:
     """backends.batches.BatchFrames on the host: pyarrow tables; a window kept in stream order
     and a batch's rows taken from it by the window's permutation (order.stream_rows)."""
@@ -545,8 +544,8 @@ class _Reading:
 
     def cancel(self) -> None:
         self.stopped = True
-        if self.future is not None:
-            self.future.cancel()
+        if self.future is not None and self.future.cancel():     # never started: nothing will finish it
+            self.finish()
 
     def upto(self, n: int) -> pa.Table:
         """The rows read so far, once there are at least n (or the read ended: all of them)."""
