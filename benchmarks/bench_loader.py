@@ -17,6 +17,15 @@ a fresh interpreter, one after the other, over the same shards (read from the ma
   step alone runs at 1.1x the goal throughput); reports the fraction of wall time spent waiting.
 
 Reports rows/s, wall seconds and peak RSS; with --rss-rows, the Loader's peak RSS at that size too.
+
+With --images N (the torch tier: run it with a Python that has torch, .venv-torch/bin/python), the
+image part: N photos (gpuetl.samples, 500x375) through pipelines/images.yaml (224x224 JPEG
+shards, train/val), then one epoch of the train split decoded to uint8 CHW, batch 256,
+--image-workers readers each, alternating for --rounds:
+- gpuetl-images: gpuetl.Loader(decode_images="chw", output="torch", num_workers=W);
+- torch-pillow: a torch DataLoader (num_workers=W, shuffle, batch 256) over a map-style dataset of
+  the same shards' JPEG bytes (read into memory in its constructor, timed), each item decoded by
+  Pillow to a CHW uint8 tensor, batches collated by torch.
 Not a test; nothing here is imported by the package.
 """
 
@@ -119,6 +128,85 @@ def run_hf_datasets(root: str) -> dict:
     return {"rows": rows, "seconds": time.perf_counter() - t}
 
 
+IMAGE_BATCH = 256
+
+
+def make_image_dataset(data: Path, n: int) -> Path:
+    folder = data / f"images-{n}"
+    if (folder / "out" / "_SUCCESS").exists():
+        return folder / "out"
+    sys.path.insert(0, str(ROOT))
+    import yaml
+
+    from gpuetl import Pipeline
+    from gpuetl.samples import write_images
+
+    t = time.perf_counter()
+    if not (folder / "photos" / ".done").exists():
+        write_images(folder / "photos", n)
+        (folder / "photos" / ".done").write_text("")
+    spec = yaml.safe_load((ROOT / "pipelines" / "images.yaml").read_text())
+    spec["source"]["path"] = "photos/**/*.jpg"
+    spec["sink"].update(path="out", mode="overwrite")
+    Pipeline.from_dict(spec, base_dir=folder).run(backend="cpu", report=False)
+    print(f"image dataset of {n:,} photos made in {time.perf_counter() - t:.1f} s: {folder / 'out'}", flush=True)
+    return folder / "out"
+
+
+def run_gpuetl_images(root: str, workers: int) -> dict:
+    import torch  # noqa: F401  (before the clock, as in torch-pillow: a training script has it loaded)
+
+    import gpuetl
+
+    loader = gpuetl.Loader(root, split="train", columns=["image", "label_id"], batch_size=IMAGE_BATCH, seed=0,
+                           drop_last=False, decode_images="chw", output="torch", num_workers=workers, prefetch=4)
+    n = 0
+    t = time.perf_counter()
+    for batch in loader:
+        n += len(batch["image"])
+    seconds = time.perf_counter() - t
+    # images of the split (drop_last=False pads the last batch: those decodes are not counted)
+    return {"rows": loader.rows, "decoded": n, "seconds": seconds, "shape": list(batch["image"].shape[1:]),
+            "stats": loader.stats()}
+
+
+class PillowImages:
+    """The same shards' JPEG bytes and labels, a map-style dataset decoding one item with Pillow."""
+
+    def __init__(self, root: str):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.concat_tables([pq.read_table(f, columns=["image", "label_id"]) for f in _train_files(root)])
+        self.images, self.labels = table.column("image").to_pylist(), table.column("label_id").to_pylist()
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        import io
+
+        import numpy as np
+        import torch
+        from PIL import Image
+
+        pixels = np.asarray(Image.open(io.BytesIO(self.images[i])).convert("RGB"))
+        return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))), self.labels[i]
+
+
+def run_torch_pillow(root: str, workers: int) -> dict:
+    import torch
+    from torch.utils.data import DataLoader
+
+    t = time.perf_counter()
+    loader = DataLoader(PillowImages(root), batch_size=IMAGE_BATCH, shuffle=True, num_workers=workers,
+                        generator=torch.Generator().manual_seed(0))
+    n = 0
+    for images, _ in loader:
+        n += len(images)
+    return {"rows": n, "seconds": time.perf_counter() - t, "shape": list(images.shape[1:])}
+
+
 def child(name: str, root: str, step_s: float) -> None:
     import resource
 
@@ -127,7 +215,9 @@ def child(name: str, root: str, step_s: float) -> None:
 
     pa.table({"a": [1]}).take([0])           # pyarrow's lazy imports (pandas among them) before any clock starts
     fn = {"gpuetl": run_gpuetl, "pyarrow-memory": run_pyarrow_memory, "hf-datasets": run_hf_datasets,
-          "gpuetl-stub-step": lambda r: run_gpuetl(r, step_s)}[name]
+          "gpuetl-stub-step": lambda r: run_gpuetl(r, step_s),
+          "gpuetl-images": lambda r: run_gpuetl_images(r, int(step_s)),
+          "torch-pillow": lambda r: run_torch_pillow(r, int(step_s))}[name]
     result = fn(root)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
@@ -154,7 +244,14 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=HERE / "data")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--images", type=int, default=0, help="the image part at this many photos (torch tier)")
+    ap.add_argument("--image-workers", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of the image part (alternating)")
+    ap.add_argument("--stub-rounds", type=int, default=1, help="rounds of the stub step")
     args = ap.parse_args()
+    if args.images:
+        images_part(args)
+        return
     root = make_dataset(args.data, args.rows)
     names = ["gpuetl", "pyarrow-memory"]
     try:
@@ -175,13 +272,15 @@ def main() -> None:
         goal = max(10 * ok["hf-datasets"]["rows_per_s"] if "hf-datasets" in ok else 600_000,
                    ok["pyarrow-memory"]["rows_per_s"] / 2 if "pyarrow-memory" in ok else 0)
         step_s = BATCH / (1.1 * goal)
-        r = results["gpuetl-stub-step"] = run_child("gpuetl-stub-step", root, step_s)
-        if "rows" in r:
-            print(f"gpuetl-stub-step step {step_s * 1e3:.2f} ms per batch (goal {goal:,.0f} rows/s): "
-                  f"{r['rows_per_s']:,.0f} rows/s, waited {100 * r['wait_fraction']:.1f}% of the wall time "
-                  f"({100 * r['steady_wait_fraction']:.1f}% after the first batch)", flush=True)
-        else:
-            print("gpuetl-stub-step FAILED " + r["error"])
+        for k in range(args.stub_rounds):
+            r = results[f"gpuetl-stub-step-{k + 1}"] = run_child("gpuetl-stub-step", root, step_s)
+            if "rows" in r:
+                print(f"gpuetl-stub-step round {k + 1}: step {step_s * 1e3:.2f} ms per batch (goal {goal:,.0f} "
+                      f"rows/s): {r['rows_per_s']:,.0f} rows/s, waited {100 * r['wait_fraction']:.1f}% of the wall "
+                      f"time ({100 * r['steady_wait_fraction']:.1f}% after the first batch, first batch "
+                      f"{1e3 * r['stats']['first_wait_s']:.0f} ms), load {os.getloadavg()[0]:.1f}", flush=True)
+            else:
+                print("gpuetl-stub-step FAILED " + r["error"])
     if "gpuetl" in ok and "pyarrow-memory" in ok:
         print(f"gpuetl / pyarrow-memory: {ok['gpuetl']['rows_per_s'] / ok['pyarrow-memory']['rows_per_s']:.2f}x")
     if "gpuetl" in ok and "hf-datasets" in ok:
@@ -193,6 +292,23 @@ def main() -> None:
                 r = results[f"{name}@{args.rss_rows}"] = run_child(name, big)
                 print(f"{name} at {args.rss_rows:,} rows: peak RSS {r.get('peak_rss_mb', 0):,.0f} MB "
                       f"(at {args.rows:,}: {ok[name]['peak_rss_mb']:,.0f} MB), {r.get('rows_per_s', 0):,.0f} rows/s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def images_part(args) -> None:
+    root = make_image_dataset(args.data, args.images)
+    results: dict = {}
+    for k in range(args.rounds):
+        for name in ("gpuetl-images", "torch-pillow"):
+            r = results[f"{name}-{k + 1}"] = run_child(name, root, args.image_workers)
+            print(f"round {k + 1} {name:14s} " + (
+                f"{r['rows']:>7,} images {r['seconds']:6.2f} s {r['rows_per_s']:>8,.0f} images/s  "
+                f"{r['shape']}  load {os.getloadavg()[0]:.1f}" if "rows" in r else "FAILED " + r["error"]), flush=True)
+        a, b = results[f"gpuetl-images-{k + 1}"], results[f"torch-pillow-{k + 1}"]
+        if "rows" in a and "rows" in b:
+            print(f"round {k + 1} gpuetl / torch-pillow: {a['rows_per_s'] / b['rows_per_s']:.2f}x", flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")

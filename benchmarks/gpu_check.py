@@ -33,6 +33,11 @@ its estimated seconds (estimates(), listed in 00_machine.json) fit in what is le
                         return (_SUCCESS written), goal >= 10,000; counts, fallbacks, host bytes
                         (image_host_bytes: the image path's ledger entries; pixels_stayed_on_device:
                         only offsets/sizes, file bytes for nvImageCodec and encoded JPEGs crossed)
+  10_loader.json        gpuetl.Loader(device="cuda", output="cupy") over what 04 and 09 wrote: one
+                        shuffled epoch of the smallest access-log dataset (status, time; batch 1,024
+                        and 65,536; goal >= 20 M rows/s) and --loader-images of the 224x224 JPEG
+                        shards decoded by nvImageCodec to uint8 CHW (batch 256; goal >= 10,000
+                        images/s); rows/s, images/s, the loader's stats(), the decode fallbacks
 
     PYTHONPATH=$PWD:/tmp/site python3 benchmarks/gpu_check.py --out $OUT
     python3 benchmarks/gpu_check.py --smoke        # the whole script on the CPU backend, tiny
@@ -317,6 +322,7 @@ def records_job(backend: str, data: Path, out_root: Path, size: int) -> dict:
     return out
 
 
+LOADER_IMAGES = 20_000        # images the loader's image epoch decodes at most (10_loader)
 IMAGES_GOAL = 10_000          # images/s on the GPU backend (issue: H200, warm cluster, >= 100k images)
 
 
@@ -427,6 +433,68 @@ def images_job(data: Path, out_root: Path, n: int, copies: int, smoke: bool) -> 
             "shards": len(result.shards), "versions": result.manifest.get("versions")}
 
 
+LOADER_ROWS_GOAL, LOADER_IMAGES_GOAL = 20_000_000, 10_000      # per H200 (issue: the loader's CUDA path)
+
+
+def loader_job(datasets: Path, tabular: str, images_limit: int, smoke: bool) -> dict:
+    """gpuetl.Loader's epochs on the device (device="cuda", output="cupy"; on --smoke the CPU
+    path, numpy): the access-log dataset `tabular` (04's output) at two batch sizes, then the
+    first `images_limit` images of 09's dataset decoded to uint8 CHW. Each timed from iter() to
+    the last batch, the device synchronised; the first batch's wait reported on its own."""
+    import gpuetl
+    from gpuetl.backends.gpu_tallies import fallback_counts, reset_tallies
+
+    device, output = ("cpu", "numpy") if smoke else ("cuda", "cupy")
+
+    def sync():
+        if not smoke:
+            import cupy as cp
+
+            cp.cuda.Device().synchronize()
+
+    out: dict = {"device": device, "output": output, "goal_rows_per_s": LOADER_ROWS_GOAL,
+                 "goal_images_per_s": LOADER_IMAGES_GOAL}
+    root = datasets / tabular
+    for batch in (1024, 65_536):
+        try:
+            loader = gpuetl.Loader(root, split=None, columns=["status", "time"], batch_size=batch, seed=0,
+                                   drop_last=False, prefetch=4, num_workers=4, device=device, output=output)
+            t0, rows = time.perf_counter(), 0
+            for b in loader:
+                rows += len(b["status"])
+            sync()
+            seconds = time.perf_counter() - t0
+            out[f"tabular_batch_{batch}"] = {"rows": rows, "split_rows": loader.rows, "seconds": seconds,
+                                             "rows_per_s": rows / seconds,
+                                             "meets_goal": rows / seconds >= LOADER_ROWS_GOAL, "stats": loader.stats()}
+        except Exception as err:           # noqa: BLE001 (reported; the image epoch still runs)
+            out[f"tabular_batch_{batch}"] = {"error": f"{type(err).__name__}: {err}"}
+    images = datasets / "images"
+    if not (images / "_SUCCESS").exists():
+        out["images"] = {"skipped": f"no image dataset at {images} (09_images did not finish)"}
+        return out
+    try:
+        reset_tallies()
+        loader = gpuetl.Loader(images, split="train", columns=["image"], batch_size=256, seed=0, drop_last=False,
+                               decode_images="chw", prefetch=4, num_workers=4, device=device, output=output)
+        t0, n, shape = time.perf_counter(), 0, None
+        for b in loader:
+            n += len(b["image"])
+            shape = tuple(b["image"].shape[1:])
+            if n >= images_limit:
+                break
+        sync()
+        seconds = time.perf_counter() - t0
+        n, decoded = min(n, loader.rows), n         # the padding of a last batch (drop_last=False) not counted
+        out["images"] = {"images": n, "decoded": decoded, "seconds": seconds, "images_per_s": n / seconds,
+                         "shape_chw": shape,
+                         "meets_goal": n / seconds >= LOADER_IMAGES_GOAL, "fallbacks": fallback_counts(),
+                         "stats": loader.stats()}
+    except Exception as err:               # noqa: BLE001
+        out["images"] = {"error": f"{type(err).__name__}: {err}"}
+    return out
+
+
 def pixels_stayed_on_device(image_bytes: dict[str, int]) -> bool:
     """The GPU image path's ledger entries are only the rows' offsets and sizes, file bytes
     nvImageCodec reads from host memory (none when decode follows the source, which keeps them on
@@ -496,6 +564,29 @@ def setups(tests: str, strict: bool) -> dict:
     out["08_records"] = {name: _importable(name) for name in ("gpuetl.backends.gpu_records", "gpuetl.backends.gpu_spill")}
     out["09_images"] = {name: _importable(name) for name in ("nvidia.nvimgcodec", "cvcuda", "simplejpeg",
                                                               "gpuetl.backends.gpu_images")}
+    out["10_loader"] = {name: _importable(name) for name in ("cupy", "pylibcudf", "nvidia.nvimgcodec",
+                                                              "gpuetl.backends.gpu_loader")}
+    if out["10_loader"]["gpuetl.backends.gpu_loader"] == "ok" and out["10_loader"]["pylibcudf"] == "ok":
+        from gpuetl.backends import gpu_loader
+
+        def reaches(dotted: str) -> bool:
+            import importlib
+
+            parts = dotted.split(".")
+            obj = importlib.import_module(parts[0])
+            for k, name in enumerate(parts[1:], start=2):
+                obj = getattr(obj, name) if hasattr(obj, name) else importlib.import_module(".".join(parts[:k]))
+            return obj is not None
+
+        unreached = []
+        for dotted in [c[0] for c in gpu_loader.LOADER_CALLS] + gpu_loader.LOADER_CONSTANTS:
+            try:
+                reaches(dotted)
+            except (AttributeError, ImportError):
+                unreached.append(dotted)
+        out["10_loader"]["calls"] = len(gpu_loader.LOADER_CALLS) - len(unreached)
+        if unreached:
+            out["10_loader"]["error"] = f"the loader's device calls do not resolve: {unreached}"
     for name, entry in out.items():
         missing = [k for k, v in entry.items() if isinstance(v, str) and v.startswith("MISSING")]
         if missing and strict and "error" not in entry:
@@ -565,6 +656,9 @@ def estimates(sizes: list[int], compare: int, records: int, images: int, copies:
         "06_polars": 5 + compare / (0.5 * GB),
         "08_records": 15 + 2 * records / 10e6 + 2 * records / 20e6,   # 2 CPU runs ~10 MB/s, generated ~20 MB/s
         "09_images": (20 + images * copies / 2000 + images / 1000) if images else 0,   # warm-up, >= 2,000 images/s
+        # the loader's epochs over 04's smallest output (~4.5 M rows/GB of logs, two batch sizes at
+        # >= 2 M rows/s) and up to 20,000 of 09's images at >= 2,000 images/s, start-up 5 s
+        "10_loader": 5 + 2 * 4.5 * min(sizes) / GB / 2 + min(images * copies, LOADER_IMAGES) / 2000,
     }
 
 
@@ -581,7 +675,8 @@ CALL_MARGIN = 30              # kept back in the check call: the install's own v
 MACHINE_START = 60            # estimate
 CALL_OVERHEAD = 15            # estimate, per call
 MIN_TESTS_TIMEOUT = 60
-SECTION_ORDER = ["01_tests", "02_inputs", "03_read", "04_gpu", "05_cpu", "06_polars", "08_records", "09_images"]
+SECTION_ORDER = ["01_tests", "02_inputs", "03_read", "04_gpu", "05_cpu", "06_polars", "08_records", "09_images",
+                 "10_loader"]
 
 
 def device_plan(parts: int, install_seconds: float, sections: dict[str, float],
@@ -769,7 +864,16 @@ def main(argv=None) -> int:
         except Exception as err:           # noqa: BLE001 (reported in its JSON)
             report.write("09_images", {"error": f"{type(err).__name__}: {err}"})
             images_ok = False
-    return 0 if setup_ok and tests_ok and images_ok and "gpu_gbps" in result else 1
+    loader_ok = True
+    if budget.fits("10_loader", plan["10_loader"]):
+        try:
+            done = report.write("10_loader", loader_job(out_root, f"04_gpu_{label(min(sizes))}",
+                                                        min(n_images * copies, LOADER_IMAGES), args.smoke))
+            loader_ok = not any("error" in v for v in done.values() if isinstance(v, dict))
+        except Exception as err:           # noqa: BLE001 (reported in its JSON)
+            report.write("10_loader", {"error": f"{type(err).__name__}: {err}"})
+            loader_ok = False
+    return 0 if setup_ok and tests_ok and images_ok and loader_ok and "gpu_gbps" in result else 1
 
 
 if __name__ == "__main__":

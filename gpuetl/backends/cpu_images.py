@@ -147,6 +147,26 @@ def _scaled_jpeg(data: bytes, mode: str, min_size: tuple[int, int]):
     return Image.fromarray(pixels if mode == "RGB" else pixels[:, :, 0]), (w, h)
 
 
+def decode_jpeg_into(data, mode: str, out: np.ndarray) -> bool:
+    """A JPEG decoded by TurboJPEG (simplejpeg) straight into `out` (H x W x C uint8, the size its
+    row says; no intermediate copy), where that gives `decode(data, mode, 1)`'s pixels: a YCbCr
+    JPEG to RGB or a greyscale one to L (the same libjpeg-turbo, the same DCT and upsampling as
+    Pillow's; tests/loader/test_images.py compares). False leaves the image to `decode`: another
+    format, mode or size, an Adobe or CMYK JPEG, an EXIF orientation to apply, or whatever
+    simplejpeg refuses (corrupt, truncated: Pillow decides)."""
+    data = memoryview(data).cast("B")
+    if data[:3] != b"\xff\xd8\xff" or mode not in ("RGB", "L"):
+        return False
+    try:
+        h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        if (h, w, 3 if mode == "RGB" else 1) != out.shape or colorspace != ("YCbCr" if mode == "RGB" else "Gray"):
+            return False
+        simplejpeg.decode_jpeg(data, "RGB" if mode == "RGB" else "GRAY", buffer=out)
+    except ValueError:           # strict: libjpeg's warnings (corrupt data) too
+        return False
+    return True
+
+
 def _pillow_decode(data: bytes, draft_to) -> tuple[Image.Image, tuple[int, int]]:
     """(Pillow's decode, the stored size); a JPEG at the smallest of 1/2, 1/4, 1/8 (Pillow's
     `draft`) still at least `draft_to`."""

@@ -450,6 +450,12 @@ def _items_to_device(items: list) -> list:
     return out
 
 
+def decode_on_device(items, resize_to=None) -> list:
+    """`_decode_device` for the Loader's CUDA path (gpu_loader.py): one H x W x C device array or
+    BadImage per (host bytes, mode, orientation, draft) item, the device synchronised."""
+    return _decode_device(items, resize_to)
+
+
 def decode_many(items, resize_to=None):
     """`_decode_device` with the pixels brought to the host."""
     return _to_host(_decode_device(items, resize_to))

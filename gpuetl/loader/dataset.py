@@ -149,6 +149,10 @@ class Dataset:
 
         return bare(join(self.root, shard.path))
 
+    def is_local(self, shard: Shard) -> bool:
+        """The shard is a file on this machine (the dataset's own, or its copy in the cache tier)."""
+        return not self.remote or shard.path in self.local_copies
+
     def open(self, shard: Shard):
         """A binary file object of the shard (the caller closes it)."""
         if shard.path in self.local_copies:
@@ -191,6 +195,16 @@ class Dataset:
         if digest.hexdigest() != shard.sha256:
             raise DataError(f"{self.where(shard)}: sha256 {digest.hexdigest()[:12]}…, the manifest says "
                             f"{shard.sha256[:12]}…: the shard is damaged or was replaced; run `gpuetl verify {self.root}`")
+
+    def iter_group(self, shard: Shard, group: int, columns, rows: int):
+        """The row group's columns as record batches of `rows` rows, each decoded when asked for."""
+        try:
+            with self.open(shard) as fh:
+                yield from pq.ParquetFile(fh, metadata=shard.metadata).iter_batches(
+                    batch_size=rows, row_groups=[group], columns=columns)
+        except (pa.ArrowException, OSError) as err:
+            raise DataError(f"{self.where(shard)}: row group {group} cannot be read ({err}); the shard is damaged; "
+                            f"run `gpuetl verify {self.root}`") from None
 
     def read_group(self, shard: Shard, group: int, columns) -> pa.Table:
         try:

@@ -12,12 +12,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
+from ..backends.batches import BatchSpec, check_device, device_batches, storage_dtype
 from ..errors import DataError, SpecError
 from . import order as order_mod
 from .dataset import Dataset
 
 OUTPUTS = {"cpu": ("numpy", "arrow", "torch"), "cuda": ("cupy", "torch")}
 STATE_VERSION = 1
+CHUNK_ROWS = 8192       # a reader thread decodes a row group this many rows at a time (host path)
 
 
 class _Stats:
@@ -72,7 +74,7 @@ class Loader:
         if decode_images and output == "arrow":
             raise SpecError("Loader: decode_images gives numpy arrays or tensors: use output='numpy' or 'torch'")
         if device == "cuda":
-            _refuse_cuda(output)
+            check_device()
         if dataset_version is not None and (not isinstance(dataset_version, int) or isinstance(dataset_version, bool)
                                             or dataset_version < 1):
             raise SpecError(f"Loader: dataset_version must be a positive integer, not {dataset_version!r}")
@@ -99,15 +101,21 @@ class Loader:
         self.kinds = {c: _column_kind(self.data.schema.field(c).type) for c in self.columns} if names else {}
         if decode_images:
             self.kinds[image_column] = "image"
-        if output == "torch":
+        if output in ("torch", "cupy"):
             refused = [c for c, k in self.kinds.items() if k == "arrow"]
             if refused:
-                raise SpecError(f"Loader: output='torch' takes numeric, boolean and timestamp columns; leave out "
+                raise SpecError(f"Loader: output={output!r} takes numeric, boolean and timestamp columns; leave out "
                                 f"{', '.join(refused)} (columns=[...])")
         self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, epoch
         self.rank, self.world_size, self.drop_last, self.prefetch = rank, world_size, drop_last, prefetch
         self.device, self.output, self.verify = device, output, verify
         self.shuffle_buffer, self.num_workers = shuffle_buffer, num_workers
+        # the table work: pyarrow on the host, or the device's (backends/batches.py); same arguments
+        self._frames = _HostBatches(self) if device == "cpu" else device_batches(BatchSpec(
+            columns=list(self.columns), read_columns=list(self.read_columns), kinds=dict(self.kinds),
+            dtypes={c: storage_dtype(self.data.schema.field(c).type) for c, k in self.kinds.items()
+                    if k in ("numeric", "time")},
+            output=output, decode_images=decode_images, image_column=image_column, where=str(self.data.root)))
         # units: (shard index, row group) in manifest order
         self.units = [(s, g) for s, shard in enumerate(self.data.shards) for g in range(len(shard.group_rows))]
         self.unit_rows = [self.data.shards[s].group_rows[g] for s, g in self.units]
@@ -206,37 +214,89 @@ class Loader:
 
     def _images(self, table: pa.Table, pool) -> np.ndarray:
         """The batch's images as one uint8 array, (B, H, W, C) or (B, C, H, W), decoded as the CPU
-        image steps decode (backends/cpu_images.py); every image must have the same size."""
+        image steps decode (backends/cpu_images.py): a JPEG by TurboJPEG straight into the batch's
+        array where that gives Pillow's pixels, anything else by `decode`; every image must have
+        the same size."""
+        from ..backends import cpu_images
+
         w, h, c = (table.column(k).to_pylist() for k in ("width", "height", "channels"))
         sizes = set(zip(w, h, c))
         if len(sizes) > 1:
             raise DataError(f"{self.data.root}: the images of a batch differ in size ({sorted(sizes)[:3]}…): "
                             "decode_images needs a dataset resized to one size (the resize step)")
-        items = list(zip(table.column(self.image_column).to_pylist(), table.column("format").to_pylist(), w, h, c))
-        try:
-            arrays = list(pool.map(_decode_one, items)) if pool else [_decode_one(i) for i in items]
-        except ValueError as err:
-            raise DataError(f"{self.data.root}: an image of column {self.image_column!r} cannot be decoded: {err}") from None
-        H, W, C = (h[0], w[0], c[0]) if items else (0, 0, 0)
-        stacked = np.stack(arrays) if arrays else np.zeros((0, H, W, C), np.uint8)
-        return np.ascontiguousarray(stacked.transpose(0, 3, 1, 2)) if self.decode_images == "chw" else stacked
+        H, W, C = (h[0], w[0], c[0]) if w else (0, 0, 0)
+        images, formats = table.column(self.image_column), table.column("format").to_pylist()
+        chw = self.decode_images == "chw"
+        out = np.empty((len(w), C, H, W) if chw else (len(w), H, W, C), np.uint8)
+        scratch = np.empty((H, W, C), np.uint8)       # CHW: each image decoded here, moved while cache-hot
+        for i, fmt in enumerate(formats):
+            data = images[i].as_buffer() if images[i].is_valid else None
+            target = scratch if chw else out[i]
+            if not (fmt != "raw" and data is not None
+                    and cpu_images.decode_jpeg_into(data, cpu_images.MODES.get(C, ""), target)):
+                try:
+                    target[...] = _decode_one((data.to_pybytes() if data is not None else None, fmt, W, H, C))
+                except (ValueError, TypeError, KeyError) as err:
+                    raise DataError(f"{self.data.root}: an image of column {self.image_column!r} cannot be "
+                                    f"decoded: {err}") from None
+            if chw:
+                out[i] = target.transpose(2, 0, 1)
+        return out
 
     def _read_unit(self, u: int) -> pa.Table:
         s, g = self.units[u]
         shard = self.data.shards[s]
+        self._verify(s)
+        t0 = time.perf_counter()
+        unit = self._frames.read(self.data, shard, g)
+        self._stats.add(read_s=time.perf_counter() - t0, rows_read=self._frames.rows(unit),
+                        bytes_read=shard.group_bytes[g], groups_read=1)
+        return unit
+
+    def _verify(self, s: int) -> None:
+        """verify=True: shard s's sha256 checked against the manifest, once, before its first read."""
         if self.verify and s not in self._checked:
             with self._check_lock:
                 if s not in self._checked:
-                    self.data.sha256(shard)
+                    self.data.sha256(self.data.shards[s])
                     self._checked.add(s)
-        t0 = time.perf_counter()
-        table = self.data.read_group(shard, g, self.read_columns)
-        self._stats.add(read_s=time.perf_counter() - t0, rows_read=table.num_rows,
-                        bytes_read=shard.group_bytes[g], groups_read=1)
-        return table
+
+    def _start_read(self, u: int, pool: ThreadPoolExecutor):
+        """Unit u read by a reader thread: on the host a _Reading, whose rows a window can take as
+        they are decoded; on a device the Future of the whole row group."""
+        if not isinstance(self._frames, _HostBatches):
+            return pool.submit(self._read_unit, u)
+        reading = _Reading()
+        reading.future = pool.submit(self._fill, u, reading)
+        return reading
+
+    def _fill(self, u: int, reading: "_Reading") -> None:
+        s, g = self.units[u]
+        shard = self.data.shards[s]
+        try:
+            self._verify(s)
+            t0 = time.perf_counter()
+            try:
+                for batch in self.data.iter_group(shard, g, self.read_columns, CHUNK_ROWS):
+                    if reading.stopped:         # no longer needed (behind the windows, or the pass ended)
+                        break
+                    reading.add(batch)
+            finally:                            # a row group read in part counts its rows, its bytes pro rata
+                rows = shard.group_rows[g] or 1
+                self._stats.add(read_s=time.perf_counter() - t0, rows_read=reading.have,
+                                bytes_read=shard.group_bytes[g] * min(reading.have, rows) // rows,
+                                groups_read=int(reading.have >= shard.group_rows[g]))
+        except BaseException as err:            # raised where a window takes the rows
+            reading.error = err
+        finally:
+            reading.finish()
 
     def _produce(self, order: order_mod.EpochOrder, start: int, n_steps: int):
-        """Batches of this rank, in order; row groups read by `num_workers` threads (or inline)."""
+        """Batches of this rank, in order; row groups read by `num_workers` threads (or inline), batches
+        cut by threads of their own (a batch never queues behind a row group's read: sharing one
+        pool, the batches right after the first waited as long as it did, behind the reads ahead).
+        The table work is self._frames' (host or device), on the same windows and runs."""
+        frames = self._frames
         pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="gpuetl-loader") if self.num_workers else None
         reads: dict[int, Future | pa.Table] = {}     # stream unit index -> its table (or the read under way)
         windows: dict[int, pa.Table] = {}
@@ -245,10 +305,9 @@ class Loader:
             if 0 <= w < order.windows:
                 for k in order.window_units(w):
                     if k not in reads:
-                        u = int(order.units[k])
-                        reads[k] = pool.submit(self._read_unit, u) if pool else None
+                        reads[k] = self._start_read(int(order.units[k]), pool) if pool else None
 
-        def table_of(k: int) -> pa.Table:
+        def table_of(k: int):
             got = reads.get(k)
             if isinstance(got, Future):
                 got = got.result()
@@ -265,11 +324,11 @@ class Loader:
             parts = []
             for k in order.window_units(w):
                 a, b = int(order.starts[k]), int(order.starts[k + 1])
-                parts.append(table_of(k).slice(max(lo - a, 0), min(hi, b) - max(lo, a)))
-            table = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+                parts.append((table_of(k), max(lo - a, 0), min(hi, b) - max(lo, a)))
+            table = frames.window(parts, order.window_perm(w))
             for k in [k for k in reads if int(order.starts[k + 1]) <= lo]:    # row groups behind this window
                 got = reads.pop(k)
-                if isinstance(got, Future):
+                if isinstance(got, (Future, _Reading)):
                     got.cancel()                          # read ahead for a window this rank skipped
             windows.clear()
             windows[w] = table
@@ -277,24 +336,27 @@ class Loader:
 
         assembling: deque[Future] = deque()
         depth = _assembling_depth(self.num_workers, self.prefetch)
+        cutters = ThreadPoolExecutor(max(depth, 1), thread_name_prefix="gpuetl-loader-cut") if pool else None
+        # read ahead: the row groups of this rank's next batch, and (from the second batch on, so
+        # the first read has the cores to itself) of the batch a window or a row group further on,
+        # whichever is longer: a row group is asked for while the one before it is being consumed,
+        # not when the batches read ahead into the queue run out (one batch ahead, the consumer
+        # waited for each row group's read at every row-group boundary)
+        B = self.batch_size
+        far = max(1, -(-max(order.window, max(self.unit_rows, default=0)) // (B * self.world_size)))
         try:
-            B = self.batch_size
             for j in range(n_steps):
-                pos = order_mod.batch_positions(order.n, start, j, B, self.world_size, self.rank)
-                if j + 1 < n_steps and pool:          # read ahead: the row groups of this rank's next batch
-                    after = order_mod.batch_positions(order.n, start, j + 1, B, self.world_size, self.rank)
-                    for w in np.unique(after // order.window):
-                        want(int(w))
-                w_of = pos // order.window
-                pieces = []
-                i = 0
-                while i < len(pos):                     # runs of positions in one window
-                    w = int(w_of[i])
-                    e = i + int(np.argmax(w_of[i:] != w)) if (w_of[i:] != w).any() else len(pos)
-                    pieces.append((window(w), order.stream_rows(w, pos[i:e] - w * order.window)))
-                    i = e
+                runs = order_mod.batch_runs(order.n, start, j, B, self.world_size, self.rank, order.window)
+                if pool:
+                    for jj in ((j + 1, j + far) if j else (j + 1,)):
+                        if jj < n_steps:
+                            after = order_mod.batch_runs(order.n, start, jj, B, self.world_size, self.rank,
+                                                         order.window)
+                            for w in sorted({w for w, _, _ in after}):
+                                want(w)
+                pieces = [frames.piece(window(w), order, w, lo, hi) for w, lo, hi in runs]
                 if pool:                                # batches are cut and converted by the threads too,
-                    assembling.append(pool.submit(self._assemble, pieces))     # handed out in order
+                    assembling.append(cutters.submit(self._assemble, pieces))  # handed out in order
                     while len(assembling) > depth:
                         yield assembling.popleft().result()
                 else:
@@ -304,15 +366,15 @@ class Loader:
         finally:
             if pool:
                 for f in [*reads.values(), *assembling]:
-                    if isinstance(f, Future):
+                    if isinstance(f, (Future, _Reading)):
                         f.cancel()
                 pool.shutdown(wait=True, cancel_futures=True)
+                cutters.shutdown(wait=True, cancel_futures=True)
 
     def _assemble(self, pieces, pool=None):
-        """A batch from (window table, rows) pieces: rows taken, joined and converted."""
+        """A batch from its pieces (self._frames.piece), joined and converted."""
         t0 = time.perf_counter()
-        taken = [table.take(pa.array(rows)) for table, rows in pieces]
-        batch = self._convert(taken[0] if len(taken) == 1 else pa.concat_tables(taken), pool)
+        batch = self._frames.batch(pieces, pool)
         self._stats.add(assemble_s=time.perf_counter() - t0)
         return batch
 
@@ -432,12 +494,67 @@ def _ahead(batches, depth: int):
             thread.join(timeout=0.05)
 
 
-def _refuse_cuda(output: str) -> None:
-    from ..backends.gpu_detect import gpu_count, rapids_available
+class _HostBatches:
+    """backends.batches.BatchFrames on the host: pyarrow tables; a window kept in stream order
+    and a batch's rows taken from it by the window's permutation (order.stream_rows)."""
 
-    if not (rapids_available() and gpu_count()):
-        raise SpecError(f"Loader: device='cuda' needs an NVIDIA GPU with RAPIDS installed (the GPU backend); "
-                        f"{'RAPIDS is not importable' if not rapids_available() else 'no GPU is visible'}. "
-                        "Use device='cpu'")
-    raise NotImplementedError(f"Loader: device='cuda' (output={output!r}) is not implemented yet; use device='cpu' "
-                              "and move the batches to the device")
+    def __init__(self, loader: Loader):
+        self.loader = loader
+
+    def read(self, data: Dataset, shard, group: int) -> pa.Table:
+        return data.read_group(shard, group, self.loader.read_columns)
+
+    def rows(self, table: pa.Table) -> int:
+        return table.num_rows
+
+    def window(self, parts, perm) -> pa.Table:
+        sliced = [(t.upto(a + n) if isinstance(t, _Reading) else t).slice(a, n) for t, a, n in parts]
+        table = pa.concat_tables(sliced) if len(sliced) > 1 else sliced[0]
+        return table.combine_chunks() if any(c.num_chunks > 1 for c in table.columns) else table
+
+    def piece(self, window: pa.Table, order: order_mod.EpochOrder, w: int, lo: int, hi: int):
+        return window, order.stream_rows(w, np.arange(lo, hi, dtype=np.int64))
+
+    def batch(self, pieces, pool=None):
+        """Rows taken, joined and converted (Loader._convert)."""
+        taken = [table.take(pa.array(rows)) for table, rows in pieces]
+        return self.loader._convert(taken[0] if len(taken) == 1 else pa.concat_tables(taken), pool)
+
+
+class _Reading:
+    """A row group being read by a reader thread, CHUNK_ROWS rows at a time: a window takes the
+    rows it needs as soon as they are decoded, so a pass's first batch waits for its own rows,
+    not for its whole row group (65,536 rows where a window is 10,000)."""
+
+    def __init__(self):
+        self.chunks: list[pa.RecordBatch] = []
+        self.have = 0
+        self.done = self.stopped = False
+        self.error: BaseException | None = None
+        self.future: Future | None = None
+        self.cond = threading.Condition()
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        with self.cond:
+            self.chunks.append(batch)
+            self.have += batch.num_rows
+            self.cond.notify_all()
+
+    def finish(self) -> None:
+        with self.cond:
+            self.done = True
+            self.cond.notify_all()
+
+    def cancel(self) -> None:
+        self.stopped = True
+        if self.future is not None and self.future.cancel():     # never started: nothing will finish it
+            self.finish()
+
+    def upto(self, n: int) -> pa.Table:
+        """The rows read so far, once there are at least n (or the read ended: all of them)."""
+        with self.cond:
+            while self.have < n and not self.done:
+                self.cond.wait()
+            if self.error is not None:
+                raise self.error
+            return pa.Table.from_batches(self.chunks)

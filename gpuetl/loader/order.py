@@ -91,3 +91,21 @@ def batch_positions(n: int, start: int, j: int, batch_size: int, world_size: int
     first = start + (j * world_size + rank) * batch_size
     pos = np.arange(first, first + batch_size, dtype=np.int64)
     return np.where(pos >= n, pos % n, pos) if n else pos
+
+
+def batch_runs(n: int, start: int, j: int, batch_size: int, world_size: int, rank: int,
+               window: int) -> list[tuple[int, int, int]]:
+    """Local batch j of `rank` as runs of consecutive global positions, each inside one window:
+    (window w, first, end) with positions w*window + first .. w*window + end - 1, in batch order.
+    The same positions as batch_positions (padding past n wraps to the order's start)."""
+    left = batch_size
+    q = start + (j * world_size + rank) * batch_size
+    q = q % n if q >= n else q
+    runs = []
+    while left > 0:
+        w = q // window
+        hi = min((w + 1) * window, n, q + left)
+        runs.append((w, q - w * window, hi - w * window))
+        left -= hi - q
+        q = hi if hi < n else 0
+    return runs

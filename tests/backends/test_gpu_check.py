@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ["00_machine", "01_tests", "02_inputs", "03_read", "04_gpu_100KB", "04_gpu_200KB", "04_gpu_shuffled_100KB", "05_cpu",
-            "06_polars", "07_summary", "08_records", "09_images"]
+            "06_polars", "07_summary", "08_records", "09_images", "10_loader"]
 
 
 @pytest.mark.slow
@@ -28,7 +28,7 @@ def test_gpu_check_smoke_writes_every_section(tmp_path):
     # each section's GPU set-up walked: every gpu test collected with no error (RAPIDS may be absent here)
     setup = written["00_setup"]
     assert setup["01_tests"]["returncode"] == 0 and not setup["01_tests"]["errors"], setup["01_tests"]
-    assert "collected" in setup["01_tests"]["summary"] and set(setup) >= {"03_read", "04_gpu", "09_images"}
+    assert "collected" in setup["01_tests"]["summary"] and set(setup) >= {"03_read", "04_gpu", "09_images", "10_loader"}
     assert written["04_gpu_200KB"]["counts"]["rows_in"] > 0
     assert written["04_gpu_200KB"]["counts"] == written["05_cpu"]["counts"]
     summary = written["07_summary"]
@@ -43,6 +43,12 @@ def test_gpu_check_smoke_writes_every_section(tmp_path):
     assert records["jsonl_cpu"]["counts"]["quarantined"] > 0 and records["csv_cpu"]["counts"]["rows_out"] > 0
     images = written["09_images"]
     assert images["images"] == 24 and images["images_per_s"] > 0 and images["counts"]["rows_out"] == 24
+    loader = written["10_loader"]                 # the Loader's epochs over what 04 and 09 wrote
+    for batch in (1024, 65_536):
+        epoch = loader[f"tabular_batch_{batch}"]
+        assert epoch["split_rows"] == written["04_gpu_100KB"]["counts"]["rows_out"] > 0
+        assert epoch["rows"] == -(-epoch["split_rows"] // batch) * batch       # drop_last=False: padded
+    assert loader["images"]["shape_chw"] == [3, 224, 224] and 0 < loader["images"]["images"] <= 24
 
 
 def test_a_section_that_does_not_fit_the_budget_is_skipped_and_says_so(tmp_path):

@@ -111,3 +111,21 @@ def test_files_the_manifest_does_not_list_are_not_read(data, built):
     shutil.copyfile(first_train_shard(data), data / "train" / "part-99999.parquet")   # a stray shard
     (data / "train" / "notes.txt").write_text("not data")
     assert epoch(data) == clean
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_damaged_inside_its_pages_is_a_data_error_from_the_reader_threads_too(data, workers):
+    """Without verify, pages that do not decode are a DataError naming the shard, whether the row
+    group is read inline or decoded in chunks by a reader thread (the error travels to the window
+    that takes the rows, and on to the consumer): never a bare pyarrow error, never a hang."""
+    import pyarrow.parquet as pq
+
+    shard = first_train_shard(data)
+    meta = pq.ParquetFile(shard).metadata
+    chunk = meta.row_group(0).column(meta.schema.to_arrow_schema().get_field_index("_offset"))
+    at = chunk.dictionary_page_offset or chunk.data_page_offset
+    raw = bytearray(shard.read_bytes())
+    raw[at:at + 64] = b"\xff" * 64               # the read column's first page header, the footer intact
+    shard.write_bytes(bytes(raw))
+    message = refused(data, "cannot be read", shuffle=False, num_workers=workers, prefetch=2)
+    assert str(shard) in message and "gpuetl verify" in message

@@ -73,3 +73,41 @@ def test_decoding_images_of_a_dataset_without_them_is_refused(jpeg_dataset):
         gpuetl.Loader(jpeg_dataset, split=None, columns=["key"], decode_images="chw")
     with pytest.raises(SpecError, match="output='numpy' or 'torch'"):
         gpuetl.Loader(jpeg_dataset, split=None, decode_images="chw", output="arrow")
+
+
+def test_jpegs_are_decoded_into_the_batch_without_pillow(jpeg_dataset, monkeypatch):
+    """The loader's JPEGs take TurboJPEG's path into the batch's array; Pillow's decode (what the
+    image steps fall back on) is not called for them."""
+    from gpuetl.backends import cpu_images
+
+    def refuse(*args, **kw):
+        raise AssertionError("decoded through cpu_images.decode")
+
+    monkeypatch.setattr(cpu_images, "decode", refuse)
+    batches = list(gpuetl.Loader(jpeg_dataset, split=None, columns=["image"], batch_size=4, decode_images="chw",
+                                 drop_last=False, num_workers=0, prefetch=0))
+    assert batches and all(b["image"].shape == (4, 3, 16, 24) for b in batches)
+
+
+@pytest.mark.parametrize("mode, jpeg, expect", [
+    ("RGB", dict(), True), ("RGB", dict(progressive=True), True), ("RGB", dict(subsampling=0), True),
+    ("L", dict(grey=True), True), ("RGB", dict(grey=True), False), ("L", dict(), False)],
+    ids=["rgb", "progressive", "444", "grey", "grey-as-rgb", "rgb-as-grey"])
+def test_the_turbojpeg_path_gives_the_pixels_decode_gives_or_declines(mode, jpeg, expect):
+    """Where decode_jpeg_into decodes, its pixels are cpu_images.decode's (Pillow's) exactly; where
+    a conversion between colour and grey would be needed it declines, and decode decides."""
+    from gpuetl.backends import cpu_images
+    from imagedata import image_bytes, jpeg_bytes
+
+    grey = jpeg.pop("grey", False)
+    data = jpeg_bytes(40, 30, seed=5, **jpeg)
+    if grey:
+        data = image_bytes(Image.open(io.BytesIO(data)).convert("L"), "JPEG")
+    c = 3 if mode == "RGB" else 1
+    out = np.zeros((30, 40, c), np.uint8)
+    assert cpu_images.decode_jpeg_into(data, mode, out) is expect
+    if expect:
+        pixels, w, h, channels = cpu_images.decode(data, mode, 1)
+        np.testing.assert_array_equal(out, np.frombuffer(pixels, np.uint8).reshape(h, w, channels))
+    assert cpu_images.decode_jpeg_into(data[: len(data) // 2], mode, out) is False        # cut short: Pillow decides
+    assert cpu_images.decode_jpeg_into(data, mode, np.zeros((31, 40, c), np.uint8)) is False   # not its row's size

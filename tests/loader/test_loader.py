@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import numpy as np
@@ -266,3 +267,112 @@ def test_a_numeric_column_with_nulls_is_refused_for_numpy_and_read_as_arrow(load
     with pytest.raises(DataError, match="column 'size' holds nulls"):
         for _ in gpuetl.Loader(loader_dataset, columns=["size"], batch_size=500, drop_last=False):
             pass
+
+
+def test_a_row_group_is_read_while_the_one_before_it_is_consumed(loader_dataset, monkeypatch):
+    """Reading ahead reaches a row group's length past the batch being made (here 200 rows: 10
+    batches of 20), so a row group's read starts while the batches before it are still being
+    handed out, not when the batches queued ahead run out (one batch ahead, the consumer waited
+    for the read at each row-group boundary: the stub step's wait)."""
+    made, started = [], {}
+    assemble, fill = gpuetl.Loader._assemble, gpuetl.Loader._fill
+
+    def counting(self, pieces, pool=None):
+        out = assemble(self, pieces, pool)
+        made.append(1)
+        return out
+
+    def noting(self, u, reading):
+        started.setdefault(u, len(made))
+        return fill(self, u, reading)
+
+    monkeypatch.setattr(gpuetl.Loader, "_assemble", counting)
+    monkeypatch.setattr(gpuetl.Loader, "_fill", noting)
+    B = 20
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=B, shuffle_buffer=100, seed=2, num_workers=1,
+                           prefetch=2)
+    n = sum(1 for _ in loader)
+    order = loader.order(0)
+    first_need = {}
+    for j in range(n):
+        for w, _, _ in order_mod.batch_runs(order.n, 0, j, B, 1, 0, order.window):
+            for k in order.window_units(w):
+                first_need.setdefault(int(order.units[k]), j)
+    far = max(order.window, max(loader.unit_rows)) // B
+    late = {u: (started[u], j) for u, j in first_need.items() if j > far and started[u] > j - far // 2}
+    assert len(first_need) > 4 and not late, late
+
+
+def test_the_first_batch_waits_for_its_own_rows_not_for_its_whole_row_group(loader_dataset, monkeypatch):
+    """A reader thread decodes a row group a chunk at a time, and a window takes its rows as soon
+    as they are decoded: here the read of every row group stops after its first chunk until the
+    consumer holds its first batch, which must come out of that first chunk alone."""
+    from gpuetl.loader import dataset as dataset_mod
+    from gpuetl.loader import loader as loader_mod
+
+    monkeypatch.setattr(loader_mod, "CHUNK_ROWS", 50)
+    first_out = threading.Event()
+    original = dataset_mod.Dataset.iter_group
+
+    def held(self, shard, group, columns, rows):
+        for i, batch in enumerate(original(self, shard, group, columns, rows)):
+            if i == 1:
+                first_out.wait(10)              # the rest of the row group: only once a batch is out
+            yield batch
+
+    def whole(self, shard, group, columns):
+        first_out.wait(10)                      # a whole row group: only once a batch is out
+        return read_group(self, shard, group, columns)
+
+    read_group = dataset_mod.Dataset.read_group
+    monkeypatch.setattr(dataset_mod.Dataset, "iter_group", held)
+    monkeypatch.setattr(dataset_mod.Dataset, "read_group", whole)
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=10, shuffle_buffer=50, seed=3, num_workers=2,
+                           prefetch=2)
+    it = iter(loader)
+    t0 = time.perf_counter()
+    batch = next(it)
+    waited = time.perf_counter() - t0
+    assert not first_out.is_set() and waited < 5 and len(batch["_offset"]) == 10
+    first_out.set()
+    rest = list(it)
+    assert 1 + len(rest) == len(loader)
+
+
+def test_a_batch_is_not_cut_behind_a_row_group_being_read(loader_dataset, monkeypatch):
+    """Batches are cut by threads of their own: with one reader thread held up in the read of a
+    row group asked for ahead, the batches of the row group already read still come out."""
+    gate = threading.Event()
+    fill = gpuetl.Loader._fill
+
+    def held(self, u, reading):
+        if u not in first:
+            gate.wait(10)                       # a read ahead that takes its time
+        return fill(self, u, reading)
+
+    monkeypatch.setattr(gpuetl.Loader, "_fill", held)
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=10, shuffle_buffer=50, seed=4, num_workers=1,
+                           prefetch=3)
+    order = loader.order(0)
+    first = {int(order.units[k]) for k in order.window_units(0)}
+    it = iter(loader)
+    t0 = time.perf_counter()
+    got = [next(it) for _ in range(5)]          # window 0: 50 rows of the first row group
+    assert time.perf_counter() - t0 < 5 and not gate.is_set() and len(got) == 5
+    gate.set()
+    assert 5 + sum(1 for _ in it) == len(loader)
+
+
+@pytest.mark.parametrize("n, start, B, W, window", [(1000, 0, 64, 1, 100), (1000, 130, 64, 3, 100), (50, 0, 64, 2, 100),
+                                                    (1000, 0, 1000, 1, 10_000), (999, 17, 7, 5, 13)])
+def test_batch_runs_are_the_batch_positions_in_window_runs(n, start, B, W, window):
+    """order.batch_runs (what both the host and the device cut batches by) covers exactly the
+    positions order.batch_positions gives, in order, each run inside one window, padding wrapped."""
+    steps = order_mod.steps(n, start, B, W, drop_last=False)
+    for j in range(steps):
+        for rank in range(W):
+            want = order_mod.batch_positions(n, start, j, B, W, rank)
+            runs = order_mod.batch_runs(n, start, j, B, W, rank, window)
+            got = np.concatenate([np.arange(w * window + lo, w * window + hi) for w, lo, hi in runs])
+            np.testing.assert_array_equal(got, want)
+            assert all(0 <= lo < hi <= window for _, lo, hi in runs)
