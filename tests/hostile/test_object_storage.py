@@ -68,6 +68,7 @@ def test_a_denied_object_is_named_and_nothing_is_written(faulty_s3, raw, tmp_pat
     assert s3.keys("out/") == []
 
 
+@pytest.mark.slow          # five retries, each after the client's backoff
 def test_throttling_and_dropped_connections_are_retried(faulty_s3, raw, tmp_path, capsys):
     s3, proxy = faulty_s3
     proxy.faults += [["GET", "/raw/a.log", "503", 2], ["GET", "/raw/b.log", "reset", 2],
