@@ -79,6 +79,7 @@ def test_throttling_and_dropped_connections_are_retried(faulty_s3, raw, tmp_path
     assert main(["verify", s3.url("out")]) == 0
 
 
+@pytest.mark.slow          # every retry after the client's backoff
 def test_a_store_that_keeps_failing_stops_the_run_after_bounded_retries(faulty_s3, raw, tmp_path, capsys):
     s3, proxy = faulty_s3
     proxy.faults.append(["GET", "/raw/a.log", "503", None])
