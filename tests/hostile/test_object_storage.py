@@ -152,6 +152,7 @@ def test_verify_inputs_says_whether_the_pinned_inputs_are_unchanged(s3, raw, tmp
     assert main(["verify", s3.url("out")]) == 0            # the dataset itself is intact
 
 
+@pytest.mark.slow          # its second run retries a refused endpoint, after the client's backoffs
 def test_secrets_in_storage_options_never_reach_files_or_stderr(s3, raw, tmp_path, capsys):
     options = {"key": "testing", "secret": SECRET}
     data = spec(s3.url("raw/*.log"), s3.url("out"), storage_options=options)
