@@ -13,6 +13,9 @@ import time
 import pytest
 
 _OWN_SETUP = pytest.StashKey[float]()
+# Not judged: the slow tests, and the tiers run on their own (`make gpu-api`, `make test-torch`,
+# `pytest -m gpu` on a device), which `make test` and `make test-fast` skip.
+TIERS = {"slow", "gpu", "gpu_api", "torch"}
 
 
 def pytest_addoption(parser):
@@ -49,7 +52,7 @@ class SlowRule:
 
     def pytest_runtest_logreport(self, report):
         seconds = getattr(report, "own_seconds", None)
-        if seconds is not None and seconds > self.report_s and "slow" not in report.keywords:
+        if seconds is not None and seconds > self.report_s and not TIERS.intersection(report.keywords):
             self.over.append((seconds, report.nodeid))
 
     def too_slow(self):

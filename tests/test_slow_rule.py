@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-LIMITS = "[pytest]\nmarkers = slow: slow\nslow_report_s = 0.2\nslow_fail_s = 0.6\n"
+LIMITS = "[pytest]\nmarkers =\n    slow: slow\n    gpu_api: a tier\nslow_report_s = 0.2\nslow_fail_s = 0.6\n"
 
 
 def run(pytester, source: str):
@@ -29,12 +29,17 @@ def test_lingers():
 
 @pytest.mark.slow
 def test_marked():
-    time.sleep(0.3)
+    time.sleep(0.7)
+
+@pytest.mark.gpu_api
+def test_of_a_tier_of_its_own():
+    time.sleep(0.7)
 """)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*not marked slow, over 0.2 s*", "*s test_an_unmarked*.py::test_lingers"])
     listed = result.stdout.str()
-    assert "::test_quick" not in listed and "::test_marked" not in listed and "FAILED:" not in listed
+    assert "::test_lingers" in listed and "FAILED:" not in listed
+    assert "::test_quick" not in listed and "::test_marked" not in listed and "::test_of_a_tier" not in listed
 
 
 def test_an_unmarked_test_over_the_fail_limit_fails_the_run_though_every_test_passed(pytester):
