@@ -33,12 +33,11 @@ browser:
 		echo "browser tests will be skipped: apt-get could not install chromium"; \
 	else echo "browser tests will be skipped: install Debian's chromium package (apt-get install chromium) to run them"; fi
 
+# The import layers (lint-imports) are checked once, by tests/test_layers.py.
 test: venv browser
-	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 test-fast: venv
-	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: venv

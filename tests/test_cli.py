@@ -222,19 +222,19 @@ def test_run_set_without_equals_exit_2(workdir, capsys):
     assert "expected KEY=VALUE" in capsys.readouterr().err
 
 
-def test_run_with_local_cluster_and_no_terminal_serves_no_dashboard(workdir, tmp_path):
-    """The local dask cluster (named: a small input gets none by default); with no one at a terminal to open a
-    dashboard, none is served (its pages cost an import of bokeh before the first task)."""
+def test_run_with_local_cluster_and_no_terminal_serves_no_dashboard(workdir, tmp_path, capsys):
+    """The local dask cluster (named: a small input gets none by default); with no one at a
+    terminal to open a dashboard, none is served (its pages cost an import of bokeh before the
+    first task)."""
     path = pipeline_file(workdir, name="cluster.yaml")
     out = tmp_path / "cluster"
-    proc = subprocess.run([*GPUETL, "run", str(path), "--backend", "cpu", "--scheduler", "local",
-                           "--set", f"sink.path={out}"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "dashboard" not in proc.stderr
-    assert f"dataset: {out}" in proc.stdout
+    code = main(["run", str(path), "--backend", "cpu", "--scheduler", "local", "--set", f"sink.path={out}"])
+    said = capsys.readouterr()
+    assert code == 0, said.err
+    assert "dashboard" not in said.err
+    assert f"dataset: {out}" in said.out
     assert (out / "_SUCCESS").exists()
-    no_traceback(proc.stderr)
+    no_traceback(said.err)
 
 
 def test_run_in_a_terminal_prints_the_dashboard_link(workdir, tmp_path, monkeypatch):

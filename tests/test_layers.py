@@ -1,4 +1,5 @@
-"""The import layers of pyproject.toml's [tool.importlinter] hold (as `make test` checks first)."""
+"""The import layers of pyproject.toml's [tool.importlinter] hold: `make test` and `make test-fast` run
+`lint-imports` here, once."""
 
 from __future__ import annotations
 

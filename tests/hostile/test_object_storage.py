@@ -68,6 +68,7 @@ def test_a_denied_object_is_named_and_nothing_is_written(faulty_s3, raw, tmp_pat
     assert s3.keys("out/") == []
 
 
+@pytest.mark.slow          # five retries, each after the client's backoff
 def test_throttling_and_dropped_connections_are_retried(faulty_s3, raw, tmp_path, capsys):
     s3, proxy = faulty_s3
     proxy.faults += [["GET", "/raw/a.log", "503", 2], ["GET", "/raw/b.log", "reset", 2],
@@ -78,6 +79,7 @@ def test_throttling_and_dropped_connections_are_retried(faulty_s3, raw, tmp_path
     assert main(["verify", s3.url("out")]) == 0
 
 
+@pytest.mark.slow          # every retry after the client's backoff
 def test_a_store_that_keeps_failing_stops_the_run_after_bounded_retries(faulty_s3, raw, tmp_path, capsys):
     s3, proxy = faulty_s3
     proxy.faults.append(["GET", "/raw/a.log", "503", None])
@@ -150,6 +152,7 @@ def test_verify_inputs_says_whether_the_pinned_inputs_are_unchanged(s3, raw, tmp
     assert main(["verify", s3.url("out")]) == 0            # the dataset itself is intact
 
 
+@pytest.mark.slow          # its second run retries a refused endpoint, after the client's backoffs
 def test_secrets_in_storage_options_never_reach_files_or_stderr(s3, raw, tmp_path, capsys):
     options = {"key": "testing", "secret": SECRET}
     data = spec(s3.url("raw/*.log"), s3.url("out"), storage_options=options)

@@ -108,6 +108,7 @@ def test_a_partition_of_one_huge_line(tmp_path, monkeypatch, surroundings, final
     assert data["counts"]["rows_out"] == 1
 
 
+@pytest.mark.slow          # the pipeline run three times, at 100-byte pieces too
 def test_logs_with_filter_derive_dedupe_and_shards_do_not_depend_on_the_piece_size(tmp_path, monkeypatch,
                                                                                    surroundings):
     write_access_logs(tmp_path / "a.log", lines=40, seed=2, bad_every=9)

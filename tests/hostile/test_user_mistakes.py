@@ -148,7 +148,7 @@ def _small_blocks(base: Path, **kw) -> Path:
 
 
 @pytest.mark.slow
-def test_ctrl_c_prints_one_line_and_resume_continues(big, surroundings):
+def test_ctrl_c_prints_one_line_and_resume_continues(big, surroundings, capsys):
     path = _small_blocks(big, mode="resume")
     with surroundings(big, dataset=big / "out"):
         stopped = _interrupt_when_a_partition_is_done(big)
@@ -158,10 +158,10 @@ def test_ctrl_c_prints_one_line_and_resume_continues(big, surroundings):
             "sink.mode: resume to continue")
         no_traceback(stopped.stderr)               # the local cluster, stopped mid-task, logs nothing
         assert not (big / "out" / "_SUCCESS").exists()
-        again = subprocess.run([sys.executable, "-m", "gpuetl", "run", str(path), "--no-progress",
-                                "--scheduler", "sync"], capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert "partitions already done, skipped" in again.stderr
+        again = main(["run", str(path), "--no-progress", "--scheduler", "sync"])       # the resume: in this process
+    said = capsys.readouterr()
+    assert again == 0, said.err
+    assert "partitions already done, skipped" in said.err
     assert main(["verify", str(big / "out")]) == 0
 
 

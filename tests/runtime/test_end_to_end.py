@@ -154,6 +154,7 @@ def test_a_key_too_coarse_to_balance_is_reported(tmp_path, access_logs):
     assert fine.manifest["notes"] == []
 
 
+@pytest.mark.slow          # a run in a fresh interpreter, to see what it imports
 def test_a_run_with_a_global_step_never_imports_dask_dataframe(tmp_path, access_logs):
     """The graph is built from dask.delayed alone: importing dask.dataframe cost ~0.3 s before the
     first task of every run with a dedupe (runtime/graph.py)."""

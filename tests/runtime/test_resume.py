@@ -152,6 +152,7 @@ def test_fingerprint_leaves_sink_mode_out(tmp_path):
     assert other["pipeline"] != prints[0]["pipeline"]
 
 
+@pytest.mark.slow          # a run killed in its own process, then resumed
 def test_killed_under_mode_error_then_resume(inputs):
     """The fingerprint leaves sink.mode out: `--set sink.mode=resume` picks the work up; another
     backend or gpuetl version is refused with a hint, the work kept for the right one."""

@@ -134,8 +134,8 @@ KILLER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("point,after", [("uploaded", 1), pytest.param("copying", 0, marks=pytest.mark.slow),
-                                         pytest.param("copied", 3, marks=pytest.mark.slow)])
+@pytest.mark.slow                     # a run killed in a subprocess, a run more
+@pytest.mark.parametrize("point,after", [("uploaded", 1), ("copying", 0), ("copied", 3)])
 def test_a_killed_commit_leaves_nothing_visible_and_resume_completes_it(s3, inputs, reference, point, after):
     reference = reference[0]          # the local run's shards: an s3:// run's equal them (the first test)
     (inputs / "p.yaml").write_text(yaml.safe_dump(spec(s3.url("out"), mode="resume")))

@@ -96,6 +96,7 @@ def secrets(draw):
     return "".join(rnd.choice("0123456789abcdefABCDEF") for _ in range(rnd.randint(16, 40)))
 
 
+@pytest.mark.slow          # 60 generated examples: ~3 s
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(WORD, secrets(), WORD), min_size=1, max_size=20))
 def test_planted_secrets_never_leak(parts):
