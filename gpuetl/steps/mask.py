@@ -28,6 +28,9 @@ PATTERNS: dict[str, str] = {
         rf"(?:{_H}:){{1,6}}(?::{_H}){{1,6}}",   # a::b, a:b::c:d, ...
         rf"::(?:{_H}:){{0,6}}{_H}",             # ::1, ::ffff:abcd
         rf"(?:{_H}:){{1,7}}:",                  # fe80::
+        # what is left of an address whose first group went with an e-mail before it
+        # (`x@y.e3e7:682:c209:...`): five or more groups joined by ':'
+        rf":?(?:{_H}:){{4,6}}{_H}",
     ]),
     "hex": r"[0-9A-Fa-f]{16,}",
 }

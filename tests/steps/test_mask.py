@@ -108,6 +108,15 @@ def test_planted_secrets_never_leak(parts):
             assert not any(secret[i:i + 16] in text for i in range(len(secret) - 15)), (secret, text)
 
 
+def test_an_ipv6_address_whose_first_group_an_email_takes_leaves_no_piece():
+    """Found by the property above: ':@-.' before an address makes '-.e3e7' an e-mail's domain,
+    and the seven groups left are masked too, not left as ':682:c209:...'."""
+    secret = "e3e7:682:c209:4cac:629f:6fbe:d82c:7cd"
+    (out,) = mask([f":@-.{secret}"])
+    assert not any(secret[i:i + 16] in out for i in range(len(secret) - 15)), out
+    assert mask(["at 12:34:56 and 10:20"]) == ["at 12:34:56 and 10:20"]     # times are not addresses
+
+
 def test_mask_in_a_pipeline(tmp_path):
     write_jsonl(tmp_path / "in" / "a.jsonl", [{"m": "login from 10.0.0.7 by bob@corp.example"}, {"m": None}])
     result, rows = run_jsonl(tmp_path, [{"mask": {"columns": ["m"]}}], {"m": "string"})
