@@ -66,7 +66,8 @@ class ShardEncoder(Protocol):
 
     def metadata(self) -> Any:
         """After close: the file's `pyarrow.parquet.FileMetaData` (its footer: the column
-        statistics), as the writer holds it or read back from the closed file."""
+        statistics), as the writer holds it or read back from the closed file; None where the
+        encoder cannot tell (the shard phase then reads the footer in a task)."""
 
     def abort(self) -> None:
         """Close an opened file without finishing it."""
@@ -157,7 +158,8 @@ class ShardWriter:
         self.encoder.close()
         self.closed = True
         self._hash_written()
-        columns = file_columns(self.encoder.metadata())
+        meta = self.encoder.metadata()
+        columns = None if meta is None else file_columns(meta)
         publish(self.path + ".partial", self.path, durable=getattr(self.options, "durable", True))
         return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
                            self.digest.hexdigest(), columns)
