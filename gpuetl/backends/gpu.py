@@ -1086,6 +1086,7 @@ class GpuShardEncoder:
     def __init__(self, schema: Schema, compression: str):
         self.schema, self.compression = dict(schema), compression
         self.writer = None
+        self.path: str | None = None
 
     def conform(self, rows):
         """A cuDF frame of the output columns, in order, with the output types."""
@@ -1115,6 +1116,7 @@ class GpuShardEncoder:
         as pyarrow writes them (gpu_spill.writer_metadata): the Arrow schema read back is the
         CPU backend's, and a later chunk with nulls is accepted. `dictionary` (the sink's
         choice for Arrow tables) is not taken: libcudf chooses per column chunk (ADAPTIVE)."""
+        self.path = path
         meta = writer_metadata(self._table(first), list(self.schema), arrow_schema(self.schema).types, nullable=True)
         kinds = plc.io.types.CompressionType
         compression = kinds.NONE if self.compression == "none" else getattr(kinds, self.compression.upper())
@@ -1134,6 +1136,13 @@ class GpuShardEncoder:
 
     def close(self) -> None:
         self.writer.close([])
+
+    def metadata(self):
+        """The footer of the file just closed, read back from it here, on the worker that wrote
+        it (libcudf's close hands its metadata over only with a column chunk path set in it)."""
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(self.path)
 
     def abort(self) -> None:
         self.writer.close([])

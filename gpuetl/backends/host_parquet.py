@@ -21,6 +21,7 @@ class HostShardEncoder:
         self.compression = None if compression == "none" else compression
         self.writer: pq.ParquetWriter | None = None
         self.rows_per_group = 0
+        self.written: list = []           # the file's FileMetaData, from the writer at close
 
     def conform(self, rows: pa.Table) -> pa.Table:
         return rows.select(self.schema.names).cast(self.schema)
@@ -40,7 +41,8 @@ class HostShardEncoder:
     def open(self, path: str, first: pa.Table, rows_per_group: int, dictionary: Callable[[pa.Table], list[str]]):
         self.rows_per_group = rows_per_group
         self.writer = pq.ParquetWriter(path, self.schema, compression=self.compression, write_statistics=True,
-                                       use_dictionary=dictionary(first.slice(0, rows_per_group)))
+                                       use_dictionary=dictionary(first.slice(0, rows_per_group)),
+                                       metadata_collector=self.written)
 
     def write_group(self, rows: pa.Table) -> None:
         # one contiguous chunk per row group: Arrow feeds its page writer chunk by chunk, so
@@ -49,6 +51,10 @@ class HostShardEncoder:
 
     def close(self) -> None:
         self.writer.close()
+
+    def metadata(self):
+        """The footer pyarrow wrote, as its writer kept it (the file is not read back)."""
+        return self.written[-1]
 
     def abort(self) -> None:
         self.writer.close()

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from ..durable import sync_file
-from ..types import ARROW_TYPES
 from ..words import count, printable
 from .reasons import reason_kind
 from .versions import recorded_versions
@@ -27,15 +26,17 @@ VALUE_CHARS = 80           # a column's min/max as shown
 
 
 def build_report(plan, backend, progress, *, result=None, error: BaseException | None = None,
-                 data_dir: Path | None = None, filesystem=None) -> dict:
-    """The report of a run from what it counted (progress) and, when it finished, its result;
-    data_dir: where the shards are (their Parquet footers give the column profile), on
-    `filesystem` (an fsspec one: shards in an object store) or local."""
+                 find_first=None) -> dict:
+    """The report of a run from what it counted (progress) and, when it finished, its result
+    (its column profile: what the shards' writers read off their footers, RunResult.columns).
+    find_first: given the bad records by kind, adds each kind's first quarantined record
+    (`first_records_in_task`: read where the quarantine files are); None: no first records."""
     snap = progress.snapshot()
     counts = result.counts if result is not None else _counts_so_far(snap["stages"])
     stages = result.stages if result is not None else snap["stages"]
     timing = {p["stage"]: p for p in snap["progress"]}
     versions = recorded_versions(backend)
+    bad = grouped_reasons(snap["reasons"])
     return {
         "format": REPORT_FORMAT,
         "gpuetl": versions["gpuetl"],
@@ -58,11 +59,26 @@ def build_report(plan, backend, progress, *, result=None, error: BaseException |
         "progress": list(timing.values()),
         "throughput": snap["timeline"],
         "workers": snap["workers"],
-        "bad_records": first_records(grouped_reasons(snap["reasons"]), data_dir,
-                                     result.quarantine if result is not None else [], filesystem),
+        "bad_records": find_first(bad) if find_first is not None and bad["kinds"] else bad,
         "warnings": list(result.manifest.get("warnings", [])) if result is not None else [],
-        "columns": column_profile(data_dir, result.shards, filesystem) if result is not None and data_dir else [],
+        "columns": ([{**e, "min": _shown(e["min"]), "max": _shown(e["max"])} for e in result.columns]
+                    if result is not None else []),
     }
+
+
+def first_records_in_task(executor, data_dir: Path, quarantine: list[dict], filesystem=None):
+    """A `find_first` for build_report that runs first_records as a task of the run's executor,
+    where the quarantine files are: the process that commits the run opens none of them."""
+    def find(bad: dict) -> dict:
+        if not quarantine:
+            return bad
+        import dask
+
+        task = dask.delayed(first_records, pure=False)(bad, data_dir, quarantine, filesystem,
+                                                        dask_key_name="report-first-records")
+        return executor.compute([task])[0]
+
+    return find
 
 
 def _counts_so_far(stages: list[dict]) -> dict:
@@ -132,71 +148,6 @@ def _raw_shown(raw) -> str:
     else:
         text = str(raw)
     return printable(_cut(text, RAW_CHARS), keep_newlines=False)
-
-
-def column_profile(data_dir: Path, shards: list[dict], filesystem=None) -> list[dict]:
-    """Per output column: nulls, min and max, from the shards' Parquet footers (no data read)."""
-    import pyarrow.parquet as pq
-
-    columns: dict[str, dict] = {}
-    for shard in shards:
-        path = Path(data_dir) / shard["path"]
-        if path.suffix != ".parquet":
-            continue
-        try:
-            meta = pq.read_metadata(str(path), filesystem=filesystem)
-            logical = dict(_leaves(meta.schema.to_arrow_schema()))
-        except (OSError, ValueError):
-            continue
-        for g in range(meta.num_row_groups):
-            group = meta.row_group(g)
-            for c in range(group.num_columns):
-                chunk = group.column(c)
-                entry = columns.setdefault(chunk.path_in_schema, {"column": chunk.path_in_schema,
-                                                                  "type": logical.get(chunk.path_in_schema,
-                                                                                      str(chunk.physical_type)),
-                                                                  "rows": 0,
-                                                                  "nulls": 0, "min": None, "max": None,
-                                                                  "complete": True})
-                entry["rows"] += chunk.num_values
-                stats = chunk.statistics
-                if stats is None or not stats.has_null_count:
-                    entry["complete"] = False
-                else:
-                    entry["nulls"] += stats.null_count
-                if stats is not None and stats.has_min_max:
-                    entry["min"] = _lower(entry["min"], stats.min)
-                    entry["max"] = _lower(entry["max"], stats.max, higher=True)
-                elif chunk.num_values:
-                    entry["complete"] = False
-    return [{**e, "min": _shown(e["min"]), "max": _shown(e["max"])} for e in columns.values()]
-
-
-def _leaves(schema, prefix: str = ""):
-    """(Parquet column path, the dataset's type as a person reads it) for each leaf of an Arrow
-    schema: `string`, `int16`, `timestamp[us, UTC]`, not the storage types (BYTE_ARRAY, INT32
-    for an int16, INT64 for a timestamp) the footer's column chunks carry."""
-    import pyarrow as pa
-
-    for field in schema:
-        path, t = f"{prefix}{field.name}", field.type
-        if pa.types.is_struct(t):
-            yield from _leaves([t.field(i) for i in range(t.num_fields)], path + ".")
-        elif pa.types.is_list(t) or pa.types.is_large_list(t):
-            yield from _leaves([t.value_field], path + ".list.")
-        elif pa.types.is_timestamp(t):
-            yield path, f"timestamp[{t.unit}, {t.tz}]" if t.tz else f"timestamp[{t.unit}]"
-        else:
-            yield path, next((name for name, known in ARROW_TYPES.items() if known == t), str(t))
-
-
-def _lower(current, value, higher: bool = False):
-    if current is None:
-        return value
-    try:
-        return max(current, value) if higher else min(current, value)
-    except TypeError:
-        return current
 
 
 def _shown(value):

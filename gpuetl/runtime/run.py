@@ -29,7 +29,7 @@ from .phases import accounting, manifest, mapping, resume, sharding
 from .phases.context import RunContext, RunResult
 from .phases.folder import open_output
 from .progress import RunProgress, display_for
-from .report import REPORT_HTML, build_report, write_report
+from .report import REPORT_HTML, build_report, first_records_in_task, write_report
 
 __all__ = ["RunResult", "run_plan"]
 
@@ -105,7 +105,9 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
             result.manifest["run"]["seconds"] = round(result.seconds, 3)
             if report:
                 watch.shards_done()
-                built = build_report(plan, backend, watch, result=result, **ctx.shards_at())
+                built = build_report(plan, backend, watch, result=result,
+                                     find_first=first_records_in_task(ctx.executor, quarantine=result.quarantine,
+                                                                      **ctx.shards_at()))
                 (run_tmp / "data").mkdir(exist_ok=True)        # a run through the store wrote no shard here
                 result.manifest["reports"] = write_report(built, run_tmp / "data", durable=spec.sink.durable)
         except BaseException as err:

@@ -1,7 +1,8 @@
 """One shard's Parquet file, the same state machine whatever encodes it: rows come in in their
 final order, row groups are cut at exact counts (parquet_policy.GroupSizing), the bytes are
 hashed as they are appended, and at close the partial file is published durably
-(durable.publish) and its size and sha256 recorded. A backend brings only its encoder
+(durable.publish) and its size, sha256 and column statistics (the encoder's footer metadata:
+sinks/column_stats.py) recorded. A backend brings only its encoder
 (`Backend.shard_encoder`, the ShardEncoder hooks): pyarrow's on the host
 (backends/host_parquet.py), libcudf's on the device (backends/gpu.py)."""
 
@@ -14,6 +15,7 @@ from typing import Any, Callable, Protocol
 
 from ..durable import publish
 from ..types import Schema
+from .column_stats import file_columns
 from .parquet_policy import DEFAULT_ROW_GROUP_ROWS, GroupSizing, dictionary_columns
 
 
@@ -24,6 +26,14 @@ class ShardResult:
     rows: int
     bytes: int
     sha256: str
+    # what the file's footer says of each column (sinks/column_stats.py: file_columns), taken
+    # where it was written; None: not known (another sink's writer, a result saved without it)
+    columns: list[dict] | None = None
+
+    def entry(self) -> dict:
+        """The shard as the manifest lists it (its column statistics are the run report's)."""
+        return {"path": self.path, "split": self.split, "rows": self.rows, "bytes": self.bytes,
+                "sha256": self.sha256}
 
 
 class ShardEncoder(Protocol):
@@ -53,6 +63,11 @@ class ShardEncoder(Protocol):
         """Append `rows` as exactly one row group."""
 
     def close(self) -> None: ...
+
+    def metadata(self) -> Any:
+        """After close: the file's `pyarrow.parquet.FileMetaData` (its footer: the column
+        statistics), as the writer holds it or read back from the closed file; None where the
+        encoder cannot tell (the shard phase then reads the footer in a task)."""
 
     def abort(self) -> None:
         """Close an opened file without finishing it."""
@@ -143,6 +158,8 @@ class ShardWriter:
         self.encoder.close()
         self.closed = True
         self._hash_written()
+        meta = self.encoder.metadata()
+        columns = None if meta is None else file_columns(meta)
         publish(self.path + ".partial", self.path, durable=getattr(self.options, "durable", True))
         return ShardResult(self.task.relpath, self.task.split_name, self.rows, os.path.getsize(self.path),
-                           self.digest.hexdigest())
+                           self.digest.hexdigest(), columns)

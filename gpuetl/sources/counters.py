@@ -4,12 +4,16 @@ as it reads (sources/stage.py: `read`); the runtime carries it next to the parti
 through the partition's tasks (`CountedFrame`, runtime/graph.py) to the spill, which keeps it in
 the partition's result (sinks/spill.py: `MapResult.counters`), recorded for resume and gathered
 into the manifest. Nothing rides in the frame itself (`DataFrame.attrs`): a step that builds a
-new frame cannot lose them, and a reader sees every field here."""
+new frame cannot lose them, and a reader sees every field here.
+
+After the run, the source stage sums its partitions' counters up in a `SourceSummary` (its
+`summarize`: the JSON formats' dropped fields; nothing for the others), which the runtime puts
+in the manifest without knowing the format (`summarize` here)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from .pins import RangePin
 
@@ -41,3 +45,31 @@ class CountedFrame(NamedTuple):
 
     frame: Any
     counters: PartitionCounters
+
+
+@dataclass
+class SourceSummary:
+    """What a source stage says of the whole run, from its partitions' counters."""
+
+    fields: dict = field(default_factory=dict)      # manifest entries (over the plan's metadata)
+    notes: list[str] = field(default_factory=list)  # lines for the log and the manifest's notes
+    # declared columns a record may leave without a value (a JSON field is looked up in each
+    # record): the run checks that some row written has a value in each (strict: an error)
+    filled: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Summarizing(Protocol):
+    """A source stage (sources/registry.py: RecordStage) that sums up its run."""
+
+    def summarize(self, spec: Any, counters: list[PartitionCounters], metadata: dict) -> SourceSummary:
+        """The run's summary from every partition's counters, in partition order; `metadata`:
+        what the format's plan() gave the manifest."""
+        ...
+
+
+def summarize(stage: Any, spec: Any, counters: list[PartitionCounters], metadata: dict) -> SourceSummary:
+    """The stage's summary of the run; an empty one for a stage that makes none (a plugin's)."""
+    if isinstance(stage, Summarizing):
+        return stage.summarize(spec, counters, metadata)
+    return SourceSummary()

@@ -30,6 +30,7 @@ from pathlib import Path
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_QUARANTINED
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
+from .counters import SourceSummary
 from .files import InputFile, InputFiles, compressed_by_its_bytes, readable_name, relative_to
 from .pins import pin_bytes
 from .ranges import Partition, Whole, pack
@@ -86,6 +87,10 @@ class ImagesStage(PartitionScoped):
 
     def with_inputs(self, files) -> "ImagesStage":
         return replace(self, files=files)
+
+    def summarize(self, spec, counters, metadata: dict) -> SourceSummary:
+        """Images add nothing to the manifest beyond their counts (sources/counters.py)."""
+        return SourceSummary()
 
     def read(self, partition: Partition, segment, backend, counters, decoded=()):
         """The partition's records as frames of at most PIECE_PIXEL_BYTES of decoded pixels each

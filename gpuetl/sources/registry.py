@@ -28,7 +28,10 @@ class SourceFormat(Protocol):
 
 @runtime_checkable
 class RecordStage(Protocol):
-    """A source stage: how a partition becomes frames (bookkeeping columns included)."""
+    """A source stage: how a partition becomes frames (bookkeeping columns included). It may
+    also sum its run up for the manifest: `summarize(spec, counters, metadata)`
+    (sources/counters.py: `Summarizing`; the built-in stages have it, the JSON stage's says
+    which fields it dropped); the runtime calls it without knowing the format."""
 
     schema: dict                      # data columns of the frames it makes
     default_key: tuple[str, ...]      # what splits and placement hash without shard.key; () = every column

@@ -19,7 +19,7 @@ from ..errors import SpecError
 from ..spec.names import field_name_problem
 from ..types import ColumnSpec, Schema, column_spec
 from .compressed import Limits
-from .counters import PartitionCounters
+from .counters import PartitionCounters, SourceSummary
 from .files import InputFile
 from .ranges import Partition, plan_partitions, with_decoded
 from .records import framed_pieces, parse_piece, split_batch
@@ -71,6 +71,11 @@ class SourceStage:
         for i, (position, data) in enumerate(batches):
             yield parse_piece(*split_batch(block, position, data, backend), block.extra_bad if i == last else [],
                               self, segment, backend, counters)
+
+    def summarize(self, spec, counters: list[PartitionCounters], metadata: dict) -> SourceSummary:
+        """What the run's reading adds to the manifest (sources/counters.py): nothing, unless
+        the format says more (the JSON stage: the fields it dropped)."""
+        return SourceSummary()
 
 
 @dataclass

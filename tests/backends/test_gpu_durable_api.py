@@ -53,6 +53,7 @@ def _writer(tmp_path, durable: bool, monkeypatch) -> ShardWriter:
     monkeypatch.setattr(encoder, "empty", lambda: "no rows")
     monkeypatch.setattr(encoder, "open", open_)
     monkeypatch.setattr(encoder, "write_group", lambda rows: None)
+    monkeypatch.setattr(encoder, "metadata", lambda: None)      # the stand-in bytes have no footer
     return writer
 
 
@@ -67,7 +68,7 @@ def test_both_backends_shards_go_through_the_one_state_machine(tmp_path):
                for name, backend in (("gpu", GpuBackend.__new__(GpuBackend)), ("cpu", CpuBackend()))}
     assert type(writers["gpu"]) is type(writers["cpu"]) is ShardWriter
     assert type(writers["gpu"].encoder) is GpuShardEncoder and type(writers["cpu"].encoder) is HostShardEncoder
-    hooks = {"conform", "concat", "slice", "nbytes", "empty", "open", "write_group", "close", "abort"}
+    hooks = {"conform", "concat", "slice", "nbytes", "empty", "open", "write_group", "close", "metadata", "abort"}
     for encoder in (GpuShardEncoder, HostShardEncoder):
         assert hooks <= set(vars(encoder)), encoder
         assert not {"write", "_flush", "_size_groups", "_hash_written"} & set(vars(encoder)), encoder
@@ -108,3 +109,20 @@ def test_gpu_shard_of_a_scratch_sink_is_renamed_unflushed(tmp_path, monkeypatch)
     writer.close()
     monkeypatch.undo()
     assert [e[0] for e in events] == ["replace"]
+
+
+def test_the_gpu_encoder_reads_its_own_footer_back_on_the_worker_for_the_column_statistics(tmp_path):
+    """libcudf's chunked writer hands no FileMetaData over at close (only with a column chunk
+    path written into it), so GpuShardEncoder.metadata reads the footer of the file it wrote,
+    where it wrote it; the shard's result then carries the same statistics a CPU shard does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpuetl.sinks.column_stats import file_columns, footer_columns
+
+    path = str(tmp_path / "part-00000.parquet.partial")
+    pq.write_table(pa.table({"k": [3, None, 9]}), path)           # standing in for libcudf's file
+    encoder = GpuShardEncoder({"k": "int64"}, "zstd")
+    encoder.path = path                                            # what open() records
+    assert file_columns(encoder.metadata()) == footer_columns(path)
+    assert file_columns(encoder.metadata())[0]["nulls"] == 1

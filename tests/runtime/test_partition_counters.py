@@ -74,6 +74,68 @@ def test_the_runtime_asks_the_source_stage_to_read_and_knows_no_format():
         assert not attributes & {"parquet", "framing", "parser", "read_pieces"}, (name, attributes)
 
 
+FORMAT_MODULES = {"sources.stage", "sources.formats", "sources.framing", "sources.parquet", "sources.images",
+                  "sources.registry", "sources.parsers", "sources.json_fields"}
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    """The modules a module imports, its leading dots dropped ("...sources.formats.jsonl" →
+    "sources.formats.jsonl"), and the names it imports from each, as "module.name"."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            module = node.module.lstrip(".").removeprefix("gpuetl.")
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.removeprefix("gpuetl.") for alias in node.names)
+    return found
+
+
+FORMAT_WORDS = {"jsonl", "csv", "parquet", "images", "preset", "dropped_fields", "extra_fields"}
+
+
+def test_the_run_and_its_phases_know_no_source_format():
+    """runtime/run.py and every phase (runtime/phases/) import no source format, stage kind,
+    parser or JSON helper, and name no format in their code: the source stage's own
+    `summarize` gives the manifest what a format counted (the JSON formats' dropped fields)."""
+    modules = [PACKAGE / "runtime" / "run.py", *sorted((PACKAGE / "runtime" / "phases").glob("*.py"))]
+    for path in modules:
+        tree = ast.parse(path.read_text())
+        named = {m for m in _imported(tree) if any(m == f or m.startswith(f + ".") for f in FORMAT_MODULES)}
+        assert not named, (path.name, named)
+        words = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        words |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        words |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        assert not words & FORMAT_WORDS, (path.name, words & FORMAT_WORDS)
+
+
+def test_the_json_stage_summarizes_its_dropped_fields_and_other_stages_say_nothing(tmp_path):
+    """The manifest's extra_fields.dropped and its note come from the JSON stage's summary of
+    every partition's counters; a CSV, text or Parquet stage gives an empty summary."""
+    from gpuetl.sources.counters import SourceSummary, summarize
+
+    _write_jsonl(tmp_path / "in", _records(30))
+    spec = {"version": 1, "name": "t", "source": {"type": "jsonl", "path": "in/a.jsonl"},
+            "columns": {"id": "int64", "text": "string"}, "extra_fields": "drop", "sink": {"path": "out"}}
+    plan = _plan(tmp_path, spec, CpuBackend())
+    stage = plan.segments[0].source
+    counted = [PartitionCounters({"extra": 4, "late": 1}), PartitionCounters({"extra": 6})]
+    summary = summarize(stage, plan.spec, counted, plan.metadata)
+    assert summary.fields["extra_fields"]["dropped"] == {"extra": 10, "late": 1}
+    assert summary.fields["extra_fields"]["mode"] == "drop"
+    assert summary.notes == ["source: 2 field(s) not in columns were dropped: extra (10 records), late (1 record)"]
+    assert summary.filled == ("id", "text")
+    uncounted = summarize(stage, plan.spec, [PartitionCounters(), PartitionCounters(uncounted=True)], plan.metadata)
+    assert uncounted.fields["extra_fields"]["dropped"] is None
+
+    (tmp_path / "in" / "a.csv").write_text("id,text\n1,a\n")
+    csv = _plan(tmp_path, {"version": 1, "name": "t", "source": {"type": "csv", "path": "in/a.csv"},
+                           "sink": {"path": "out"}}, CpuBackend())
+    assert summarize(csv.segments[0].source, csv.spec, [PartitionCounters()], csv.metadata) == SourceSummary()
+    assert summarize(object(), csv.spec, [], {}) == SourceSummary()      # a plugin's stage without one
+
+
 def test_counters_add_up_the_pieces_and_one_uncounted_piece_makes_the_partition_uncounted():
     c = PartitionCounters()
     assert c.dropped_fields is None                      # no parser said anything

@@ -33,6 +33,9 @@ class RunResult:
     manifest: dict = field(repr=False, default_factory=dict)
     report: Path | str | None = None    # the run report's HTML file (a URL on an object store)
     nothing_to_append: bool = False     # sink.mode append found no new input: no new version
+    # per output column: values, nulls, min and max over the shards (sinks/column_stats.py:
+    # profile), from what each shard's writer read off its footer; the run report shows it
+    columns: list[dict] = field(repr=False, default_factory=list)
 
     @property
     def rows_out(self) -> int:
@@ -64,10 +67,13 @@ class Accounts:
 @dataclass
 class Written:
     """The shard phase's output: the shards and the quarantine files in the run's data/ folder
-    (or in the store), as their manifest entries."""
+    (or in the store), as their manifest entries and as their writers' results (with what each
+    footer says of the columns: sinks/column_stats.py)."""
 
     shards: list[dict]
     quarantine: list[dict]
+    shard_results: list[ShardResult] = field(default_factory=list)
+    quarantine_results: list[ShardResult] = field(default_factory=list)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The last phase before the commit (Mapped, Accounts, Written → RunResult): what the run warns
-about once its shards are written (empty shards, uneven splits, declared columns never filled),
-the inputs checked unchanged against the bytes the run read (sources/pins.py), and the manifest
-the commit writes next to the shards."""
+about once its shards are written (empty shards, uneven splits, declared columns never filled:
+from the statistics the shards' writers sent back), the source stage's summary of its reading
+(`summarize`, whatever the format), the inputs checked unchanged against the bytes the run read
+(sources/pins.py), and the manifest the commit writes next to the shards."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from ...errors import DataError, SourceError
 from ...sinks import commit as commit_protocol
 from ...sinks.layout import Layout
 from ...sinks.spill import MapResult
-from ...sources.formats.jsonl import dropped_fields_summary, empty_declared_columns
+from ...sinks.column_stats import null_in_every_row, profile
+from ...sources.counters import summarize
 from ...sources.pins import FilePin, Identity
+from ...types import is_nested
 from ..versions import recorded_versions
 from .accounting import bad_share_warnings
 from .context import Accounts, Mapped, RunContext, RunResult, Written
@@ -28,7 +31,9 @@ def build_result(ctx: RunContext, mapped: Mapped, accounts: Accounts, written: W
     spec, counts, shards = plan.spec, accounts.counts, written.shards
     warnings = [*accounts.warnings, *balance_warnings(plan.layout, shards, counts["rows_out"],
                                                       keyed=bool(spec.shard.key))]
-    empty = empty_declared_columns(plan, **ctx.shards_at(), shards=shards)
+    summary = summarize(plan.segments[0].source if plan.segments else None, spec,
+                        [r.counters for r in mapped.results], plan.metadata)
+    empty = empty_declared_columns(plan, summary.filled, written)
     if empty:
         message = (f"declared column(s) {', '.join(map(repr, empty))} are null in every row: no record written "
                    "has a value there (a misspelt name, a path that does not reach it, or only in records "
@@ -52,13 +57,23 @@ def build_result(ctx: RunContext, mapped: Mapped, accounts: Accounts, written: W
     manifest["warnings"] = [*warnings, *bad_share]
     manifest["bad_records_warning"] = bad_share[0] if bad_share else None
     manifest.update(plan.metadata)
-    dropped = dropped_fields_summary(spec, [r.dropped_fields for r in mapped.results])
-    if dropped is not None:
-        manifest["extra_fields"] = {**manifest.get("extra_fields", {"mode": "drop"}), "dropped": dropped["dropped"]}
-        log(f"note: {dropped['note']}")
-        manifest["notes"].append(dropped["note"])
+    manifest.update(summary.fields)           # the source's own account of the run (sources/counters.py)
+    for note in summary.notes:
+        log(f"note: {note}")
+        manifest["notes"].append(note)
     return RunResult(plan.out_dir, counts, accounts.stages, shards, written.quarantine, accounts.bad, backend.name,
-                     0.0, plan.input_bytes, manifest)
+                     0.0, plan.input_bytes, manifest,
+                     columns=profile([s.columns for s in written.shard_results]))
+
+
+def empty_declared_columns(plan, filled: tuple[str, ...], written: Written) -> list[str]:
+    """Of the declared columns the source says a record may leave unfilled (`filled`: a JSON
+    field is looked up in each record), those null in every row written: the field never
+    appeared (or was always null), which the run reports rather than leave a column of nulls
+    unremarked. From the null counts the shards' writers read off their footers."""
+    schema = plan.output_schema
+    declared = [name for name in filled if name in schema and not is_nested(schema[name])]
+    return null_in_every_row(declared, written.shard_results)
 
 
 def balance_warnings(layout: Layout, shards: list[dict], rows_out: int, keyed: bool = False) -> list[str]:

@@ -1,8 +1,10 @@
 """The shard phase (Mapped → Written): the shards cut from the map's placement-hash histograms,
 then one write-shard task a shard and one write-quarantine task, all on the workers: each reads
 the spilled pieces and encodes its file there, so this process reads no piece and encodes no
-shard (on a GPU the pieces stay on the device that wrote them). Shards a resumed run already
-wrote are kept; shards the map phase streamed are taken as they are."""
+shard (on a GPU the pieces stay on the device that wrote them). Each shard's result brings
+back what its footer says of the columns (sinks/column_stats.py), for the run report and the
+empty-column check: this process opens no shard file either. Shards a resumed run already wrote
+are kept with their saved results; shards the map phase streamed are taken as they are."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import dask
 import numpy as np
 
+from ...sinks.column_stats import footer_columns
 from ...sinks.parquet import ShardTask
 from ...sinks.runstore import RunStore
 from ...sinks.shard_writer import ShardResult
@@ -25,8 +28,24 @@ def write_shards(ctx: RunContext, mapped: Mapped) -> Written:
     shards = mapped.streamed
     if shards is None:
         shards = _write_from_pieces(ctx, mapped.results)
+    _read_missing_footers(ctx, shards)
     quarantine = _write_quarantine(ctx, mapped.results)
-    return Written([vars(s) for s in shards], [vars(q) for q in quarantine])
+    return Written([s.entry() for s in shards], [q.entry() for q in quarantine], shards, quarantine)
+
+
+def _read_missing_footers(ctx: RunContext, shards: list[ShardResult]) -> None:
+    """A Parquet shard whose result came without its column statistics (saved by an older run
+    and kept by this one, or written by another sink's writer) has them read from its footer,
+    in a task, where the shards are: this process opens no shard file."""
+    missing = [k for k, s in enumerate(shards) if s.columns is None and s.path.endswith(".parquet")]
+    if not missing:
+        return
+    at = ctx.shards_at()
+    read = dask.delayed(footer_columns, pure=False)
+    found = ctx.executor.compute([read(str(Path(at["data_dir"]) / shards[k].path), at.get("filesystem"),
+                                       dask_key_name=f"read-footer-{k}") for k in missing])
+    for k, columns in zip(missing, found):
+        shards[k].columns = columns
 
 
 def _size_ratio(ctx: RunContext, results: list[MapResult], hist: dict[int, np.ndarray]) -> float:

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from ...errors import SpecError
 from ...spec.names import field_name_problem
 from ...words import count
-from ...types import ColumnSpec, Schema, is_nested
+from ...types import ColumnSpec, Schema
 from ..files import InputFile
 from ..json_fields import ColumnClash, JsonColumn, JsonRead, parse_path, path_pattern, position_text
 from ..parsers import JsonParser
 from ..long_records import DEFAULT_MAX_RECORD
 from ..ranges import ByteRange, read_head, read_range
-from ..stage import declared_columns, plan_byte_ranges, source_stage
+from ..counters import PartitionCounters, SourceSummary
+from ..stage import SourceStage, declared_columns, plan_byte_ranges, source_stage
 
 JSON_SAMPLE_FILES = 100           # files sampled at most (chosen with a fixed seed when there are more)
 JSON_HEAD_BYTES = 256 << 10       # each file's head
@@ -98,7 +99,8 @@ def json_stage_and_metadata(loaded, files, notes: list[str]):
     parser = JsonParser(read)
     return source_stage(loaded, files, parser, casts={},
                         declared={n: c for n, c in declared.items() if c.type == "timestamp"},
-                        field_hint=FIELD_HINT, added=("_extra",) if spec.extra_fields == "keep" else ()), metadata
+                        field_hint=FIELD_HINT, added=("_extra",) if spec.extra_fields == "keep" else (),
+                        kind=JsonStage), metadata
 
 
 def _declared_read_columns(loaded, declared: dict[str, ColumnSpec]) -> tuple[JsonColumn, ...]:
@@ -389,11 +391,26 @@ def _spread(records: list, limit: int) -> list:
 
 # -- after the run ------------------------------------------------------------------------------
 
+@dataclass
+class JsonStage(SourceStage):
+    """A JSON source's stage (jsonl, the text format's json preset): lines parsed by the
+    JsonParser; its run summary names the fields `extra_fields: drop` left out, and asks the
+    run to check that each declared column got a value (a record may lack any field)."""
+
+    def summarize(self, spec, counters: list[PartitionCounters], metadata: dict) -> SourceSummary:
+        fields, notes = {}, []
+        dropped = dropped_fields_summary(spec, [c.dropped_fields for c in counters])
+        if dropped is not None:
+            fields["extra_fields"] = {**metadata.get("extra_fields", {"mode": "drop"}), "dropped": dropped["dropped"]}
+            notes.append(dropped["note"])
+        return SourceSummary(fields, notes, filled=tuple(spec.columns))
+
+
 def dropped_fields_summary(spec, per_partition: list[dict[str, int] | None]) -> dict | None:
     """The manifest's account of the extra fields a JSON source left out (`extra_fields: drop`):
     {"dropped": {field: records}, most first, "note": one line}; "dropped" is None where a
-    backend did not count them (the note says so). None for other sources and modes."""
-    if spec.extra_fields != "drop" or not _reads_json(spec):
+    backend did not count them (the note says so). None in the other modes."""
+    if spec.extra_fields != "drop":
         return None
     if any(counts is None for counts in per_partition):
         return {"dropped": None, "note": "source: the fields not in columns were dropped; this backend "
@@ -408,52 +425,3 @@ def dropped_fields_summary(spec, per_partition: list[dict[str, int] | None]) -> 
     shown = ", ".join(f"{name} ({count(n, 'record')})" for name, n in list(ordered.items())[:10])
     more = f" and {len(ordered) - 10} more" if len(ordered) > 10 else ""
     return {"dropped": ordered, "note": f"source: {len(ordered)} field(s) not in columns were dropped: {shown}{more}"}
-
-
-def _reads_json(spec) -> bool:
-    return spec.source.type == "jsonl" or (spec.parse is not None and spec.parse.preset == "json")
-
-
-def empty_declared_columns(plan, data_dir, shards: list[dict], filesystem=None) -> list[str]:
-    """Declared columns of a JSON source that are null in every row written: the field never
-    appeared (or was always null), which the run reports rather than leave a column of nulls
-    unremarked. Read from the shards' Parquet statistics (footers only)."""
-    import pyarrow.parquet as pq
-
-    spec = plan.spec
-    if not _reads_json(spec):
-        return []
-    declared = [name for name in plan.spec.columns if name in plan.output_schema and not is_nested(plan.output_schema[name])]
-    total = sum(s["rows"] for s in shards)
-    if not declared or not total:
-        return []
-    nulls = dict.fromkeys(declared, 0)
-    for shard in shards:
-        if not shard["rows"]:
-            continue
-        try:
-            meta = pq.read_metadata(str(data_dir / shard["path"]), filesystem=filesystem)
-        except (OSError, ValueError):     # not a Parquet sink's shard
-            return []
-        leaf_of, leaf = {}, 0
-        for f in meta.schema.to_arrow_schema():
-            leaf_of[f.name] = leaf
-            leaf += _leaves(f.type)
-        for rg in range(meta.num_row_groups):
-            group = meta.row_group(rg)
-            for name in declared:
-                stats = group.column(leaf_of[name]).statistics
-                if stats is None or not stats.has_null_count:
-                    return []          # a writer without statistics: nothing to say
-                nulls[name] += stats.null_count
-    return [name for name in declared if nulls[name] == total]
-
-
-def _leaves(arrow_type) -> int:
-    import pyarrow as pa
-
-    if pa.types.is_struct(arrow_type):
-        return sum(_leaves(f.type) for f in arrow_type) or 1
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        return _leaves(arrow_type.value_type)
-    return 1
