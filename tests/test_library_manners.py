@@ -28,6 +28,15 @@ CALLER = textwrap.dedent("""
         return _register(func, *args, **kwargs)
     atexit.register = register
 
+    def children():                 # any thread's; a thread that ended since the listing started none
+        pids = []
+        for t in os.listdir(f"/proc/{os.getpid()}/task"):
+            try:
+                pids += [int(p) for p in open(f"/proc/{os.getpid()}/task/{t}/children").read().split()]
+            except FileNotFoundError:
+                pass
+        return sorted(pids)
+
     def state():
         import pyarrow as pa
         loggers = {name: logger.level for name, logger in logging.Logger.manager.loggerDict.items()
@@ -45,8 +54,7 @@ CALLER = textwrap.dedent("""
                 "atexit": [m for m in registered if m.startswith("gpuetl")],
                 "signals": {name: repr(signal.getsignal(getattr(signal, name)))
                             for name in ("SIGINT", "SIGTERM", "SIGCHLD", "SIGHUP", "SIGPIPE")},
-                "children": sorted(int(p) for t in os.listdir(f"/proc/{os.getpid()}/task")    # any thread's
-                                   for p in open(f"/proc/{os.getpid()}/task/{t}/children").read().split()),
+                "children": children(),
                 "dask_config": json.dumps(sys.modules["dask"].config.config, sort_keys=True, default=repr)
                                if "distributed" in sys.modules else None}
 

@@ -31,8 +31,11 @@ def children() -> list[int]:
     """This process's child processes, whichever of its threads started them."""
     pids = []
     for tid in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{tid}/children") as f:
-            pids += [int(p) for p in f.read().split()]
+        try:
+            with open(f"/proc/{os.getpid()}/task/{tid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except FileNotFoundError:         # a thread that ended since the listing started no child
+            continue
     return sorted(pids)
 
 
