@@ -57,7 +57,10 @@ def test_the_cluster_gpuetl_starts_sizes_kvikio_in_its_workers_not_in_the_caller
 
 
 def _in_a_worker_process(env_extra: dict) -> int:
-    env = {**os.environ, "RAPIDS_NO_INITIALIZE": "1", "PYTHONPATH": str(ROOT), **env_extra}
+    # the repository in front of what the caller's path holds (on the device and in the
+    # rehearsal, the carried wheels are a folder on PYTHONPATH)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "RAPIDS_NO_INITIALIZE": "1", "PYTHONPATH": path, **env_extra}
     code = ("import kvikio.defaults; from gpuetl.backends import gpu_worker; gpu_worker.dask_setup(None); "
             "print(kvikio.defaults.get('num_threads'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
