@@ -14,12 +14,22 @@ os.environ.setdefault("GPUETL_NO_TUNING", "1")
 pytest_plugins = ["slow_rule"]
 
 
+ACCESS_LOG_FILES = {"a.log": {"lines": 2500, "seed": 1},
+                    "b.log": {"lines": 2500, "seed": 2, "bad_every": 250},
+                    "c.log.gz": {"lines": 1000, "seed": 3, "gzip": True}}
+_access_log_bytes: dict[str, bytes] = {}
+
+
 def write_access_log_folder(folder):
-    """Three access-log files (one with garbage lines, one gzipped), ~6k lines."""
+    """Three access-log files (one with garbage lines, one gzipped), ~6k lines. They are generated
+    once a session; later folders get copies of the same bytes."""
     folder.mkdir()
-    write_access_logs(folder / "a.log", lines=2500, seed=1)
-    write_access_logs(folder / "b.log", lines=2500, seed=2, bad_every=250)
-    write_access_logs(folder / "c.log.gz", lines=1000, seed=3, gzip=True)
+    for name, kwargs in ACCESS_LOG_FILES.items():
+        if name in _access_log_bytes:
+            (folder / name).write_bytes(_access_log_bytes[name])
+        else:
+            write_access_logs(folder / name, **kwargs)
+            _access_log_bytes[name] = (folder / name).read_bytes()
     return folder
 
 

@@ -12,6 +12,10 @@ from gpuetl import samples
 from gpuetl.cli import main
 
 
+# (lines, bad_every) -> the bytes samples.write_access_logs wrote for them
+_LOG_BYTES: dict[tuple[int, int], bytes] = {}
+
+
 @dataclass(frozen=True)
 class Gallery:
     name: str
@@ -24,8 +28,16 @@ class Gallery:
                 "sink": {"path": sink_path, "mode": mode}, **extra}
 
     def inputs(self, tmp_path: Path) -> Path:
+        """tmp_path/in/a.log: the gallery's access log, generated once per session (a gallery's
+        tests each get their own copy of the same bytes)."""
         (tmp_path / "in").mkdir()
-        samples.write_access_logs(tmp_path / "in" / "a.log", lines=self.lines, bad_every=self.bad_every)
+        path = tmp_path / "in" / "a.log"
+        key = (self.lines, self.bad_every)
+        if key in _LOG_BYTES:
+            path.write_bytes(_LOG_BYTES[key])
+        else:
+            samples.write_access_logs(path, lines=self.lines, bad_every=self.bad_every)
+            _LOG_BYTES[key] = path.read_bytes()
         return tmp_path
 
     def run(self, base: Path, **kw):
