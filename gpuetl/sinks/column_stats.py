@@ -155,10 +155,12 @@ def encode(value):
         return value
     if isinstance(value, bytes):
         return {"bytes": base64.b64encode(value).decode()}
-    if type(value).__name__ == "Timestamp":           # pandas' (nanoseconds)
-        return {"timestamp": value.isoformat()}
     if isinstance(value, datetime.datetime):
-        return {"datetime": value.isoformat()}
+        text = value.isoformat()
+        # pandas' Timestamp (what pyarrow gives for nanoseconds) writes the digits past the
+        # microsecond that datetime cannot hold: those come back as a Timestamp
+        seconds = text[:19] + text[19:].split("+")[0].split("-")[0]
+        return {"timestamp" if len(seconds.partition(".")[2]) > 6 else "datetime": text}
     if isinstance(value, datetime.date):
         return {"date": value.isoformat()}
     if isinstance(value, datetime.time):
