@@ -7,6 +7,7 @@ outside the dataset folder."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import sys
 import textwrap
 import time
@@ -101,3 +102,118 @@ def test_a_plugin_the_worker_processes_cannot_import_is_a_clear_error_not_a_hang
     err, took = failed_run(tmp_path / "work", surroundings)
     assert "a worker process of this run died" in str(err) and "plugin" in str(err)
     assert "PYTHONPATH" in err.hint and took < 60
+
+
+SLOW_PLUGIN = textwrap.dedent('''
+    import time
+    from pydantic import RootModel
+    import gpuetl
+    from gpuetl.steps.base import RowStep
+
+    class Seconds(RootModel[float]):
+        """how long each partition sleeps"""
+
+    class Nap(RowStep):
+        name = "hostile_nap"
+        summary = "Sleep in each partition."
+        example = "- hostile_nap: 1"
+        Params = Seconds
+
+        def transform(self, df, backend):
+            time.sleep(self.params.root)
+            return df
+
+    gpuetl.register_step(Nap)
+''')
+
+CALLER = textwrap.dedent('''
+    import sys
+    import hostile_nap_plugin
+    import gpuetl
+    spec = {"version": 1, "name": "nap", "source": {"type": "text", "path": "in/*.log", "blocksize": "8KiB"},
+            "parse": {"preset": "apache_combined"}, "steps": [{"hostile_nap": 1.0}],
+            "on_error": "quarantine", "sink": {"path": "out"}}
+    gpuetl.Pipeline.from_dict(spec, base_dir=sys.argv[1]).run(backend="cpu", scheduler="processes")
+''')
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        pass
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_caller_leaves_no_worker_process_and_commits_nothing(tmp_path, surroundings):
+    import signal
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    work = tmp_path / "work"
+    (work / "in").mkdir(parents=True)
+    write_access_logs(work / "in" / "a.log", lines=3000, bad_every=40)
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "hostile_nap_plugin.py").write_text(SLOW_PLUGIN)
+    (tmp_path / "caller.py").write_text(CALLER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path / "plugin")])}
+    with surroundings(work, dataset=work / "out"):
+        caller = subprocess.Popen([sys.executable, str(tmp_path / "caller.py"), str(work)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        workers: list[int] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not workers:
+            workers = _children_of(caller.pid)
+            time.sleep(0.1)
+        time.sleep(4)                            # the worker processes connect and run the naps (~35 s in all)
+        workers = _children_of(caller.pid) or workers
+        assert caller.poll() is None, "the run was still going"
+        assert workers, "the run started worker processes"
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate(timeout=60)
+    assert caller.returncode != 0 and "KeyboardInterrupt" in err
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in workers):
+        time.sleep(0.1)
+    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")], "a worker process outlived Ctrl-C"
+    assert not (work / "out" / "_SUCCESS").exists() and not (work / "out" / "_manifest.json").exists()
+
+
+def test_a_run_given_a_client_starts_no_worker_process(tmp_path, monkeypatch, surroundings):
+    """client=: the caller's cluster runs the tasks; gpuetl starts no process of its own, even
+    when the caller also says scheduler='processes'."""
+    import asyncio
+    import subprocess
+
+    from distributed import Client, LocalCluster
+
+    started = []
+    real_exec, real_popen = asyncio.create_subprocess_exec, subprocess.Popen
+
+    async def exec_(*args, **kw):
+        started.append(args)
+        return await real_exec(*args, **kw)
+
+    def popen(*args, **kw):
+        started.append(args)
+        return real_popen(*args, **kw)
+
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "a.log", lines=500, bad_every=40)
+    spec = {"version": 1, "name": "given", "source": {"type": "text", "path": "in/*.log"},
+            "parse": {"preset": "apache_combined"}, "on_error": "quarantine", "sink": {"path": "out"}}
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        before = children()
+        monkeypatch.setattr(asyncio, "create_subprocess_exec", exec_)
+        monkeypatch.setattr(subprocess, "Popen", popen)
+        with surroundings(tmp_path, dataset=tmp_path / "out"):
+            result = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", client=client,
+                                                                             scheduler="processes")
+        assert children() == before and not started
+    c = result.counts
+    assert c["rows_in"] == 500 and c["rows_in"] == c["rows_out"] + c["filtered"] + c["deduplicated"] + c["quarantined"]
