@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = sub.add_parser("inspect", help="what a dataset holds")
     inspect.add_argument("out", help=DATASET_FOLDER)
     inspect.add_argument("--json", action="store_true", help="print it as JSON")
-    inspect.add_argument("--dataset-version", type=_positive, metavar="N", help=VERSION_HELP)
+    inspect.add_argument("--dataset-version", type=_version, metavar="N", help=VERSION_HELP)
     verify = sub.add_parser("verify", help="re-check shards against the manifest; exit 1 on mismatch")
     verify.add_argument("out", help=DATASET_FOLDER)
     verify.add_argument("--repair", action="store_true",
@@ -110,12 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also check that the inputs the manifest pins are unchanged (objects: ETag, version "
                              "id and size; local files: every range re-hashed, xxh3-128): whether the dataset can "
                              "be rebuilt from them")
-    verify.add_argument("--dataset-version", type=_positive, metavar="N", help=VERSION_HELP)
+    verify.add_argument("--dataset-version", type=_version, metavar="N", help=VERSION_HELP)
     report = sub.add_parser("report", help="print a dataset's run report (_report.json) as text")
     report.add_argument("out", help="the dataset folder, or a failed run's report folder under _tmp/")
     report.add_argument("--open", action="store_true", help="open _report.html in the web browser")
     report.add_argument("--json", action="store_true", help="print the report's JSON")
-    report.add_argument("--dataset-version", type=_positive, metavar="N", help=VERSION_HELP)
+    report.add_argument("--dataset-version", type=_version, metavar="N", help=VERSION_HELP)
     sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     return parser
 
@@ -129,14 +129,19 @@ def _dashboard_address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _positive(text: str) -> int:
+def _positive(text: str, what: str = "a whole number of rows") -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of rows, 1 or more, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, 1 or more, got {text!r}")
     return value
+
+
+def _version(text: str) -> int:
+    """--dataset-version N: a dataset version's number."""
+    return _positive(text, "a dataset version's number")
 
 
 INTERRUPTED = "gpuetl: interrupted; nothing was committed"

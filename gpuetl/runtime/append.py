@@ -4,6 +4,7 @@ make it the next version's and stage the version's files for the commit."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import OutputError
@@ -34,7 +35,29 @@ def settle(plan: Plan, backend, folder, digest) -> Plan:
         if missing:
             raise OutputError(f"sink.path: {folder.out} lacks {missing[0]}, a file its manifest lists; an append "
                               "adds to a whole dataset", hint=f"run `gpuetl verify {folder.out}`")
+        if isinstance(folder.out, Path):
+            _check_sizes(folder.out, manifest)
     return plan
+
+
+def _check_sizes(out: Path, manifest: dict) -> None:
+    """Every shard and quarantine file of the earlier versions has the size its manifest lists
+    (a stat each: no old shard is read), and every earlier version's manifest the sha256 the
+    latest lists (small files): an append adds to a whole dataset, not to a truncated or edited one."""
+    import hashlib
+
+    for entry in list(manifest.get("shards") or []) + list(manifest.get("quarantine") or []):
+        size = os.stat(out / entry["path"], follow_symlinks=False).st_size
+        if isinstance(entry.get("bytes"), int) and size != entry["bytes"]:
+            raise OutputError(f"sink.path: {out}/{entry['path']} holds {size} bytes, its manifest lists "
+                              f"{entry['bytes']}; an append adds to a whole dataset", hint=f"run `gpuetl verify {out}`")
+    for entry in manifest.get("versions") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("sha256"), str):
+            raw = (out / entry["path"]).read_bytes()
+            if hashlib.sha256(raw).hexdigest() != entry["sha256"]:
+                raise OutputError(f"sink.path: {out}/{entry['path']} does not hold the sha256 the latest manifest "
+                                  f"lists for dataset version {entry.get('version')} (edited?); an append adds to a "
+                                  "whole dataset", hint=f"run `gpuetl verify {out}`")
 
 
 def before_commit(plan: Plan, manifest: dict, run_tmp: Path) -> dict:

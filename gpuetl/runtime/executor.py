@@ -68,9 +68,7 @@ class Executor:
         except GpuetlError:
             raise
         except Exception as err:       # a worker's error comes back wrapped: unwrap ours
-            cause = _our_error(err)
-            if cause is not None:
-                raise cause from None
+            self._raise_ours(err)
             raise
 
     @contextmanager
@@ -153,14 +151,27 @@ class Executor:
                 except GpuetlError:
                     raise
                 except Exception as err:
-                    cause = _our_error(err)
-                    if cause is not None:
-                        raise cause from None
+                    self._raise_ours(err)
                     raise
                 submit(1)
                 yield result
         finally:
             self.client.cancel(list(pending))
+
+    def _raise_ours(self, err: BaseException) -> None:
+        """A worker's error comes back wrapped: raise ours. A worker process of gpuetl's own
+        cluster that died (the scheduler gives up on its task at once: allowed_failures 0) is a
+        clear error, not distributed's KilledWorker."""
+        cause = _our_error(err)
+        if cause is not None:
+            raise cause from None
+        if self.own and type(err).__name__ == "KilledWorker":
+            raise GpuetlError(f"a worker process of this run died running task {getattr(err, 'task', '?')!r} "
+                              "(killed, out of memory, or a module the pipeline needs, such as a plugin's, cannot "
+                              "be imported in it); nothing was committed",
+                              hint="see the worker's last words above; make a plugin importable by the worker "
+                                   "processes (install it, or put it on PYTHONPATH), or run with --scheduler "
+                                   "threads") from None
 
     def settle(self, timeout: float = 30.0) -> None:
         """After a failure or Ctrl-C, wait (at most `timeout` seconds) until no task occupies a
@@ -421,7 +432,9 @@ def _process_cluster(dashboard_address: str | None, quiet: bool):
     settings = {"dask": {key: dask.config.get(key) for key in _WORKER_SETTINGS if dask.config.get(key, None) is not None},
                 "nthreads": 1, "memory_limit": parse_memory_limit("auto", 1, n, logger=logging.getLogger("distributed")), "quiet_worker_log": quiet}
     worker = {"cls": worker_class(), "options": {"settings": settings}}
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0,
+    # allowed_failures 0: a task whose worker process dies fails the run at once (KilledWorker,
+    # Executor.compute) rather than waiting for a worker that nobody starts again
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0, "allowed_failures": 0,
                                                 "dashboard": dashboard_address is not None,
                                                 "dashboard_address": dashboard_address or "127.0.0.1:0"}}
     return SpecCluster(workers={i: worker for i in range(n)}, scheduler=scheduler, worker=worker,

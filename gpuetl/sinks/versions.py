@@ -88,10 +88,12 @@ class Held:
         inputs = (self.manifest or {}).get("inputs") or []
         self.by_path = {i["path"]: i for i in inputs if isinstance(i, dict) and isinstance(i.get("path"), str)}
         self.by_identity = {}            # a held file under another name (the pipeline file moved)
+        self.by_inode = {}               # a held file renamed (which moves its ctime): re-hashed
         for entry in self.by_path.values():
             pin = FilePin.from_json(entry)
             if pin is not None and pin.identity is not None:
                 self.by_identity[pin.identity.key()] = entry
+                self.by_inode[pin.identity.key()[:3]] = entry
 
     def keep(self, f) -> bool:
         """Whether the listed input f is read by this append: True when no version holds it."""
@@ -101,6 +103,8 @@ class Held:
             self.notes.append(f"append: {f.display} is {held['path']} (the same file, not written since), held by "
                               f"dataset version {held.get(VERSION_KEY, '?')}: not read again")
             return False
+        if entry is None and f.identity is not None and f.identity.key()[:3] in self.by_inode:
+            return self._renamed(f, self.by_inode[f.identity.key()[:3]])
         if entry is None:
             return True
         which = f"dataset version {entry.get(VERSION_KEY, '?')}"
@@ -126,6 +130,21 @@ class Held:
             raise SourceError(f"source.path: {f.display} changed since {which} read it ({check.compared()}; "
                               + "; ".join(map(str, check.mismatches[:3])) + ")", hint=_CHANGED_HINT)
         self.notes.append(f"append: {f.display}: {check.compared()}: the same bytes as {which} read, not read again")
+        return False
+
+
+    def _renamed(self, f, held: dict) -> bool:
+        """f is the file (device, inode, size) a version read under another name, its identity
+        changed since (a rename moves the ctime): not read again when it holds the same bytes,
+        refused when it does not (its old bytes are in that version)."""
+        which = f"dataset version {held.get(VERSION_KEY, '?')}"
+        check = FilePin.from_json(held).check(f.path, always=True)
+        if not check.same:
+            raise SourceError(f"source.path: {f.display} is the file {which} read as {held['path']} (the same file, "
+                              f"renamed or linked), changed since ({check.compared()}; "
+                              + "; ".join(map(str, check.mismatches[:3])) + ")", hint=_CHANGED_HINT)
+        self.notes.append(f"append: {f.display} is {held['path']} (the same file, renamed; {check.compared()}: the "
+                          f"same bytes), held by {which}: not read again")
         return False
 
 
