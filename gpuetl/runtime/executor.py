@@ -165,7 +165,11 @@ class Executor:
         cause = _our_error(err)
         if cause is not None:
             raise cause from None
-        if self.own and type(err).__name__ == "KilledWorker":
+        if not self.own:
+            return
+        from distributed.scheduler import KilledWorker       # loaded already: this run has a cluster
+
+        if isinstance(err, KilledWorker):
             raise GpuetlError(f"a worker process of this run died running task {getattr(err, 'task', '?')!r} "
                               "(killed, out of memory, or a module the pipeline needs, such as a plugin's, cannot "
                               "be imported in it); nothing was committed",
