@@ -206,8 +206,9 @@ class Spill(Protocol):
         """Bytes in memory of the piece's rows (the columns of `schema`) per placement-hash
         bucket: float64 of length placement.BUCKETS, equal on every backend."""
 
-    def write_spill(self, piece: Any, path: str) -> None:
-        """Write a piece to a local path (atomically: a retried task never leaves half a one)."""
+    def write_spill(self, piece: Any, path: str, schema: Schema) -> None:
+        """Write a piece (of `schema`, as spill_piece made it) to a local path, atomically: a
+        retried task never leaves half a one."""
 
     def read_spill(self, path: str, columns: list[str] | None = None,
                    buckets: tuple[int, int] | None = None) -> Any:

@@ -32,8 +32,8 @@ class CpuSpill:
     def spill_histogram(self, piece: Any, schema: Schema) -> np.ndarray:
         return arrow_histogram(piece, schema)
 
-    def write_spill(self, piece: Any, path: str) -> None:
-        write_ipc(piece, path)
+    def write_spill(self, piece: Any, path: str, schema: Schema) -> None:
+        write_ipc(piece, path)          # Arrow's types are the schema's already
 
     def read_spill(self, path: str, columns: list[str] | None = None,
                    buckets: tuple[int, int] | None = None) -> Any:

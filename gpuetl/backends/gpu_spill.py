@@ -163,9 +163,6 @@ class GpuSpillMixin:
     shard_batch_bytes = 1 << 30
 
     def spill_piece(self, df, schema: Schema):
-        # which columns are binary: a cuDF strings dtype does not say, and write_spill is given
-        # only the piece (a run's pieces all have one schema)
-        self._spill_binary = frozenset(name for name, t in schema.items() if t == "binary")
         return self.conform(df, schema).reset_index(drop=True)
 
     def spill_groups(self, piece, split: np.ndarray, ranged: bool) -> dict:
@@ -207,7 +204,7 @@ class GpuSpillMixin:
         hist = cp.bincount(buckets, weights=(size + fixed).astype(cp.float64), minlength=BUCKETS)
         return histogram_to_host(hist, cp, lambda values: to_host_copy(values, "control: bytes per placement bucket"))
 
-    def write_spill(self, piece, path: str) -> None:
+    def write_spill(self, piece, path: str, schema: Schema) -> None:
         """Uncompressed Parquet (a piece lives for one run) written by libcudf into a partial
         file, then renamed: a retried task never leaves half a piece. A ranged piece (rows
         grouped by placement group) records where each group starts, for read_spill."""
@@ -226,7 +223,8 @@ class GpuSpillMixin:
         names = list(piece.columns)
         table = plc.Table([piece[name].to_pylibcudf()[0] for name in names])
         options = piece_writer_options(table, partial, names, [piece[n].dtype for n in names], len(piece), key_values,
-                                       getattr(self, "_spill_binary", frozenset()))
+                                       # a cuDF strings dtype does not tell binary from string: the schema does
+                                       frozenset(name for name, t in schema.items() if t == "binary"))
         self.counted_file_io("spill pieces written", lambda: os.path.getsize(partial),
                              lambda: plc.io.parquet.write_parquet(options))
         os.replace(partial, path)

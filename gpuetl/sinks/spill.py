@@ -99,14 +99,15 @@ def _spill(df, counters: PartitionCounters, partition: int, *, layout: Layout, s
     extra = {FILE_INDEX: "int32", OFFSET: "int64", PLACE: "uint64"}
     if order is not None:
         extra[ORDER] = "uint64"
-    piece = backend.spill_piece(live, {**table_cols, **extra})
+    piece_schema = {**table_cols, **extra}
+    piece = backend.spill_piece(live, piece_schema)
     for s, rows in backend.spill_groups(piece, split_host, ranged).items():
         result.rows[s] = len(rows)
         if in_memory:
             result.tables[s] = rows
         else:
             path = piece_path(tmp_dir, s, partition, backend.spill_suffix)
-            backend.write_spill(rows, path)
+            backend.write_spill(rows, path, piece_schema)
             result.pieces[s] = path
         if ranged or layout.shuffle:   # where the bytes lie: shards are cut, and shuffled ones written in turns
             result.histograms[s] = backend.spill_histogram(rows, schema)

@@ -87,7 +87,7 @@ def test_a_piece_round_trips_through_parquet_on_the_device(gpu, tmp_path):
     frames, _ = _frames(gpu)
     path = str(tmp_path / "spill" / "s0" / f"p000001{gpu.spill_suffix}")
     reset_tallies()
-    gpu.write_spill(frames[gpu], path)
+    gpu.write_spill(frames[gpu], path, PIECE)
     back = gpu.read_spill(path)
     # device -> file -> device; only the (unused: rows in input order) placement groups' starts cross
     assert set(worker_tallies()["host_bytes"]) <= {STARTS}
@@ -100,7 +100,7 @@ def test_a_piece_round_trips_through_parquet_on_the_device(gpu, tmp_path):
     cpu_back = CPU.read_spill(path)
     assert cpu_back.select(list(PIECE)).column(PLACE).equals(frames[CPU].column(PLACE))
     ipc = str(tmp_path / "p.arrow")
-    CPU.write_spill(frames[CPU], ipc)
+    CPU.write_spill(frames[CPU], ipc, PIECE)
     assert _arrow(gpu.read_spill(ipc)).equals(_arrow(frames[CPU]))
 
 
@@ -116,7 +116,7 @@ def test_a_shard_task_reads_only_its_stretch_of_a_piece(gpu, tmp_path, monkeypat
     reset_tallies()
     for s in g:
         path, old = str(tmp_path / f"s{s}.parquet"), str(tmp_path / f"s{s}-old.parquet")
-        gpu.write_spill(g[s], path)
+        gpu.write_spill(g[s], path, PIECE)
         footer = pq.read_metadata(path)
         assert gpu_pieces.PIECE_GROUPS_KEY.encode() in footer.metadata and footer.num_row_groups >= 16
         g[s].to_parquet(old, index=False)

@@ -261,32 +261,50 @@ def test_binary_columns_are_written_as_binary_not_utf8():
 
 
 def test_a_spill_piece_marks_its_binary_columns(tmp_path, monkeypatch):
-    """write_spill is given only the piece, whose cuDF dtypes do not tell binary from string:
-    spill_piece records the schema's binary columns and the piece's writer metadata gets them
-    as Arrow binary (so a piece read on the host, as the shard-size sample does, has the
-    pipeline's types)."""
+    """A piece's cuDF dtypes do not tell binary from string: write_spill takes the piece's
+    schema, and the piece's writer metadata gets its binary columns as Arrow binary (so a piece
+    read on the host, as the shard-size sample does, has the pipeline's types)."""
     import pylibcudf as plc
 
     from gpuetl.backends.gpu_spill import GpuSpillMixin
 
-    class Frame:
-        def reset_index(self, drop):
-            return self
+    written = []
+    monkeypatch.setattr(gpu_spill, "piece_writer_options", lambda *args: written.append(args[-1]) or None)
+    monkeypatch.setattr(gpu_spill.plc.io.parquet, "write_parquet", lambda options: None)
+
+    class Column:
+        def to_pylibcudf(self):
+            return (_empty_column(pa.string()),)
+
+        dtype = np.dtype("object")
+
+    class Piece:
+        columns = ["image", "text"]
+
+        def __getitem__(self, name):
+            return Column()
+
+        def __len__(self):
+            return 0
 
     class Backend(GpuSpillMixin):
-        def conform(self, df, schema):
-            return df
+        def counted_file_io(self, what, size, write):
+            write()
+            open(partial, "wb").close()
 
-    backend = Backend()
-    backend.spill_piece(Frame(), {"image": "binary", "text": "string", PLACE: "uint64"})
-    assert backend._spill_binary == {"image"}
+    partial = str(tmp_path / "s0" / "p.parquet.partial")
+    monkeypatch.setattr(gpu_spill.cudf.utils.ioutils, "generate_pandas_metadata", lambda piece, index: "{}")
+    Backend().write_spill(Piece(), partial[:-len(".partial")], {"image": "binary", "text": "string"})
+    assert written == [frozenset({"image"})]
 
     asked = []
     real = gpu_spill.writer_metadata
     monkeypatch.setattr(gpu_spill, "writer_metadata", lambda t, n, types, **k: asked.append(types) or real(t, n, types, **k))
     table = plc.Table([_empty_column(pa.string()), _empty_column(pa.string())])
+    monkeypatch.undo()
+    monkeypatch.setattr(gpu_spill, "writer_metadata", lambda t, n, types, **k: asked.append(types) or real(t, n, types, **k))
     gpu_spill.piece_writer_options(table, str(tmp_path / "p.parquet.partial"), ["image", "text"],
-                                   [np.dtype("object"), np.dtype("object")], 0, {}, backend._spill_binary)
+                                   [np.dtype("object"), np.dtype("object")], 0, {}, frozenset({"image"}))
     assert asked == [[pa.binary(), None]]
 
 

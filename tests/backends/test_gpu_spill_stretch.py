@@ -164,7 +164,7 @@ class GpuLikePieces(CpuBackend):
         self.rows_read = 0
         self.whole_rows = 0
 
-    def write_spill(self, piece, path):
+    def write_spill(self, piece, path, schema):
         if self.with_starts:
             write_like_the_gpu(piece, path)
         else:                               # a piece a run begun before wrote: no starts

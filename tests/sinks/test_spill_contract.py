@@ -50,7 +50,7 @@ class ParquetPieces(Recording):
 
     spill_suffix = ".parquet"
 
-    def write_spill(self, piece, path):
+    def write_spill(self, piece, path, schema):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(piece, path + ".partial")
         os.replace(path + ".partial", path)
