@@ -34,7 +34,8 @@ DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml", "cupy": "cupy-cuda13x", "cupy
                 "cvcuda": "cvcuda-cu13", "dateutil": "python-dateutil", "_pytest": "pytest"}
 # modules of the repository itself that tests import by their top-level name
 LOCAL = {"gpuetl", "conftest", "hostile", "imagedata", "objectstore_server", "peak_memory", "textdata",
-         "watched_logs", "gallery", "loaderdata", "device_standins", "test_gpu_api", "output_identity"}
+         "watched_logs", "gallery", "loaderdata", "device_standins", "test_gpu_api",
+         "hostile_die_plugin", "output_identity"}
 
 
 # Extras the device run leaves behind: sink.delta_log's deltalake (imported only when a pipeline
