@@ -6,9 +6,11 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import threading
 import time
 import warnings
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 
 import dask
@@ -24,6 +26,7 @@ class Executor:
         self.scheduler = scheduler
         self.dashboard = dashboard      # False: gpuetl's own cluster, started without one
         self.dashboard_host = dashboard_host    # the host gpuetl's own cluster serves its dashboard on
+        self.pool: TaskPool | None = None       # the threaded scheduler's threads (settle waits for them)
 
     @property
     def dashboard_link(self) -> str | None:
@@ -50,7 +53,11 @@ class Executor:
         try:
             if self.client is None:
                 with _results_of(tasks, on_result):
-                    return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler)))
+                    if self.scheduler != "threads":
+                        return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler)))
+                    if self.pool is None:
+                        self.pool = TaskPool(self.threads)
+                    return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler), pool=self.pool))
             futures = self.client.compute(tasks)
             try:
                 if on_result is not None:
@@ -181,7 +188,12 @@ class Executor:
         """After a failure or Ctrl-C, wait (at most `timeout` seconds) until no task occupies a
         thread of gpuetl's own cluster (in this process or its worker processes): a task whose result is no longer wanted runs
         on, and would write into the run's temporary folder after the run removed it."""
-        if self.client is None or not (self.in_process or self.own):
+        if self.client is None:
+            if self.pool is not None:
+                self.pool.wait_idle(timeout)
+                self.pool = None
+            return
+        if not (self.in_process or self.own):
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -235,6 +247,39 @@ class Executor:
             return True
         addresses = self.client.scheduler_info().get("workers", {})
         return all(a.startswith(("tcp://127.", "inproc://", "tcp://localhost")) for a in addresses)
+
+
+class TaskPool(ThreadPoolExecutor):
+    """The threads of dask's threaded scheduler for one run, counting the tasks handed to them:
+    after a failure or Ctrl-C the scheduler returns while a task still runs (and writes into the
+    run's folder); settle() waits for it here, as on a cluster."""
+
+    def __init__(self, threads: int):
+        super().__init__(threads, thread_name_prefix="gpuetl-task")
+        self.outstanding = 0
+        self.idle = threading.Condition()
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self.idle:
+            self.outstanding += 1
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._done(None)
+            raise
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future) -> None:
+        with self.idle:
+            self.outstanding -= 1
+            self.idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Start no task not yet started, and wait (at most `timeout` s) for the running ones."""
+        self.shutdown(wait=False, cancel_futures=True)
+        with self.idle:
+            return self.idle.wait_for(lambda: self.outstanding == 0, timeout)
 
 
 def _running_tasks(dask_worker) -> int:
@@ -343,7 +388,12 @@ def open_executor(scheduler: str | None, backend, client=None, quiet: bool = Fal
         return
     scheduler = chosen_scheduler(scheduler, backend, input_bytes, dashboard_address)
     if scheduler in ("sync", "threads", "synchronous"):
-        yield Executor(None, "sync" if scheduler != "threads" else "threads")
+        executor = Executor(None, "sync" if scheduler != "threads" else "threads")
+        try:
+            yield executor
+        finally:
+            if executor.pool is not None:          # a run that ended well: its threads are idle
+                executor.pool.shutdown(wait=True)
         return
     from distributed import Client
 

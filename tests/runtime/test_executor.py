@@ -217,3 +217,29 @@ def test_the_local_cluster_has_a_thread_per_core_the_process_may_use():
                          preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
     machine, usable, threads = map(int, out.stdout.split())
     assert (usable, threads) == (1, 1) and machine == os.cpu_count()
+
+
+def test_settle_waits_for_a_task_the_threaded_scheduler_left_running(tmp_path):
+    """Without a cluster (a light start), dask's threaded scheduler returns on the first error
+    while another task still runs: settle() waits for it, so the run's folder is not removed
+    under a task that writes into it (as a Ctrl-C in CI once showed: 'Directory not empty')."""
+    import time
+
+    marker = tmp_path / "written"
+    started = threading.Event()
+
+    def slow():
+        started.set()
+        time.sleep(0.4)
+        marker.write_text("a task's late write")
+        return 1
+
+    def failing():
+        started.wait(5)
+        raise ValueError("the first task fails")
+
+    ex = Executor(None, "threads")
+    with pytest.raises(ValueError):
+        ex.compute([dask.delayed(slow)(dask_key_name="slow"), dask.delayed(failing)(dask_key_name="failing")])
+    ex.settle()
+    assert marker.exists()                  # the running task ended before settle returned
