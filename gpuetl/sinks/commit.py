@@ -513,7 +513,11 @@ def find_leftovers(tmp: _Tree) -> list[Leftover]:
         if name == LOCK or st is None:
             continue
         if LOCK_TEMP.fullmatch(name) and stat.S_ISREG(st.st_mode):
-            state, record = left_lock(name, tmp.read_file(name, 1 << 16))
+            try:
+                data = tmp.read_file(name, 1 << 16)
+            except FileNotFoundError:      # a lock file another run was taking the lock with: gone
+                continue
+            state, record = left_lock(name, data)
             if state == "gone":
                 found.append(Leftover(rel, f"a lock file left by a gpuetl run killed while it took or took over the "
                                            f"lock ({describe(record)}, a process that is gone)", True))
@@ -735,20 +739,30 @@ class OutputFolder:
         self.created = [f for f in reversed(missing) if f.is_dir()]
         try:
             self.tree = _Tree.open(out, self.durable)
-            st = self.tree.lstat(TMP)
-            if st is not None and not stat.S_ISDIR(st.st_mode):
-                raise OutputError(f"sink.path: {out / TMP} is a symbolic link or a file, not gpuetl's temporary "
-                                  "folder; refusing to use it", hint=MOVE_HINT)
-            if st is None:
+            for _ in range(8):
+                st = self.tree.lstat(TMP)
+                if st is not None and not stat.S_ISDIR(st.st_mode):
+                    raise OutputError(f"sink.path: {out / TMP} is a symbolic link or a file, not gpuetl's temporary "
+                                      "folder; refusing to use it", hint=MOVE_HINT)
+                if st is None:
+                    try:
+                        os.mkdir(TMP, dir_fd=self.tree.fd)
+                        self.created.append(out / TMP)
+                        self.tree.sync()
+                    except FileExistsError:            # another run made it just now
+                        pass
+                self.tmp = self.tree.subtree(TMP)
+                self.lock = RunLock(self.tmp, this_process(LOCK_FORMAT))
                 try:
-                    os.mkdir(TMP, dir_fd=self.tree.fd)
-                    self.created.append(out / TMP)
-                    self.tree.sync()
-                except FileExistsError:            # another run made it just now
-                    pass
-            self.tmp = self.tree.subtree(TMP)
-            self.lock = RunLock(self.tmp, this_process(LOCK_FORMAT))
-            self.lock.acquire(self.log)
+                    self.lock.acquire(self.log)
+                    break
+                except FileNotFoundError:
+                    # a run that just ended removed its empty _tmp/ under this one: make it again
+                    self.tmp.close()
+                    self.tmp = self.lock = None
+            else:
+                raise OutputError(f"sink.path: {out / TMP} keeps disappearing while this run takes the lock",
+                                  hint="is another program removing it? run again")
         except BaseException:
             self.close()
             raise

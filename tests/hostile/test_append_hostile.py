@@ -270,3 +270,24 @@ def test_the_loader_refuses_a_version_manifest_whose_sha_the_latest_does_not_lis
     for bad in (0, -1, "1", 1.0, True):
         with pytest.raises(GpuetlError, match="dataset_version must be a positive integer"):
             gpuetl.Loader(str(out), split="train", dataset_version=bad)
+
+
+def test_a_lock_file_that_vanishes_while_leftovers_are_listed_is_no_error(tmp_path, monkeypatch):
+    """Another run's lock file (`_lock.<pid>.<hex>`) lives for a moment while it takes the lock:
+    listed, then gone before it is read, it is nothing to report (a race two appends met)."""
+    from gpuetl.sinks import commit
+
+    (tmp_path / "_tmp").mkdir()
+    (tmp_path / "_tmp" / "_lock.1234.0123abcd").write_text("{}")
+    tree = commit._Tree.open(tmp_path, False)
+    tmp = tree.subtree("_tmp")
+
+    def vanished(name, limit):
+        raise FileNotFoundError(name)
+
+    monkeypatch.setattr(tmp, "read_file", vanished)
+    try:
+        assert commit.find_leftovers(tmp) == []
+    finally:
+        tmp.close()
+        tree.close()
