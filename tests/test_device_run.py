@@ -60,6 +60,7 @@ def _device_packages(python="3.12.3") -> tuple[dict, dict]:
     return (dict(stage.requirements(stage.NEEDS, python)), dict(stage.requirements(stage.IMAGE, python)))
 
 
+@pytest.mark.slow                      # parses every file of the repository: 2–4 s
 def test_every_import_of_the_gpu_path_is_carried_or_on_the_image():
     """gpuetl's every import (the GPU backend's included), gpu_check.py's, and every test module's
     (collecting `-m gpu` imports them all: one missing package and pytest runs nothing; a test's
