@@ -10,6 +10,7 @@ import os
 import pytest
 
 from conftest import access_spec
+from hostile.test_worker_processes_script import children
 from gpuetl import Pipeline
 from gpuetl.runtime import executor
 
@@ -25,18 +26,6 @@ def files_sha256(out) -> dict:
     """Every shard and quarantine file of the dataset, by path: its sha256."""
     return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(out.rglob("*.parquet"))}
-
-
-def children() -> list[int]:
-    """This process's child processes, whichever of its threads started them."""
-    pids = []
-    for tid in os.listdir(f"/proc/{os.getpid()}/task"):
-        try:
-            with open(f"/proc/{os.getpid()}/task/{tid}/children") as f:
-                pids += [int(p) for p in f.read().split()]
-        except FileNotFoundError:         # a thread that ended since the listing started no child
-            continue
-    return sorted(pids)
 
 
 @pytest.mark.slow
