@@ -33,12 +33,16 @@ browser:
 		echo "browser tests will be skipped: apt-get could not install chromium"; \
 	else echo "browser tests will be skipped: install Debian's chromium package (apt-get install chromium) to run them"; fi
 
-# The import layers (lint-imports) are checked once, by tests/test_layers.py.
+# The import layers (lint-imports) are checked once, by tests/test_layers.py. The tests run on one
+# pytest-xdist worker per core (PYTEST_WORKERS=0 runs them in this process); with worksteal a worker
+# that runs out of tests takes some of those still queued for another.
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 test: venv browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 bench: venv
 	$(BIN)/python benchmarks/bench_access_logs.py
