@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -208,8 +209,6 @@ def run_torch_pillow(root: str, workers: int) -> dict:
 
 
 def child(name: str, root: str, step_s: float) -> None:
-    import resource
-
     sys.path.insert(0, str(ROOT))
     import pyarrow as pa
 
@@ -219,8 +218,21 @@ def child(name: str, root: str, step_s: float) -> None:
           "gpuetl-images": lambda r: run_gpuetl_images(r, int(step_s)),
           "torch-pillow": lambda r: run_torch_pillow(r, int(step_s))}[name]
     result = fn(root)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = _own_peak_rss_kb() / 1024
     print("RESULT " + json.dumps(result))
+
+
+def _own_peak_rss_kb() -> float:
+    """This process's peak RSS since its exec: /proc's VmHWM. Not ru_maxrss, which on Linux keeps
+    the peak of the process image exec replaced, here the parent's (a vfork'd child shares its
+    memory until exec): a parent that had just made the dataset lent every child its own peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def run_child(name: str, root: Path, step_s: float = 0.0) -> dict:
