@@ -330,7 +330,7 @@ def write_source(tmp_path, kind, name, data: bytes, **over):
     ("csv", "f.csv", b"a,b\n", 0, 0),                                                # a header only
     ("csv", "f.csv", b"a,b\r\n1,x\r\n2,y\r3,z\n4,w\r\n", 3, 1),                      # \r\n mixed with \r
     ("text", "f.log.gz", b"", 0, 0),                                                 # a 0-byte .gz
-    ("text", "f.log.gz", gzip.compress(b"a\nb\n", mtime=0) + b"GARBAGE\n", 3, 1),             # trailing garbage
+    ("text", "f.log.gz", gzip.compress(b"a\nb\n", mtime=0) + b"GARBAGE\n", 3, 1),    # trailing garbage
     ("text", "f.log.zst", b"hello\nworld\n", 1, 1),                                  # a .zst that is plain text
 ])
 def test_odd_inputs_are_counted(tmp_path, surroundings, kind, name, data, rows_in, quarantined):
