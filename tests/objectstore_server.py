@@ -1,26 +1,84 @@
-"""An S3 API server on loopback for the object-storage tests: moto's standalone server, started
-once per test session (as s3fs's own tests do), and a fresh bucket per test."""
+"""An S3 API server on loopback for the object-storage tests: moto's S3 service, started once per
+test session (as s3fs's own tests do), and a fresh bucket per test.
+
+Moto's standalone server (`ThreadedMotoServer`) chooses a service for every request by listing
+moto's ~150 service folders, and closes every connection, so each request also costs the client
+a new TCP connection. Its S3 application alone, served by tornado's HTTP/1.1 server (keep-alive;
+tornado comes with distributed), answers the same requests for half the CPU: 600 requests
+(put, head, get) took 5.0-5.9 CPU-s against 2.9-3.0.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
 import os
+import threading
 
 import pytest
 
 _buckets = itertools.count()
+SERVER_THREAD = "gpuetl-test-s3-server"
+
+
+class _NotFromTheServer(logging.Filter):
+    """Tornado logs every 4xx answer; a missing key is a usual answer here, not news."""
+
+    def filter(self, record):
+        return record.threadName != SERVER_THREAD
+
+
+class S3Server:
+    """moto's S3 application on a tornado HTTPServer, on its own event loop in a daemon thread."""
+
+    def __init__(self, app):
+        self.app = app
+        self.ready = threading.Event()
+        self.quiet = _NotFromTheServer()
+        self.thread = threading.Thread(target=self._serve, name=SERVER_THREAD, daemon=True)
+
+    def _serve(self):
+        import tornado.httpserver
+        import tornado.netutil
+        import tornado.wsgi
+
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        self.server = tornado.httpserver.HTTPServer(tornado.wsgi.WSGIContainer(self.app), max_body_size=1 << 36)
+        self.server.add_sockets(sockets)
+        self.port = sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+        self.loop.close()
+
+    def start(self) -> str:
+        logging.getLogger("tornado.access").addFilter(self.quiet)
+        self.thread.start()
+        self.ready.wait()
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        async def close():
+            self.server.stop()
+            await self.server.close_all_connections()
+            self.loop.stop()
+
+        asyncio.run_coroutine_threadsafe(close(), self.loop)
+        self.thread.join(timeout=30)
+        logging.getLogger("tornado.access").removeFilter(self.quiet)
 
 
 @pytest.fixture(scope="session")
 def s3_endpoint():
     pytest.importorskip("s3fs")
-    server_mod = pytest.importorskip("moto.server")
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    moto_app = pytest.importorskip("moto.moto_server.werkzeug_app")
+    pytest.importorskip("tornado.wsgi")
+    server = S3Server(moto_app.create_backend_app("s3"))
+    endpoint = server.start()
     import s3fs
 
-    endpoint = f"http://{host}:{port}"
     yield endpoint, s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint},
                                       skip_instance_cache=True)
     server.stop()
