@@ -83,6 +83,10 @@ class Frames(Protocol):
     def series(self, values: Any, type_name: str, index: Any = None) -> Any:
         """A typed Series from a host or device array / list."""
 
+    def frame(self, columns: dict, index: Any = None) -> Any:
+        """A frame of these columns (Series or arrays, in this order) over their memory, not a
+        copy of it."""
+
     def empty(self, schema: Schema) -> Any:
         """A typed, empty frame: dask's meta for a stage."""
 

@@ -16,7 +16,11 @@ def empty_frame(backend, schema: Schema) -> Any:
 
 def conform_frame(backend, df: Any, schema: Schema) -> Any:
     """df with exactly the schema's columns, in order, with the schema's dtypes (Frames.conform):
-    a column of another dtype converted exactly, a missing one null."""
+    a column of another dtype converted exactly, a missing one null. A frame that already is
+    that is returned as it is."""
+    if list(df.columns) == list(schema) and all(
+            dtype == backend.dtype(t) for dtype, t in zip(df.dtypes, schema.values())):
+        return df
     out = {}
     for name, t in schema.items():
         if name in df.columns:
@@ -24,7 +28,7 @@ def conform_frame(backend, df: Any, schema: Schema) -> Any:
             out[name] = col if col.dtype == backend.dtype(t) else backend.astype(col, t)
         else:
             out[name] = backend.nulls(len(df), t, index=df.index)
-    return backend.xd.DataFrame(out, index=df.index)
+    return backend.frame(out, index=df.index)
 
 
 def extract_fields(backend, text: Any, regex: str, names: tuple[str, ...], *, kernel: str | None = None,

@@ -498,6 +498,10 @@ class GpuBackend(GpuSpillMixin, GpuRecordsMixin, GpuTextMixin):
         """Never: a pattern libcudf cannot run goes to the CPU kernel (check_regex notes it)."""
         return None
 
+    def frame(self, columns: dict, index=None):
+        """cuDF shares the columns it is given (its DataFrame takes no `copy`)."""
+        return cudf.DataFrame(columns, index=index)
+
     def empty(self, schema: Schema):
         return empty_frame(self, schema)
 

@@ -54,7 +54,7 @@ def parse_piece(text, file_index, offsets, bad_utf8, exact, extra_bad, stage, se
     `exact`: the exact bytes of records that are not UTF-8 (their text holds U+FFFD), or None.
     What the parser dropped is added to `counters` (sources/counters.py)."""
     cols, ok, reason, *dropped = stage.parser.parse(text, backend, file_index)
-    df = backend.xd.DataFrame(cols, index=text.index)
+    df = backend.frame(cols, index=text.index)
     bad = backend.series(bad_utf8, "bool", index=text.index)
     reasons = backend.nulls(len(text), "string", index=text.index)
     if bool(bad_utf8.any()):         # (masks only where there is something to mark: the common
@@ -86,26 +86,29 @@ def source_frame(df, bad, reasons, text, file_index, offsets, extra_bad, stage, 
             if bool(cast_bad.any()):
                 reasons = reasons.fillna(cast_reasons.where(cast_bad))
                 bad = bad | cast_bad
+    index = df.index
+    cols = {name: df[name] for name in df.columns}      # the frame is built once, in the schema's order
     if stage.provenance:
         names = backend.series([f.display for f in stage.files], "string")
-        df["_file"] = backend.series(names.take(file_index), "string", index=df.index)
-        df["_offset"] = backend.series(offsets, "int64", index=df.index)
+        cols["_file"] = backend.series(names.take(file_index), "string", index=index)
+        cols["_offset"] = backend.series(offsets, "int64", index=index)
     n = len(df)
-    df[FILE_INDEX] = backend.series(file_index, "int32", index=df.index)
-    df[OFFSET] = backend.series(offsets, "int64", index=df.index)
-    status = backend.series(xp.zeros(n, dtype=xp.int8), "int8", index=df.index)
-    where = backend.series(xp.full(n, -1, dtype=xp.int16), "int16", index=df.index)
+    cols[FILE_INDEX] = backend.series(file_index, "int32", index=index)
+    cols[OFFSET] = backend.series(offsets, "int64", index=index)
+    status = backend.series(xp.zeros(n, dtype=xp.int8), "int8", index=index)
+    where = backend.series(xp.full(n, -1, dtype=xp.int16), "int16", index=index)
     if bool(bad.any()):
         status, where = status.mask(bad, STATUS_QUARANTINED), where.mask(bad, stage.index)
         raw = _raw_lines(text, bad, exact, backend) if text is not None else _raw_of(as_read, bad, backend)
     else:
-        raw = backend.nulls(n, "binary", index=df.index)
-    df[STATUS] = status
-    df[COUNT] = backend.series(xp.ones(n, dtype=xp.int64), "int64", index=df.index)
-    df[STAGE] = where
-    df[RAW] = raw
-    df[REASON] = reasons
-    df = backend.conform(df, frame_schema(stage.schema))
+        raw = backend.nulls(n, "binary", index=index)
+    cols[STATUS] = status
+    cols[COUNT] = backend.series(xp.ones(n, dtype=xp.int64), "int64", index=index)
+    cols[STAGE] = where
+    cols[RAW] = raw
+    cols[REASON] = reasons
+    schema = frame_schema(stage.schema)
+    df = backend.conform(backend.frame({name: cols[name] for name in schema if name in cols}, index=index), schema)
     if extra_bad:
         df = backend.concat([df, quarantine_rows(extra_bad, stage.schema, stage.index, backend)])
     if segment.on_error == "fail" and bool(bad.any() or extra_bad):
