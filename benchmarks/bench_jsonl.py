@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of every system, the order rotated each round (default 3); the table shows "
                          "each system's median run")
-    ap.add_argument("--scheduler", help="gpuetl's --scheduler (default: the command's own, a local cluster); "
-                                        "`threads` runs without a cluster, as a library call with scheduler='threads'")
+    ap.add_argument("--scheduler", help="gpuetl's --scheduler (default: the command's own choice, "
+                                        "this process's thread pool; `local` starts a cluster)")
     args = ap.parse_args(argv)
     if args.worker:
         WORKERS[args.worker](args.input, args.output)
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
               f"CPU {', '.join(f'{x:.2f}' for x in summary['rounds']['cpu'])}")
     doc = {"benchmark": "jsonl_nested", "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "input": {"path": str(src), "bytes": input_bytes, "lines": lines, "seed": args.seed},
-           "gpuetl_scheduler": args.scheduler or "local cluster",
+           "gpuetl_scheduler": args.scheduler or "the command's default",
            "task": "nested JSON lines -> ts, user.id, user.geo, event, items[0].sku, duration_ms, ok, tags -> zstd Parquet",
            "machine": base.machine_info(), "results": results, "runs": runs, **summary}
     args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")

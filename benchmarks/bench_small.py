@@ -6,8 +6,8 @@
 
 The same task as bench_access_logs.py (its pipeline file and its polars script), on an input
 where start-up is most of the work: `gpuetl run benchmarks/access_logs.yaml --backend cpu` as
-a user types it (the scheduler gpuetl picks for the input; a light start below
-LIGHT_START_BYTES), `gpuetl run ... --scheduler local` (a cluster however small the input), and
+a user types it (no cluster: this process's thread pool), `gpuetl run ... --scheduler local`
+(a cluster however small the input), and
 polars' script (`scan_lines` -> `str.extract_groups` -> `sink_parquet`), each in a fresh process,
 the order rotated every round. Reports every round: wall seconds (the whole process), CPU
 seconds, peak RSS, and for gpuetl the time from the process's start to its first open of the

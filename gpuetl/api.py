@@ -48,7 +48,7 @@ class Pipeline:
 
         client: an existing distributed.Client; scheduler: a scheduler address, 'local' (a
         LocalCluster for this run), or 'sync'/'threads' (no cluster); the default is 'threads'
-        for an input under 32 MiB on the CPU (runtime/executor.py: LIGHT_START_BYTES), else 'local'.
+        on the CPU (this process's thread pool: no cluster, no port opened), 'local' on the GPU.
         progress: show each stage's progress on stderr. report: write the run report
         (_report.json, _report.html) next to the dataset (docs/observing.md). backend: a name, or
         a backend object from gpuetl.backends.get_backend (with its switches, docs/gpu.md)."""

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scheduler", default=None,
                      help="a dask scheduler address; 'local' starts a cluster on this machine; 'processes' "
                           "one with a worker process per core (CPU); 'sync' or 'threads' run without a cluster "
-                          "(default: 'threads' for inputs under 32 MiB on the CPU, else 'local')")
+                          "(default on the CPU: 'threads', or 'local' with its dashboard when --dashboard-address is "
+                          "given or, at a terminal, for inputs of 32 MiB or more; on the GPU: 'local')")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help=SET_HELP)
     run.add_argument("--json", action="store_true", help="print the run summary as JSON")
@@ -352,8 +353,8 @@ def _run_command(args) -> int:
         f"({format_size(plan.input_bytes)}), {_count(len(plan.partitions), 'partition')}")
     started = time.perf_counter()
     watched = sys.stderr.isatty() and not args.quiet    # a dashboard only where someone can open its link
-    # a small input runs without a cluster (and so without a dashboard) unless one is asked for
-    scheduler = chosen_scheduler(args.scheduler, backend, plan.input_bytes, args.dashboard_address)
+    # no cluster (and so no dashboard) unless one is asked for, or offered to a person at a terminal
+    scheduler = chosen_scheduler(args.scheduler, backend, plan.input_bytes, args.dashboard_address, watched=watched)
     address = args.dashboard_address or (DASHBOARD_ADDRESS if watched else None)     # asked for: served
     with open_executor(scheduler, backend, quiet=True, dashboard_address=address) as executor:
         tuning.freeze_heap()

@@ -132,8 +132,13 @@ class Executor:
         writer) stay bounded in memory. Tasks that share work (a global step before them) all go
         at once, a thread's worth per generation: submitted later, they would redo the shared
         work whose first users had already been released."""
-        if self.client is None:        # dask's local schedulers: one call, shared work done once
-            yield from self.compute(tasks, on_result=on_result)
+        if self.client is None:
+            if self.scheduler != "threads":
+                yield from self.compute(tasks, on_result=on_result)
+            elif independent:
+                yield from self._ordered_threads(tasks, ahead)
+            else:
+                yield from self._ordered_shared(tasks)
             return
         threads = self.threads
         ahead = ahead or 2 * threads
@@ -164,6 +169,82 @@ class Executor:
                 yield result
         finally:
             self.client.cancel(list(pending))
+
+    def _ordered_threads(self, tasks: list, ahead: int | None):
+        """ordered() on this process's thread pool: each task runs whole on one of the pool's
+        threads (dask's synchronous scheduler there, so dask's callbacks still see every key), in
+        task order, at most `ahead` beyond the one being consumed. dask's callbacks (the run's
+        task times) are handed to each task's scheduler: left global, each of the concurrent
+        schedulers would take dask's active set for its run and put back what it found."""
+        from dask.callbacks import Callback
+
+        callbacks = tuple(Callback.active)
+        if self.pool is None:
+            self.pool = TaskPool(self.threads)
+        ahead = ahead or 2 * self.threads
+        pending: deque = deque()
+        queue = iter(tasks)
+
+        def submit(k: int) -> None:
+            for task in itertools.islice(queue, k):
+                pending.append(self.pool.submit(_run_task, task, callbacks))
+
+        try:
+            submit(ahead + 1)
+            while pending:
+                result = pending.popleft().result()
+                submit(1)
+                yield result
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def _ordered_shared(self, tasks: list):
+        """ordered() for tasks that share work, on this process's thread pool: dask's threaded
+        scheduler runs them all in one call (the shared work once), on a thread of its own, and
+        each result is handed over as soon as it and those before it are done."""
+        from dask.callbacks import Callback
+        from dask.threaded import get
+
+        if self.pool is None:
+            self.pool = TaskPool(self.threads)
+        index = {task.key: i for i, task in enumerate(tasks)}
+        done: dict = {}
+        over: list = []                # the scheduler's end: [None] or [its error]
+        changed = threading.Condition()
+
+        def posttask(key, result, dsk, state, worker_id):
+            i = index.get(key)
+            if i is not None:
+                with changed:
+                    done[i] = result
+                    changed.notify_all()
+
+        callbacks = (*Callback.active, Callback(posttask=posttask)._callback)
+
+        def schedule() -> None:
+            error = None
+            try:
+                dask.compute(*tasks, scheduler=get, pool=self.pool, callbacks=callbacks)
+            except BaseException as err:       # handed to the consumer, which raises it
+                error = err
+            with changed:
+                over.append(error)
+                changed.notify_all()
+
+        threading.Thread(target=schedule, name="gpuetl-scheduler", daemon=True).start()
+        for i in range(len(tasks)):
+            with changed:
+                changed.wait_for(lambda: i in done or over)
+                found = i in done
+                result = done.pop(i, None)
+                error = None if found else over[0] or RuntimeError(f"dask's scheduler ended without task {i}")
+            if error is not None:
+                if isinstance(error, GpuetlError):
+                    raise error
+                self._raise_ours(error)
+                raise error
+            yield result
 
     def _raise_ours(self, err: BaseException) -> None:
         """A worker's error comes back wrapped: raise ours. A worker process of gpuetl's own
@@ -227,9 +308,7 @@ class Executor:
         if self.client is not None:
             return max(1, sum(self.client.nthreads().values()))
         if self.scheduler == "threads":
-            from dask.system import CPU_COUNT
-
-            return max(1, dask.config.get("num_workers", None) or CPU_COUNT)
+            return max(1, dask.config.get("num_workers", None) or local_threads())
         return 1
 
     @property
@@ -280,6 +359,15 @@ class TaskPool(ThreadPoolExecutor):
         self.shutdown(wait=False, cancel_futures=True)
         with self.idle:
             return self.idle.wait_for(lambda: self.outstanding == 0, timeout)
+
+
+def _run_task(task, callbacks: tuple):
+    """One task's graph, computed in the calling pool thread (a worker id per thread, as dask's
+    threaded scheduler gives, for the run's task times)."""
+    from dask.local import get_sync
+
+    (result,) = dask.compute(task, scheduler=get_sync, get_id=threading.get_ident, callbacks=callbacks)
+    return result
 
 
 def _running_tasks(dask_worker) -> int:
@@ -353,20 +441,23 @@ def dashboard_is_local(address: str) -> bool:
         return False
 
 
-# Inputs below this size run without a cluster when no scheduler is named: dask's threaded
-# scheduler in this process. Its threads are the in-process cluster's, so a cluster would only add
-# its start (importing distributed, a scheduler and a worker: ~0.3-1 s, more on a busy machine)
-# and its bounded hand-over of results, which an input of a few tens of MB does not need.
-LIGHT_START_BYTES = 32 << 20
+# With no scheduler named, the CPU backend runs in this process without a cluster: dask's
+# schedulers on a pool of a thread per core, results handed over in order (Executor.ordered).
+# A cluster adds only its start (importing distributed, a scheduler and a worker: ~0.3-1 s, more
+# on a busy machine) and its event loop; what it brings is the dashboard. A person at a terminal
+# is offered one for an input of at least this size, where a run lasts long enough to watch.
+DASHBOARD_WORTH_BYTES = 32 << 20
 
 
 def chosen_scheduler(scheduler: str | None, backend, input_bytes: int | None,
-                     dashboard_address: str | None = None) -> str | None:
-    """The scheduler a run uses when none is named: 'threads' (no cluster) for an input smaller
-    than LIGHT_START_BYTES on a backend that runs in this process (the CPU), unless a dashboard
-    was asked for; else the one named (None: the local cluster)."""
-    if scheduler is not None or input_bytes is None or input_bytes >= LIGHT_START_BYTES \
-            or dashboard_address is not None:
+                     dashboard_address: str | None = None, watched: bool = False) -> str | None:
+    """The scheduler a run uses: the one named; else the local cluster (None) where a dashboard
+    is wanted (one asked for, or `watched`, a person at a terminal, with an input of at least
+    DASHBOARD_WORTH_BYTES or of unknown size) or the backend brings its own cluster (GPUs);
+    else 'threads', this process's thread pool."""
+    if scheduler is not None or dashboard_address is not None:
+        return scheduler
+    if watched and (input_bytes is None or input_bytes >= DASHBOARD_WORTH_BYTES):
         return scheduler
     # a backend with a cluster of its own (GPUs: a worker per device) keeps it; the call only
     # makes the context manager, it starts nothing
@@ -376,8 +467,8 @@ def chosen_scheduler(scheduler: str | None, backend, input_bytes: int | None,
 @contextmanager
 def open_executor(scheduler: str | None, backend, client=None, quiet: bool = False,
                   dashboard_address: str | None = None, input_bytes: int | None = None):
-    """scheduler: None (a light start: no cluster for an input under LIGHT_START_BYTES, given
-    input_bytes; else as 'local'), 'local' (a LocalCluster sized to the machine), 'processes'
+    """scheduler: None (chosen_scheduler: on the CPU, this process's thread pool; else as
+    'local'), 'local' (a LocalCluster sized to the machine), 'processes'
     (on the CPU: a worker process per core, runtime/worker.py), 'sync' or 'threads' (no
     cluster), or a scheduler address such as tcp://10.0.0.5:8786.
     dashboard_address: where the local cluster serves its dashboard (DASHBOARD_ADDRESS, ":0" for

@@ -136,9 +136,9 @@ def test_local_cluster_with_a_dashboard_on_a_free_port_profiles_every_100ms_unle
 
 
 def test_local_cluster_without_a_dashboard_draws_nothing_and_samples_nothing():
-    """The default (a library call): no dashboard, so no bokeh import and no profiler, whose
-    samples only the dashboard shows. In a fresh process, so that no other test has imported
-    bokeh."""
+    """The local cluster where nobody asked for a dashboard (`scheduler="local"` in a library
+    call): no bokeh import and no profiler, whose samples only the dashboard shows. In a fresh
+    process, so that no other test has imported bokeh."""
     import subprocess
     import sys
 
@@ -147,7 +147,7 @@ def test_local_cluster_without_a_dashboard_draws_nothing_and_samples_nothing():
         from gpuetl.backends.cpu import CpuBackend
         from gpuetl.runtime.executor import open_executor
 
-        with open_executor(None, CpuBackend(), quiet=True) as executor:
+        with open_executor("local", CpuBackend(), quiet=True) as executor:
             cluster = executor.client.cluster
             assert executor.client.submit(sum, [1, 2]).result() == 3
             worker = next(iter(cluster.workers.values()))

@@ -1,6 +1,7 @@
-"""A light start: with no scheduler named, an input a cluster cannot pay for runs without one
-(dask's threaded scheduler in this process); a named scheduler, an asked-for dashboard, a larger
-input or a backend with a cluster of its own (GPUs) keep the cluster."""
+"""A light start: with no scheduler named, a run on the CPU starts no cluster (dask's schedulers
+on a thread pool in this process, results handed over in order); a named scheduler, an
+asked-for dashboard, a person at a terminal with an input worth watching or a backend with a
+cluster of its own (GPUs) get the cluster."""
 
 import json
 import subprocess
@@ -9,10 +10,11 @@ import textwrap
 from contextlib import nullcontext
 from pathlib import Path
 
+import dask
 import pytest
 
 from gpuetl.backends.cpu import CpuBackend
-from gpuetl.runtime.executor import LIGHT_START_BYTES, chosen_scheduler, open_executor
+from gpuetl.runtime.executor import DASHBOARD_WORTH_BYTES, chosen_scheduler, open_executor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,24 +27,85 @@ class OwnClusterBackend:
         return nullcontext()
 
 
-def test_a_small_input_on_the_cpu_runs_without_a_cluster_unless_something_asks_for_one():
+def test_a_run_on_the_cpu_starts_no_cluster_unless_something_asks_for_one():
     cpu = CpuBackend()
-    small, large = LIGHT_START_BYTES - 1, LIGHT_START_BYTES
-    assert chosen_scheduler(None, cpu, small) == "threads"
-    assert chosen_scheduler(None, cpu, 0) == "threads"
-    assert chosen_scheduler(None, cpu, large) is None                       # the local cluster
-    assert chosen_scheduler(None, cpu, None) is None                        # size unknown
-    assert chosen_scheduler("local", cpu, small) == "local"                 # named: kept
-    assert chosen_scheduler("sync", cpu, small) == "sync"
+    small, large = DASHBOARD_WORTH_BYTES - 1, DASHBOARD_WORTH_BYTES
+    for size in (0, small, large, 100 * large, None):
+        assert chosen_scheduler(None, cpu, size) == "threads", size
+    assert chosen_scheduler(None, cpu, small, watched=True) == "threads"     # too short to watch
+    assert chosen_scheduler(None, cpu, large, watched=True) is None           # the local cluster, its dashboard
+    assert chosen_scheduler(None, cpu, None, watched=True) is None            # size unknown
+    assert chosen_scheduler("local", cpu, small) == "local"                   # named: kept
+    assert chosen_scheduler("sync", cpu, large) == "sync"
     assert chosen_scheduler("tcp://10.0.0.5:8786", cpu, small) == "tcp://10.0.0.5:8786"
     assert chosen_scheduler(None, cpu, small, dashboard_address="127.0.0.1:0") is None
     assert chosen_scheduler(None, OwnClusterBackend(), small) is None
 
 
-def test_open_executor_with_a_small_input_starts_no_cluster():
-    with open_executor(None, CpuBackend(), input_bytes=1000) as executor:
+@pytest.mark.parametrize("size", [1000, 10 * DASHBOARD_WORTH_BYTES])
+def test_open_executor_on_the_cpu_starts_no_cluster(size):
+    with open_executor(None, CpuBackend(), input_bytes=size) as executor:
         assert executor.client is None and executor.scheduler == "threads"
         assert executor.in_process
+
+
+def test_ordered_hands_results_over_in_task_order_with_at_most_ahead_started_beyond_the_one_taken():
+    """Independent tasks run on the pool in task order, whatever order they finish in; a task is
+    started only while fewer than `ahead` results wait beyond the one the caller holds."""
+    import threading
+    import time
+
+    started, lock = [], threading.Lock()
+
+    def work(i):
+        with lock:
+            started.append(i)
+        time.sleep(0.02 * (i % 3))         # later tasks may finish first
+        return i
+
+    tasks = [dask.delayed(work, pure=False)(i, dask_key_name=f"work-{i}") for i in range(12)]
+    with open_executor("threads", CpuBackend()) as executor:
+        taken = []
+        for result in executor.ordered(tasks, ahead=2):
+            with lock:
+                assert len(started) <= len(taken) + 1 + 2 + 1, (started, taken)   # this one, 2 ahead, the next
+            taken.append(result)
+    assert taken == list(range(12))
+
+
+def test_ordered_tasks_that_share_work_do_it_once_and_come_back_in_order():
+    calls = []
+    shared = dask.delayed(lambda: calls.append(1) or 10, pure=False)(dask_key_name="shared")
+    tasks = [dask.delayed(lambda s, i: s + i, pure=False)(shared, i, dask_key_name=f"use-{i}") for i in range(6)]
+    with open_executor("threads", CpuBackend()) as executor:
+        assert list(executor.ordered(tasks, independent=False)) == [10 + i for i in range(6)]
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("independent", [True, False])
+def test_ordered_raises_the_tasks_error_and_starts_nothing_after_it(independent):
+    from gpuetl.errors import GpuetlError
+
+    ran = []
+
+    def work(i):
+        ran.append(i)
+        if i == 2:
+            raise GpuetlError("partition 2 is broken")
+        return i
+
+    tasks = [dask.delayed(work, pure=False)(i, dask_key_name=f"w-{i}") for i in range(40)]
+    with open_executor("threads", CpuBackend()) as executor:
+        got = []
+        with pytest.raises(GpuetlError, match="partition 2 is broken"):
+            for result in executor.ordered(tasks, independent=independent, ahead=2):
+                got.append(result)
+        executor.settle()
+    if independent:
+        assert got == [0, 1]
+        assert max(ran) <= 2 + 2 + 2, ran          # the window, not all 40
+    else:                                          # one scheduler call: results before the error, in order
+        assert got == list(range(len(got))) and len(got) <= 2
 
 
 RUN = textwrap.dedent("""
