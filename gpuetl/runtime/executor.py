@@ -27,6 +27,10 @@ class Executor:
         self.dashboard = dashboard      # False: gpuetl's own cluster, started without one
         self.dashboard_host = dashboard_host    # the host gpuetl's own cluster serves its dashboard on
         self.pool: TaskPool | None = None       # the threaded scheduler's threads (settle waits for them)
+        # dask callbacks (start, start_state, pretask, posttask, finish) for this run's local
+        # schedulers, handed to each call: registered globally (dask.callbacks.Callback), they
+        # would also see a caller's own dask work and other runs' tasks at the same time
+        self.callbacks: list[tuple] = []
 
     @property
     def dashboard_link(self) -> str | None:
@@ -52,12 +56,13 @@ class Executor:
             return []
         try:
             if self.client is None:
-                with _results_of(tasks, on_result):
-                    if self.scheduler != "threads":
-                        return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler)))
-                    if self.pool is None:
-                        self.pool = TaskPool(self.threads)
-                    return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler), pool=self.pool))
+                callbacks = [*self.callbacks, *_results_of(tasks, on_result)]
+                if self.scheduler != "threads":
+                    return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler), callbacks=callbacks))
+                if self.pool is None:
+                    self.pool = TaskPool(self.threads)
+                return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler), pool=self.pool,
+                                         callbacks=callbacks))
             futures = self.client.compute(tasks)
             try:
                 if on_result is not None:
@@ -85,8 +90,6 @@ class Executor:
         from .progress import TaskTime, task_kind
 
         if self.client is None:
-            from dask.callbacks import Callback
-
             begun: dict = {}
 
             def pretask(key, dsk, state):
@@ -99,8 +102,12 @@ class Executor:
                     progress.task_times.append(TaskTime(worker, task_kind(key), start, time.monotonic()))
                     progress.worker_threads.setdefault(worker, 1)
 
-            with Callback(pretask=pretask, posttask=posttask):
+            timing = (None, None, pretask, posttask, None)
+            self.callbacks.append(timing)
+            try:
                 yield
+            finally:
+                self.callbacks.remove(timing)
             return
         started, clock = time.time(), time.monotonic()
         try:
@@ -128,17 +135,19 @@ class Executor:
         generation per submission (fifo_timeout=0), so earlier ones run first (one submission of
         all would run them in dask.order's order: for independent chains, partition 0 last).
         Independent tasks go one at a time, at most `ahead` (default: twice the worker threads)
-        beyond the one being consumed, so results held for a slower consumer (the streaming
+        beyond the next one awaited, so results held for a slower consumer (the streaming
         writer) stay bounded in memory. Tasks that share work (a global step before them) all go
         at once, a thread's worth per generation: submitted later, they would redo the shared
-        work whose first users had already been released."""
+        work whose first users had already been released. Without a cluster ('threads': the
+        CPU's default) the same, on this process's thread pool (_ordered_threads,
+        _ordered_shared); 'sync' runs them all in one call."""
         if self.client is None:
             if self.scheduler != "threads":
                 yield from self.compute(tasks, on_result=on_result)
             elif independent:
-                yield from self._ordered_threads(tasks, ahead)
+                yield from self._ordered_threads(tasks, ahead or 2 * self.threads)
             else:
-                yield from self._ordered_shared(tasks)
+                yield from self._ordered_shared(tasks, ahead or 2 * self.threads)
             return
         threads = self.threads
         ahead = ahead or 2 * threads
@@ -170,18 +179,13 @@ class Executor:
         finally:
             self.client.cancel(list(pending))
 
-    def _ordered_threads(self, tasks: list, ahead: int | None):
+    def _ordered_threads(self, tasks: list, ahead: int):
         """ordered() on this process's thread pool: each task runs whole on one of the pool's
-        threads (dask's synchronous scheduler there, so dask's callbacks still see every key), in
-        task order, at most `ahead` beyond the one being consumed. dask's callbacks (the run's
-        task times) are handed to each task's scheduler: left global, each of the concurrent
-        schedulers would take dask's active set for its run and put back what it found."""
-        from dask.callbacks import Callback
-
-        callbacks = tuple(Callback.active)
+        threads (dask's synchronous scheduler there, with this run's callbacks), in task order, at
+        most `ahead` beyond the next one awaited."""
         if self.pool is None:
             self.pool = TaskPool(self.threads)
-        ahead = ahead or 2 * self.threads
+        callbacks = list(self.callbacks)
         pending: deque = deque()
         queue = iter(tasks)
 
@@ -192,35 +196,46 @@ class Executor:
         try:
             submit(ahead + 1)
             while pending:
-                result = pending.popleft().result()
+                try:
+                    result = pending.popleft().result()
+                except GpuetlError:
+                    raise
+                except Exception as err:
+                    self._raise_ours(err)
+                    raise
                 submit(1)
                 yield result
         finally:
             for future in pending:
                 future.cancel()
 
-    def _ordered_shared(self, tasks: list):
+    def _ordered_shared(self, tasks: list, ahead: int):
         """ordered() for tasks that share work, on this process's thread pool: dask's threaded
         scheduler runs them all in one call (the shared work once), on a thread of its own, and
-        each result is handed over as soon as it and those before it are done."""
-        from dask.callbacks import Callback
+        each result is handed over as soon as it and those before it are done. While more than
+        `ahead` results wait and the next one is among them, the scheduler starts no task (it
+        waits in its callback), so results held for a slower consumer stay bounded."""
         from dask.threaded import get
 
         if self.pool is None:
             self.pool = TaskPool(self.threads)
         index = {task.key: i for i, task in enumerate(tasks)}
         done: dict = {}
+        taken = [0]                    # the index of the next result the consumer takes
         over: list = []                # the scheduler's end: [None] or [its error]
+        closed = [False]               # the consumer is gone (an error, Ctrl-C): never wait for it
         changed = threading.Condition()
 
         def posttask(key, result, dsk, state, worker_id):
             i = index.get(key)
-            if i is not None:
-                with changed:
-                    done[i] = result
-                    changed.notify_all()
+            if i is None:
+                return
+            with changed:
+                done[i] = result
+                changed.notify_all()
+                changed.wait_for(lambda: closed[0] or len(done) <= ahead or taken[0] not in done)
 
-        callbacks = (*Callback.active, Callback(posttask=posttask)._callback)
+        callbacks = [*self.callbacks, (None, None, None, posttask, None)]
 
         def schedule() -> None:
             error = None
@@ -233,18 +248,25 @@ class Executor:
                 changed.notify_all()
 
         threading.Thread(target=schedule, name="gpuetl-scheduler", daemon=True).start()
-        for i in range(len(tasks)):
-            with changed:
-                changed.wait_for(lambda: i in done or over)
-                found = i in done
-                result = done.pop(i, None)
-                error = None if found else over[0] or RuntimeError(f"dask's scheduler ended without task {i}")
-            if error is not None:
-                if isinstance(error, GpuetlError):
+        try:
+            for i in range(len(tasks)):
+                with changed:
+                    changed.wait_for(lambda: i in done or over)
+                    found = i in done
+                    result = done.pop(i, None)
+                    taken[0] = i + 1
+                    changed.notify_all()
+                    error = None if found else over[0] or RuntimeError(f"dask's scheduler ended without task {i}")
+                if error is not None:
+                    if isinstance(error, GpuetlError):
+                        raise error
+                    self._raise_ours(error)
                     raise error
-                self._raise_ours(error)
-                raise error
-            yield result
+                yield result
+        finally:
+            with changed:
+                closed[0] = True
+                changed.notify_all()
 
     def _raise_ours(self, err: BaseException) -> None:
         """A worker's error comes back wrapped: raise ours. A worker process of gpuetl's own
@@ -361,7 +383,7 @@ class TaskPool(ThreadPoolExecutor):
             return self.idle.wait_for(lambda: self.outstanding == 0, timeout)
 
 
-def _run_task(task, callbacks: tuple):
+def _run_task(task, callbacks: list):
     """One task's graph, computed in the calling pool thread (a worker id per thread, as dask's
     threaded scheduler gives, for the run's task times)."""
     from dask.local import get_sync
@@ -375,22 +397,18 @@ def _running_tasks(dask_worker) -> int:
     return len(dask_worker.state.all_running_tasks)
 
 
-@contextmanager
-def _results_of(tasks: list, on_result):
-    """Hand each of these tasks' results to on_result as dask's local scheduler finishes it."""
+def _results_of(tasks: list, on_result) -> list[tuple]:
+    """The dask callback that hands each of these tasks' results to on_result as dask's local
+    scheduler finishes it (none without on_result)."""
     if on_result is None:
-        yield
-        return
-    from dask.callbacks import Callback
-
+        return []
     wanted = {t.key for t in tasks}
 
     def posttask(key, result, dsk, state, worker_id):
         if key in wanted:
             on_result(result)
 
-    with Callback(posttask=posttask):
-        yield
+    return [(None, None, None, posttask, None)]
 
 
 def _local_scheduler(name: str | None):
