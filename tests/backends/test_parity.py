@@ -38,7 +38,7 @@ CASES = {
 # how the CPU runs, against the reference (sync, the case's own blocksize)
 RUNS = {
     "threads": {"scheduler": "threads"},
-    "local-cluster": {"scheduler": None},                  # gpuetl's default: one in-process worker
+    "local-cluster": {"scheduler": "local"},               # gpuetl's own cluster: one in-process worker
     "two-workers": {"workers": 2},                         # a distributed cluster the caller brings
     "blocksize-16KiB": {"blocksize": "16KiB"},             # many partitions (~30 over 6,000 lines)
     "blocksize-1MiB": {"blocksize": "1MiB"},               # one partition per file

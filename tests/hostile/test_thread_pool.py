@@ -9,8 +9,6 @@ What is claimed, each against the same pipeline with and without a global `dedup
 - an error of gpuetl's raised while another was handled reads the same as on `--scheduler sync`;
 - Ctrl-C in `gpuetl run`: one line, exit 130, nothing committed, nothing left (resume continues);
 - the results held for a slow writer stay bounded (a few beyond the one being written);
-- `--scheduler local`, `threads`, `sync` and the default write byte-identical shards and
-  quarantine (plain, dedupe, shuffled shards);
 - library manners: runs in a row, in a caller's thread, two at once, next to a caller's own dask
   computations, with `num_workers=1`, inside a dask task: nothing left behind (threads, dask
   callbacks, dask settings), each run's report about its own tasks only.
@@ -198,7 +196,7 @@ def test_a_step_failing_in_one_partition_fails_the_run_commits_nothing_and_no_ta
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["plain", "dedupe"])
+@pytest.mark.parametrize("kind", ["dedupe"])      # the shared path; plain resumes: tests/runtime/test_resume.py
 def test_under_resume_a_failed_run_keeps_its_work_and_the_resumed_run_writes_the_same_bytes(base, kind):
     steps = [{"hostile_tp_fail": 12}, *STEPS_OF[kind]]
     with pytest.raises(ValueError, match="hostile step failed"):
@@ -251,30 +249,18 @@ def _interrupt(proc: subprocess.Popen, ready) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def many(tmp_path) -> Path:
-    """~200 partitions of 16 KiB."""
+    """~100 partitions of 16 KiB."""
     for i in range(2):
-        _log(tmp_path / "in" / f"{i}.log", lines=8_000)
+        _log(tmp_path / "in" / f"{i}.log", lines=4_000)
     return tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["plain", "dedupe"])
-def test_ctrl_c_mid_run_says_one_line_exits_130_and_leaves_nothing(many, kind):
-    pipe = many / "pipe.yaml"
-    pipe.write_text(yaml.safe_dump(spec(many, steps=STEPS_OF[kind])))
-    stopped = _interrupt(_gpuetl_run(pipe), lambda: any((many / "out").glob("_tmp/*/data/*")))
-    assert stopped.returncode == 130, stopped.stderr
-    assert stopped.stderr.strip().splitlines()[-1] == "gpuetl: interrupted; nothing was committed"
-    assert "Traceback" not in stopped.stderr
-    assert not (many / "out").exists(), tree(many / "out")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["plain", "dedupe"])
+@pytest.mark.parametrize("kind", ["dedupe"])      # plain runs: tests/hostile/test_user_mistakes.py
 def test_ctrl_c_under_resume_keeps_the_finished_partitions_and_resume_writes_the_same_bytes(many, kind, capsys):
     pipe = many / "pipe.yaml"
     pipe.write_text(yaml.safe_dump(spec(many, steps=STEPS_OF[kind], mode="resume")))
-    stopped = _interrupt(_gpuetl_run(pipe), lambda: len(list((many / "out").glob("_tmp/*/maps/p*.json"))) >= 20)
+    stopped = _interrupt(_gpuetl_run(pipe), lambda: len(list((many / "out").glob("_tmp/*/maps/p*.json"))) >= 10)
     assert stopped.returncode == 130, stopped.stderr
     assert stopped.stderr.strip().splitlines()[-1].startswith("gpuetl: interrupted; nothing was committed; the finished "
                                                             "work is kept")
@@ -332,19 +318,6 @@ def test_results_held_for_a_stuck_writer_stay_bounded(base, kind, monkeypatch):
 
 
 # --------------------------------------------------------------------------- the same bytes on every scheduler
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["plain", "dedupe", "shuffled"])
-def test_every_scheduler_writes_the_same_shards_and_quarantine(base, kind):
-    steps = DEDUPE if kind == "dedupe" else []
-    extra = {"shard": {"count": 4, "shuffle": True, "seed": 0}} if kind == "shuffled" else {}
-    for scheduler in ("sync", "local", "threads", None):
-        gpuetl.Pipeline.from_dict(spec(base, out=f"out-{scheduler}", steps=steps, **extra), base_dir=base).run(
-            backend="cpu", scheduler=scheduler)
-    assert any("_quarantine" in n for n in data_files(base / "out-sync"))
-    for scheduler in ("local", "threads", None):
-        assert_same_bytes(base / "out-sync", base / f"out-{scheduler}")
 
 
 # --------------------------------------------------------------------------- library manners
