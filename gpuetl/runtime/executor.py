@@ -54,14 +54,12 @@ class Executor:
         in the order they finish), so progress counts what the tasks hand back."""
         if not tasks:
             return []
-        try:
+        with self._our_errors():           # a worker's error comes back wrapped: unwrap ours
             if self.client is None:
                 callbacks = [*self.callbacks, *_results_of(tasks, on_result)]
                 if self.scheduler != "threads":
                     return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler), callbacks=callbacks))
-                if self.pool is None:
-                    self.pool = TaskPool(self.threads)
-                return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler), pool=self.pool,
+                return list(dask.compute(*tasks, scheduler=_local_scheduler(self.scheduler), pool=self._task_pool(),
                                          callbacks=callbacks))
             futures = self.client.compute(tasks)
             try:
@@ -77,11 +75,6 @@ class Executor:
             except BaseException:
                 self.client.cancel(futures)    # a failure or Ctrl-C: start none of the rest
                 raise
-        except GpuetlError:
-            raise
-        except Exception as err:       # a worker's error comes back wrapped: unwrap ours
-            self._raise_ours(err)
-            raise
 
     @contextmanager
     def timed(self, progress):
@@ -150,64 +143,43 @@ class Executor:
                 yield from self._ordered_shared(tasks, ahead or 2 * self.threads)
             return
         threads = self.threads
-        ahead = ahead or 2 * threads
         pending: deque = deque()
         queue = iter(tasks)
-
-        def submit(k: int) -> None:
-            for task in itertools.islice(queue, k):
-                pending.append(self.client.compute(task, fifo_timeout=0))
-
         if not independent:
             held = self._shared_work(tasks)
             while batch := list(itertools.islice(queue, threads)):
                 pending.extend(self.client.compute(batch, fifo_timeout=0))
             del held                   # every user of the shared work is known now: it is kept as long as needed
+        yield from self._in_order(queue, pending, ahead or 2 * threads,
+                                  start=lambda task: self.client.compute(task, fifo_timeout=0),
+                                  cancel=self.client.cancel)
+
+    def _in_order(self, queue, pending: deque, ahead: int, start, cancel):
+        """The futures of `pending`, then of the tasks left in `queue` (start(task) gives one),
+        yielded as results in order, at most `ahead` started beyond the next one awaited; those
+        still pending when the consumer stops are cancelled (cancel(list of futures))."""
+        def submit(k: int) -> None:
+            for task in itertools.islice(queue, k):
+                pending.append(start(task))
+
         try:
             submit(ahead + 1)
             while pending:
-                future = pending.popleft()
-                try:
-                    result = future.result()
-                except GpuetlError:
-                    raise
-                except Exception as err:
-                    self._raise_ours(err)
-                    raise
+                with self._our_errors():
+                    result = pending.popleft().result()
                 submit(1)
                 yield result
         finally:
-            self.client.cancel(list(pending))
+            cancel(list(pending))
 
     def _ordered_threads(self, tasks: list, ahead: int):
         """ordered() on this process's thread pool: each task runs whole on one of the pool's
         threads (dask's synchronous scheduler there, with this run's callbacks), in task order, at
         most `ahead` beyond the next one awaited."""
-        if self.pool is None:
-            self.pool = TaskPool(self.threads)
-        callbacks = list(self.callbacks)
-        pending: deque = deque()
-        queue = iter(tasks)
-
-        def submit(k: int) -> None:
-            for task in itertools.islice(queue, k):
-                pending.append(self.pool.submit(_run_task, task, callbacks))
-
-        try:
-            submit(ahead + 1)
-            while pending:
-                try:
-                    result = pending.popleft().result()
-                except GpuetlError:
-                    raise
-                except Exception as err:
-                    self._raise_ours(err)
-                    raise
-                submit(1)
-                yield result
-        finally:
-            for future in pending:
-                future.cancel()
+        pool, callbacks = self._task_pool(), list(self.callbacks)
+        yield from self._in_order(iter(tasks), deque(), ahead,
+                                  start=lambda task: pool.submit(_run_task, task, callbacks),
+                                  cancel=lambda futures: [f.cancel() for f in futures])
 
     def _ordered_shared(self, tasks: list, ahead: int):
         """ordered() for tasks that share work, on this process's thread pool: dask's threaded
@@ -217,8 +189,7 @@ class Executor:
         waits in its callback), so results held for a slower consumer stay bounded."""
         from dask.threaded import get
 
-        if self.pool is None:
-            self.pool = TaskPool(self.threads)
+        pool = self._task_pool()
         index = {task.key: i for i, task in enumerate(tasks)}
         done: dict = {}
         taken = [0]                    # the index of the next result the consumer takes
@@ -240,7 +211,7 @@ class Executor:
         def schedule() -> None:
             error = None
             try:
-                dask.compute(*tasks, scheduler=get, pool=self.pool, callbacks=callbacks)
+                dask.compute(*tasks, scheduler=get, pool=pool, callbacks=callbacks)
             except BaseException as err:       # handed to the consumer, which raises it
                 error = err
             with changed:
@@ -258,15 +229,31 @@ class Executor:
                     changed.notify_all()
                     error = None if found else over[0] or RuntimeError(f"dask's scheduler ended without task {i}")
                 if error is not None:
-                    if isinstance(error, GpuetlError):
+                    with self._our_errors():
                         raise error
-                    self._raise_ours(error)
-                    raise error
                 yield result
         finally:
             with changed:
                 closed[0] = True
                 changed.notify_all()
+
+    def _task_pool(self) -> TaskPool:
+        """This run's thread pool, started on first use ('threads')."""
+        if self.pool is None:
+            self.pool = TaskPool(self.threads)
+        return self.pool
+
+    @contextmanager
+    def _our_errors(self):
+        """A task's error as the run raises it: gpuetl's own as it is, another unwrapped to the
+        gpuetl error inside it (_raise_ours), else as it is."""
+        try:
+            yield
+        except GpuetlError:
+            raise
+        except Exception as err:
+            self._raise_ours(err)
+            raise
 
     def _raise_ours(self, err: BaseException) -> None:
         """A worker's error comes back wrapped: raise ours. A worker process of gpuetl's own
