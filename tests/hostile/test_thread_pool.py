@@ -19,9 +19,6 @@ from __future__ import annotations
 import copy
 import filecmp
 import json
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -38,6 +35,8 @@ from gpuetl.errors import DataError
 from gpuetl.runtime.executor import local_threads
 from gpuetl.samples import write_access_logs
 from gpuetl.steps.base import STEPS, RowStep
+
+from .interrupt import interrupted_run
 
 # --------------------------------------------------------------------------- plugin steps (this module)
 
@@ -228,25 +227,6 @@ def test_gpuetls_error_raised_while_handling_another_reads_the_same_on_every_sch
 # --------------------------------------------------------------------------- Ctrl-C
 
 
-def _gpuetl_run(pipe: Path) -> subprocess.Popen:
-    """`gpuetl run` with stderr a pipe (no terminal: the default, no cluster), SIGINT at its default."""
-    return subprocess.Popen([sys.executable, "-m", "gpuetl", "run", str(pipe), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
-def _interrupt(proc: subprocess.Popen, ready) -> subprocess.CompletedProcess:
-    deadline = time.time() + 120
-    while proc.poll() is None and time.time() < deadline and not ready():
-        time.sleep(0.01)
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:
-        pytest.skip("the run finished before it could be interrupted (a fast machine)")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 @pytest.fixture
 def many(tmp_path) -> Path:
     """~100 partitions of 16 KiB."""
@@ -260,7 +240,7 @@ def many(tmp_path) -> Path:
 def test_ctrl_c_under_resume_keeps_the_finished_partitions_and_resume_writes_the_same_bytes(many, kind, capsys):
     pipe = many / "pipe.yaml"
     pipe.write_text(yaml.safe_dump(spec(many, steps=STEPS_OF[kind], mode="resume")))
-    stopped = _interrupt(_gpuetl_run(pipe), lambda: len(list((many / "out").glob("_tmp/*/maps/p*.json"))) >= 10)
+    stopped = interrupted_run(pipe, lambda: len(list((many / "out").glob("_tmp/*/maps/p*.json"))) >= 10)
     assert stopped.returncode == 130, stopped.stderr
     assert stopped.stderr.strip().splitlines()[-1].startswith("gpuetl: interrupted; nothing was committed; the finished "
                                                             "work is kept")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import yaml
 from gpuetl.cli import main
 
 from .gallery import Gallery
+from .interrupt import interrupted_run
 
 GALLERY = Gallery("user-mistakes", lines=200, bad_every=20)
 assert_identity = GALLERY.assert_identity
@@ -110,20 +109,8 @@ def test_empty_input_file_next_to_others_counts_nothing(base, surroundings):
 
 
 def _interrupt_when_a_partition_is_done(base: Path, *argv: str) -> subprocess.CompletedProcess:
-    """`gpuetl run` on its local cluster, as from a terminal: SIGINT once the first partition's
-    result is on disk. The child starts with SIGINT at its default, as a shell's foreground job."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpuetl", "run", str(base / "pipe.yaml"), "--no-progress", *argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.time() + 120
-    while proc.poll() is None and time.time() < deadline and not list((base / "out").glob("_tmp/*/maps/p*.json")):
-        time.sleep(0.01)
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:
-        pytest.skip("the run finished before it could be interrupted (a fast machine)")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """`gpuetl run`, SIGINT once the first partition's result is on disk."""
+    return interrupted_run(base / "pipe.yaml", lambda: any((base / "out").glob("_tmp/*/maps/p*.json")), *argv)
 
 
 @pytest.fixture
