@@ -1,16 +1,22 @@
-"""Build the dask graph of a Plan with dask's public API (dask.delayed): one chain of tasks per
-partition, joined only where a global step decides across partitions. Each stage has its own
-label, so the dashboard shows read-parse-…, keys-dedupe, decide-dedupe, mark-dedupe, dedupe,
-spill. No dask DataFrame is built: the run consumes partitions one by one (the streaming writer,
-the spill), and importing dask.dataframe would delay the first task (docs/design.md, "The
-graph")."""
+"""Build the dask graph of a Plan: one chain of tasks per partition, joined only where a global
+step decides across partitions. Each stage has its own label, so the dashboard shows
+read-parse-…, keys-dedupe, decide-dedupe, mark-dedupe, dedupe, spill. No dask DataFrame is built:
+the run consumes partitions one by one (the streaming writer, the spill), and importing
+dask.dataframe would delay the first task (docs/design.md, "The graph").
+
+The tasks go into one dict in dask's task spec (TaskGraph), not through dask.delayed: a delayed
+object carries every layer it depends on, copied into each new one, so a global step's chain
+across n partitions cost n² in time and memory (22 s and 610 MiB of graph at ~1,600 partitions),
+and delayed walks each argument's dataclasses (a Segment: hundreds of steps per task)."""
 
 from __future__ import annotations
 
-import functools
+import operator
 import os
+import uuid
 
-import dask
+from dask.delayed import Delayed
+from dask.task_spec import List, Task, TaskRef
 
 from ..sources.counters import CountedFrame
 from ..steps.base import GlobalStep, InOrderGlobalStep
@@ -18,36 +24,82 @@ from ..sources.ranges import CompressedRange, decode_range
 from .partition import read_partition, run_steps
 
 
+class TaskGraph:
+    """One build's tasks in one dict that grows as they are made; each task's handle is a dask
+    Delayed over that dict (so dask.compute, the executor and a cluster take it as they take
+    any delayed object). Adding a task costs the same whatever came before. A handle (or a list
+    of handles) in a task's arguments becomes a reference to its task; any other argument is
+    handed to the function whole. Keys are (f"{label}-{token}", *index): a label per stage, for
+    the dashboard, and a token of the build's own, so two runs on one cluster never share a key."""
+
+    def __init__(self):
+        self.tasks: dict = {}
+        self.token = uuid.uuid4().hex
+
+    def add(self, func, label: str, index, *args, nout: int | None = None):
+        """The handle of func(*args) under (label, index); with nout, a tuple of nout handles,
+        one per item of the tuple func returns."""
+        key = (f"{label}-{self.token}", *(index if isinstance(index, tuple) else (index,)))
+        if key in self.tasks:
+            raise ValueError(f"task {key} made twice")
+        self.tasks[key] = Task(key, func, *(self._argument(a) for a in args))
+        if nout is None:
+            return Delayed(key, self.tasks)
+        items = []
+        for k in range(nout):
+            item = (*key, "item", k)
+            self.tasks[item] = Task(item, operator.getitem, TaskRef(key), k)
+            items.append(Delayed(item, self.tasks))
+        return tuple(items)
+
+    def _argument(self, value):
+        if isinstance(value, Delayed):
+            if value.dask is not self.tasks:            # another graph's task (a caller's)
+                self.tasks.update(dict(value.__dask_graph__()))
+            return TaskRef(value.key)
+        if type(value) is list and any(isinstance(v, Delayed) for v in value):
+            return List(*(self._argument(v) for v in value))
+        return value
+
+
 def build_partitions(plan, backend, in_order: bool = False, scratch: str | None = None,
                      ahead: int | None = None, finish=None) -> list:
-    """One delayed object per partition of the plan's final stage (live rows, rows that left and
-    tallies, in input order), or what finish(i, part) makes of it (the spill; None for a
-    partition that needs none). in_order: settle global steps that can be, partition by
-    partition in input order (the run holds their state in its process: the in-process
-    cluster); else all at once. scratch: a folder of the run's where that state may set data
-    aside. ahead: when every global step is settled in order, partition i is read only once
-    partition i - ahead is finished, so neither the parsing nor the in-order chain can run far
-    ahead of the partitions' last tasks, and the frames waiting between them stay bounded
+    """One task handle per partition of the plan's final stage (live rows, rows that left and
+    tallies, in input order), or what finish(graph, i, part) makes of it with graph.add (the
+    spill; None for a partition that needs none). in_order: settle global steps that can be,
+    partition by partition in input order (the run holds their state in its process: the
+    in-process cluster); else all at once. scratch: a folder of the run's where that state may
+    set data aside. ahead: when every global step is settled in order, partition i is read only
+    once partition i - ahead is finished, so neither the parsing nor the in-order chain can run
+    far ahead of the partitions' last tasks, and the frames waiting between them stay bounded
     (None: no gate; partitions without a global step are submitted in order instead, see
     Executor.ordered)."""
-    finish = finish or (lambda i, part: part)
+    graph = TaskGraph()
+    finish = finish or (lambda graph, i, part: part)
     done: list | None = [] if ahead is not None and in_order and _all_in_order(plan) else None
-    parts = partition_tasks(plan, backend, after=_gate(done, ahead) if done is not None else None)
-    for segment in plan.segments[1:]:
+    parts = partition_tasks(graph, plan, backend, after=_gate(done, ahead) if done is not None else None)
+    for n, segment in enumerate(plan.segments[1:], start=1):
         step = segment.steps[0].step
-        steps = frame_task(run_steps, segment.label)
         if in_order and isinstance(step, InOrderGlobalStep):
             where = os.path.join(scratch, f"{step.name}-{segment.steps[0].index}") if scratch else None
-            parts = resolve_in_order(parts, segment, backend, where)
+            parts = resolve_in_order(graph, parts, segment, backend, where, n)
         else:
-            parts = resolve_in_place(list(parts), segment, backend)
-        parts = (_task(steps)(part, segment, backend) for part in parts)
+            parts = resolve_in_place(graph, list(parts), segment, backend, n)
+        parts = _segment_steps(graph, parts, segment, backend, n)
     out = []
     for i, part in enumerate(parts):       # lazily: partition i is built after i - 1 is finished
-        out.append(finish(i, part))
+        out.append(finish(graph, i, part))
         if done is not None:
             done.append(out[-1] if out[-1] is not None else part)
     return out
+
+
+def _segment_steps(graph: TaskGraph, parts, segment, backend, n: int):
+    """The segment's row-local steps after its global step, on each partition (as lazily as the
+    partitions come)."""
+    steps = frame_task(run_steps)
+    for i, part in enumerate(parts):
+        yield graph.add(steps, segment.label, (i, n), part, segment, backend)
 
 
 def _all_in_order(plan) -> bool:
@@ -64,28 +116,25 @@ def _gate(done: list, ahead: int):
     return lambda i: done[i - ahead] if i >= ahead else None
 
 
-def partition_tasks(plan, backend, after=None):
+def partition_tasks(graph: TaskGraph, plan, backend, after=None):
     """One task per partition, yielded in input order: read, parse and run the first segment's
-    steps. Each has its own small graph, so that a plan of one segment can be submitted in input
-    order (the streaming sink writes partition i before i + 1; one submission of them all runs
-    them in dask.order's order, which for independent chains is reverse key order, partition 0
-    last). after(i): a task that partition i's read and decompression wait for (see
-    build_partitions), asked for just before the partition's tasks are made; or None."""
+    steps. A plan of one segment is submitted in input order (the streaming sink writes
+    partition i before i + 1; one submission of them all runs them in dask.order's order, which
+    for independent chains is reverse key order, partition 0 last). after(i): a task that
+    partition i's read and decompression wait for (see build_partitions), asked for just before
+    the partition's tasks are made; or None."""
     first = plan.segments[0]
-    token = dask.base.tokenize(plan.loaded.sha256, [f.display for f in plan.files], len(plan.partitions))
-    read = dask.delayed(named(_read_after, first.label), pure=False)
-    decode = dask.delayed(named(_decode_after, "decompress"), pure=False, nout=2)
     streams: dict = {}        # file index -> its open stream, as the last decompress task left it
     for p in plan.partitions:
         gate = after(p.index) if after is not None else None
         decoded = []
         for j, rng in enumerate(p.ranges):
             if isinstance(rng, CompressedRange):   # a compressed file is decoded once, in order:
-                got, streams[rng.file_index] = decode(   # each piece's task hands the stream on
-                    streams.get(rng.file_index), plan.files[rng.file_index], rng, gate,
-                    dask_key_name=(f"decompress-{token}", p.index, j))
+                got, streams[rng.file_index] = graph.add(   # each piece's task hands the stream on
+                    _decode_after, "decompress", (p.index, j),
+                    streams.get(rng.file_index), plan.files[rng.file_index], rng, gate, nout=2)
                 decoded.append(got)
-        yield read(p, first.for_partition(p), backend, decoded, gate, dask_key_name=(f"{first.label}-{token}", p.index))
+        yield graph.add(_read_after, first.label, p.index, p, first.for_partition(p), backend, decoded, gate)
 
 
 def _read_after(partition, segment, backend, decoded, gate):
@@ -99,85 +148,81 @@ def _decode_after(stream, f, rng, gate):
 
 
 def count_tasks(parts: list) -> int:
-    """Tasks in the graph behind these delayed objects (shared ones counted once)."""
-    keys: set = set()
+    """Tasks in the graph behind these handles (shared ones counted once)."""
+    seen: set = set()
     for part in parts:
-        keys.update(dict(part.__dask_graph__()))
-    return len(keys)
+        tasks, work = part.dask, [part.key]
+        while work:
+            key = work.pop()
+            if key not in seen:
+                seen.add(key)
+                work.extend(tasks[key].dependencies)
+    return len(seen)
 
 
-def resolve_in_place(parts: list, segment, backend) -> list:
+def resolve_in_place(graph: TaskGraph, parts: list, segment, backend, n: int = 1) -> list:
     """A global step (steps/base.py's protocol) decided without moving rows: each partition
     sends its keys, one task finds the keys that repeat, each partition sends the rows that
     carry one, one task decides, each partition marks its own rows. Partitions keep their rows
-    and their order; only keys and candidates travel."""
-    step, parts = _prepared(parts, segment, backend)
+    and their order; only keys and candidates travel. parts: task handles, or frames (the
+    preview's CountedFrame)."""
+    step, parts = _prepared(graph, parts, segment, backend, n)
     parts = list(parts)
-    name, task = step.name, _task
-    keys = [task(on_frame(step.row_keys, f"keys-{name}"))(p, backend) for p in parts]
-    repeated = task(named(step.repeated_keys, f"repeats-{name}"))(keys, backend)
-    candidates = [task(on_frame(step.candidates, f"candidates-{name}"))(p, k, repeated, i, backend)
+    name, add = step.name, graph.add
+    keys = [add(on_frame(step.row_keys), f"keys-{name}", (i, n), p, backend) for i, p in enumerate(parts)]
+    repeated = add(step.repeated_keys, f"repeats-{name}", n, keys, backend)
+    candidates = [add(on_frame(step.candidates), f"candidates-{name}", (i, n), p, k, repeated, i, backend)
                   for i, (p, k) in enumerate(zip(parts, keys))]
-    decided = task(named(step.decide, f"decide-{name}"))(candidates, backend)
-    return [task(frame_task(step.mark, f"mark-{name}"))(p, i, decided, backend) for i, p in enumerate(parts)]
+    decided = add(step.decide, f"decide-{name}", n, candidates, backend)
+    return [add(frame_task(step.mark), f"mark-{name}", (i, n), p, i, decided, backend) for i, p in enumerate(parts)]
 
 
-def resolve_in_order(parts, segment, backend, scratch: str | None = None):
+def resolve_in_order(graph: TaskGraph, parts, segment, backend, scratch: str | None = None, n: int = 1):
     """A global step settled partition by partition in input order: each partition's decision
     needs only the partitions before it (steps/base.py: start, advance), so the first ones are
     marked, and written, while later ones are still being parsed. The state runs through a chain
     of tasks and refers to earlier partitions' frames: for a cluster in this process only.
     parts: the partitions in order; taken, and the marked ones yielded, one at a time."""
-    step, parts = _prepared(parts, segment, backend)
-    name, task = step.name, _task
-    state = task(named(step.start, f"start-{name}"))(backend, scratch)
+    step, parts = _prepared(graph, parts, segment, backend, n)
+    name, add = step.name, graph.add
+    state = add(step.start, f"start-{name}", n, backend, scratch)
     for i, part in enumerate(parts):
-        keys = task(on_frame(step.row_keys, f"keys-{name}"))(part, backend)
-        state, decided = task(on_frame(step.advance, f"decide-{name}", at=1), nout=2)(state, part, keys, i, backend)
-        yield task(frame_task(step.mark, f"mark-{name}"))(part, i, decided, backend)
+        keys = add(on_frame(step.row_keys), f"keys-{name}", (i, n), part, backend)
+        state, decided = add(on_frame(step.advance, at=1), f"decide-{name}", (i, n), state, part, keys, i, backend,
+                             nout=2)
+        yield add(frame_task(step.mark), f"mark-{name}", (i, n), part, i, decided, backend)
 
 
-_task = functools.partial(dask.delayed, pure=False)
-
-
-def _prepared(parts: list, segment, backend):
+def _prepared(graph: TaskGraph, parts, segment, backend, n: int):
     """(the segment's global step, its partitions, prepared if the step prepares; as lazily as
     they were given)."""
     step = segment.steps[0].step
     if type(step).prepare is not GlobalStep.prepare:
-        parts = (_task(frame_task(step.prepare, f"prepare-{step.name}"))(p, backend) for p in parts)
+        prepare = frame_task(step.prepare)
+        parts = (graph.add(prepare, f"prepare-{step.name}", (i, n), p, backend) for i, p in enumerate(parts))
     return step, parts
 
 
-class named:
-    """A function under a stage's name: dask names tasks (and dashboard bars) after __name__."""
-
-    def __init__(self, func, name: str):
-        self.func = func
-        self.__name__ = name
-
-    def __call__(self, *args, **kwargs):
-        return self.func(*args, **kwargs)
-
-
-class frame_task(named):
+class frame_task:
     """A task that takes a partition's frame and gives its frame back, as a step does: it is
     handed the partition's CountedFrame and hands one on, with the same counters (what the
     source counted: sources/counters.py), whatever frame the step built."""
 
-    def __call__(self, part: CountedFrame, *args, **kwargs):
-        return CountedFrame(self.func(part.frame, *args, **kwargs), part.counters)
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, part: CountedFrame, *args):
+        return CountedFrame(self.func(part.frame, *args), part.counters)
 
 
-class on_frame(named):
+class on_frame:
     """A task that reads a partition's frame (its argument `at`, a CountedFrame) and gives
     something else back (keys, candidates, a decision)."""
 
-    def __init__(self, func, name: str, at: int = 0):
-        super().__init__(func, name)
-        self.at = at
+    def __init__(self, func, at: int = 0):
+        self.func, self.at = func, at
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args):
         args = list(args)
         args[self.at] = args[self.at].frame
-        return self.func(*args, **kwargs)
+        return self.func(*args)

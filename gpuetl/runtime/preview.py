@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STATUS_DEDUPLICATED, \
     STATUS_FILTERED, STATUS_LIVE, STATUS_QUARANTINED
-from .graph import resolve_in_place
+from .graph import TaskGraph, resolve_in_place
 from .partition import Segment, frame_schema, read_partition, run_steps
 from ..sources.ranges import CompressedRange, decode_range
 from ..sources.counters import CountedFrame, PartitionCounters
@@ -80,7 +80,7 @@ def preview_plan(plan, backend, n: int = 20) -> Preview:
         one = Segment(source=None, steps=[stage], schema=dict(stage.schema), on_error=keep, files=files)
         if isinstance(stage.step, GlobalStep):
             part = CountedFrame(frame, PartitionCounters())
-            frame = dask.compute(*resolve_in_place([part], one, backend), scheduler="sync")[0].frame
+            frame = dask.compute(*resolve_in_place(TaskGraph(), [part], one, backend), scheduler="sync")[0].frame
         frame = run_steps(frame, one, backend)
         frames.append(frame)
 

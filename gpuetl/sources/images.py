@@ -33,7 +33,7 @@ from ..errors import InputsNotFound, SpecError
 from .counters import SourceSummary
 from .files import InputFile, InputFiles, compressed_by_its_bytes, readable_name, relative_to
 from .pins import pin_bytes
-from .ranges import Partition, Whole, pack
+from .ranges import Partition, pack
 from .stage import PartitionScoped
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -340,7 +340,7 @@ def plan_images(loaded, files: list[InputFile], notes: list[str], backend=None) 
                      "set source.label to none, regex or file")
     stage = ImagesStage(InputFiles(files), fields, {name: i for i, name in enumerate(labels)}, src.max_pixels,
                         src.exif_transpose, tuple([*extra_fields, *side_fields]))
-    partitions = [Partition(p.index, Whole(p.ranges)) for p in pack(labelled, src.blocksize)]
+    partitions = [Partition(p.index, tuple(p.ranges)) for p in pack(labelled, src.blocksize)]
     return partitions, stage, {"labels": labels}
 
 

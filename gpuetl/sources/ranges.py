@@ -20,16 +20,6 @@ from .long_records import (DEFAULT_MAX_RECORD, HEAD_BYTES, find_newline, head_of
                            too_long)
 
 
-class Whole(tuple):
-    """A tuple that dask hands to a task as one value. dask.delayed walks the lists, tuples and
-    dataclasses in a task's arguments element by element, making each a node of the graph: a
-    list of every input file in each task's arguments costs files x tasks steps (an images
-    source has a file and a record per image). Other types, this subclass of tuple among them,
-    are passed whole."""
-
-    __slots__ = ()
-
-
 @dataclass(frozen=True)
 class ByteRange:
     file_index: int

@@ -263,7 +263,8 @@ def test_results_held_for_a_stuck_writer_stay_bounded(base, kind, monkeypatch):
     (2 x threads) beyond the next one the writer awaits (Executor._ordered_threads). With dedupe the read
     gate (graph.py) only waits for partition i - threads to be *spilled*, not written: the bound
     is _ordered_shared's, whose scheduler starts no task while more than `ahead` results wait
-    and the next one the writer takes is among them (docs/design.md, "Memory")."""
+    and the next one the writer takes is among them; the tasks already running (one a thread)
+    still finish (docs/design.md, "Memory")."""
     from gpuetl.runtime.phases import mapping
     from gpuetl.sinks.shard_writer import ShardWriter
 
@@ -293,8 +294,9 @@ def test_results_held_for_a_stuck_writer_stay_bounded(base, kind, monkeypatch):
         result = run(base, steps=STEPS_OF[kind])
     partitions = state["spilled"]
     assert partitions > 25 and result.counts["rows_out"]
-    ahead = 2 * 2
-    assert state["held"] <= ahead + 2, f"{state['held']} of {partitions} partitions' results were held at once"
+    ahead, threads = 2 * 2, 2
+    bound = ahead + 2 if kind == "plain" else ahead + 1 + threads
+    assert state["held"] <= bound, f"{state['held']} of {partitions} partitions' results were held at once"
 
 
 # --------------------------------------------------------------------------- the same bytes on every scheduler

@@ -197,8 +197,9 @@ def test_the_gpu_backend_is_refused_with_a_clear_message(tmp_path):
 
 
 def test_graph_building_does_not_walk_every_file_per_task(tmp_path, monkeypatch):
-    """Every task's arguments name all inputs (each image is a file): dask.delayed must be handed
-    them whole, or building the graph costs files x tasks steps (sources.ranges.Whole)."""
+    """Every task's arguments name all inputs (each image is a file): they must be handed over
+    whole, not walked by dask.delayed, or building the graph costs files x tasks steps
+    (runtime/graph.py: TaskGraph)."""
     import importlib
 
     delayed = importlib.import_module("dask.delayed")
@@ -216,7 +217,7 @@ def test_graph_building_does_not_walk_every_file_per_task(tmp_path, monkeypatch)
                           source={"blocksize": "64MiB"})            # one partition each
         result = Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
         assert balanced(result) and result.counts["rows_out"] == n
-    assert calls["few"] == calls["many"]
+    assert calls.get("few", 0) == calls.get("many", 0)
 
 
 def test_a_task_pickles_the_inputs_as_one_blob_not_file_by_file(tmp_path, monkeypatch):

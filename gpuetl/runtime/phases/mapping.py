@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import functools
 
-import dask
-
 from ...sinks.parquet import ShardTask
 from ...sinks.runstore import spill_through_store
 from ...sinks.spill import MapResult, spill_partition
-from ...sources.ranges import Whole
 from ..graph import build_partitions
 from .context import Mapped, RunContext
 from .cuts import histograms, shard_tasks
@@ -37,16 +34,15 @@ def run_map(ctx: RunContext, finished: dict[int, MapResult]) -> Mapped:
     plan, executor, store = ctx.plan, ctx.executor, ctx.store
     stream = streams(ctx)
     stage_names = [f"{s.index}:{s.name}" for s in plan.stages]
-    file_names = Whole(f.display for f in plan.files)      # in every spill task: passed whole
-    spill = dask.delayed(spill_partition, pure=False)
+    file_names = [f.display for f in plan.files]
+    spill = functools.partial(spill_partition, layout=plan.layout, schema=plan.output_schema,
+                              tmp_dir=str(ctx.run_tmp), file_names=file_names, stage_names=stage_names,
+                              backend=ctx.backend, in_memory=stream and plan.spec.sink.mode != "resume")
     if store is not None:
-        spill = dask.delayed(functools.partial(spill_through_store, store), pure=False)
+        spill = functools.partial(spill_through_store, store, **spill.keywords)
 
-    def spilled(i: int, part):
-        return None if i in finished else spill(
-            part, i, layout=plan.layout, schema=plan.output_schema, tmp_dir=str(ctx.run_tmp), file_names=file_names,
-            stage_names=stage_names, backend=ctx.backend, dask_key_name=f"spill-{i}",
-            in_memory=stream and plan.spec.sink.mode != "resume")
+    def spilled(graph, i: int, part):
+        return None if i in finished else graph.add(spill, "spill", i, part, i)
 
     # In this process global steps are settled partition by partition in input order: their
     # state stays bounded, and a streamed run writes while it parses (docs/design.md, "Global
