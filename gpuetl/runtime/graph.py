@@ -52,6 +52,18 @@ class TaskGraph:
             items.append(Delayed(item, self.tasks))
         return tuple(items)
 
+    def alone(self, handle):
+        """The handle over only the tasks it needs. A handle computed by itself over the whole
+        dict has dask go through every task of the build, n² over a run's independent
+        partitions (each computed alone: Executor.ordered)."""
+        tasks, work = {}, [handle.key]
+        while work:
+            key = work.pop()
+            if key not in tasks:
+                tasks[key] = self.tasks[key]
+                work.extend(tasks[key].dependencies)
+        return Delayed(handle.key, tasks)
+
     def _argument(self, value):
         if isinstance(value, Delayed):
             if value.dask is not self.tasks:            # another graph's task (a caller's)
@@ -91,6 +103,8 @@ def build_partitions(plan, backend, in_order: bool = False, scratch: str | None 
         out.append(finish(graph, i, part))
         if done is not None:
             done.append(out[-1] if out[-1] is not None else part)
+    if len(plan.segments) == 1:         # independent partitions, each computed alone
+        out = [graph.alone(task) if task is not None else None for task in out]
     return out
 
 

@@ -44,6 +44,15 @@ def test_a_global_steps_chain_is_one_dict_with_a_fixed_number_of_tasks_a_partiti
     assert all(tasks == per_partition * n + shared for n, tasks in sizes.values()), sizes
 
 
+def test_independent_partitions_each_carry_only_their_own_tasks(tmp_path):
+    """Without a global step each partition is computed alone (Executor.ordered): a handle over
+    the build's whole dict would have dask go through every partition's tasks each time."""
+    plan = plan_of(tmp_path, 2000, steps=({"filter": "n > 3"},))
+    parts = build_partitions(plan, get_backend("cpu"))
+    assert len(parts) > 40 and all(list(part.dask) == [part.key] for part in parts)
+    assert dask.compute(parts[5], scheduler="sync")[0].frame is not None
+
+
 def test_a_tasks_arguments_are_handed_over_whole(tmp_path):
     """The partition and its segment (dataclasses holding the steps, the files) are not walked
     into graph nodes: the read task holds the very objects."""
