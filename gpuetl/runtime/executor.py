@@ -299,16 +299,13 @@ class Executor:
         """Futures on the keys more than one task needs, held while the tasks are handed over:
         between two submissions the first ones may finish, and the scheduler would release the
         shared work they used and run it again for the next."""
-        from collections import Counter
-
         from dask.highlevelgraph import HighLevelGraph
 
-        graphs = [task.__dask_graph__() for task in tasks]
-        users = Counter(key for graph in graphs for key in set(graph.keys()))
-        shared = [key for key, n in users.items() if n > 1]
+        shared = shared_keys(tasks)
         if not shared:
             return []
-        return self.client.get(HighLevelGraph.merge(*graphs), shared, sync=False, fifo_timeout=0)
+        graphs = {id(graph): graph for graph in (task.__dask_graph__() for task in tasks)}
+        return self.client.get(HighLevelGraph.merge(*graphs.values()), shared, sync=False, fifo_timeout=0)
 
     @property
     def threads(self) -> int:
@@ -368,6 +365,45 @@ class TaskPool(ThreadPoolExecutor):
         self.shutdown(wait=False, cancel_futures=True)
         with self.idle:
             return self.idle.wait_for(lambda: self.outstanding == 0, timeout)
+
+
+def shared_keys(tasks: list) -> list:
+    """The keys that more than one of the tasks needs. Each task's graph is walked from its key
+    once: a key a second task reaches is shared, and so is all it needs, walked once more. The
+    tasks of one build share one dict (runtime/graph.py), so counting the keys of each task's
+    graph would cost tasks × keys."""
+    graphs: dict = {}
+    owner: dict = {}                   # key -> the first task that reached it
+    shared: dict = {}                  # a dict: its keys in the order found
+    for i, task in enumerate(tasks):
+        graph = task.__dask_graph__()
+        graph = graphs.setdefault(id(graph), graph if isinstance(graph, dict) else dict(graph))
+        stack = [(task.key, False)]
+        while stack:
+            key, below_shared = stack.pop()
+            if key in shared or key not in graph:
+                continue
+            if key not in owner:
+                owner[key] = i
+                if below_shared:       # needed by every task that needs the shared key above
+                    shared[key] = None
+            elif owner[key] == i and not below_shared:
+                continue               # this task's own, reached again by another path
+            else:                      # another task's, or below a shared key
+                shared[key] = None
+                below_shared = True
+            stack.extend((dep, below_shared) for dep in _dependencies(graph, key))
+    return list(shared)
+
+
+def _dependencies(graph: dict, key) -> frozenset:
+    node = graph[key]
+    found = getattr(node, "dependencies", None)
+    if found is None:
+        from dask.core import get_dependencies
+
+        found = get_dependencies(graph, key)
+    return found
 
 
 def _run_task(task, callbacks: list):

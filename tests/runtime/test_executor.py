@@ -243,3 +243,37 @@ def test_settle_waits_for_a_task_the_threaded_scheduler_left_running(tmp_path):
         ex.compute([dask.delayed(slow)(dask_key_name="slow"), dask.delayed(failing)(dask_key_name="failing")])
     ex.settle()
     assert marker.exists()                  # the running task ended before settle returned
+
+
+def test_shared_keys_are_the_keys_more_than_one_task_needs():
+    """Executor.shared_keys walks each task's graph once (the tasks of one build share one
+    dict): on random graphs it finds exactly the keys two or more tasks reach, for handles of
+    one TaskGraph and for dask.delayed objects alike."""
+    import random
+    from collections import Counter
+
+    import dask
+
+    from gpuetl.runtime.executor import shared_keys
+    from gpuetl.runtime.graph import TaskGraph
+
+    def needed(task):
+        graph, seen, work = dict(task.__dask_graph__()), set(), [task.key]
+        while work:
+            key = work.pop()
+            if key not in seen:
+                seen.add(key)
+                work.extend(graph[key].dependencies)
+        return seen
+
+    rng = random.Random(7)
+    for _ in range(200):
+        graph, nodes = TaskGraph(), []
+        for j in range(rng.randint(1, 20)):
+            nodes.append(graph.add(max, "n", j, 0, *rng.sample(nodes, min(len(nodes), rng.randint(0, 3)))))
+        tasks = rng.sample(nodes, rng.randint(1, len(nodes)))
+        users = Counter(key for task in tasks for key in needed(task))
+        assert set(shared_keys(tasks)) == {key for key, n in users.items() if n > 1}
+    one = dask.delayed(int)("1")
+    a, b, c = dask.delayed(abs)(one), dask.delayed(abs)(one), dask.delayed(abs)(2)
+    assert shared_keys([a, b, c]) == [one.key]
