@@ -55,7 +55,7 @@ class TaskGraph:
     def alone(self, handle):
         """The handle over only the tasks it needs. A handle computed by itself over the whole
         dict has dask go through every task of the build, n² over a run's independent
-        partitions (each computed alone: Executor.ordered)."""
+        partitions (each computed alone: Executor.ordered, see independent_partitions)."""
         tasks, work = {}, [handle.key]
         while work:
             key = work.pop()
@@ -81,14 +81,16 @@ def build_partitions(plan, backend, in_order: bool = False, scratch: str | None 
     spill; None for a partition that needs none). in_order: settle global steps that can be,
     partition by partition in input order (the run holds their state in its process: the
     in-process cluster); else all at once. scratch: a folder of the run's where that state may
-    set data aside. ahead: when every global step is settled in order, partition i is read only
-    once partition i - ahead is finished, so neither the parsing nor the in-order chain can run
-    far ahead of the partitions' last tasks, and the frames waiting between them stay bounded
-    (None: no gate; partitions without a global step are submitted in order instead, see
+    set data aside. ahead: where partitions share tasks (a global step, every one settled in
+    order, or a compressed file's decoding) partition i is read and decoded only once partition
+    i - ahead is finished, so neither the parsing, the in-order chain nor the decoding can run
+    far ahead of the partitions' last tasks, and the frames and bytes waiting between them stay
+    bounded (None: no gate; independent partitions are submitted in order instead, see
     Executor.ordered)."""
     graph = TaskGraph()
     finish = finish or (lambda graph, i, part: part)
-    done: list | None = [] if ahead is not None and in_order and _all_in_order(plan) else None
+    gated = ahead is not None and in_order and _all_in_order(plan) and not independent_partitions(plan)
+    done: list | None = [] if gated else None
     parts = partition_tasks(graph, plan, backend, after=_gate(done, ahead) if done is not None else None)
     for n, segment in enumerate(plan.segments[1:], start=1):
         step = segment.steps[0].step
@@ -103,9 +105,18 @@ def build_partitions(plan, backend, in_order: bool = False, scratch: str | None 
         out.append(finish(graph, i, part))
         if done is not None:
             done.append(out[-1] if out[-1] is not None else part)
-    if len(plan.segments) == 1:         # independent partitions, each computed alone
+    if independent_partitions(plan):    # each computed alone
         out = [graph.alone(task) if task is not None else None for task in out]
     return out
+
+
+def independent_partitions(plan) -> bool:
+    """Whether no task is shared between partitions: no global step, and no compressed file,
+    whose partitions are decoded by one chain of tasks, front to back. Shared tasks must be
+    computed in one call (Executor.ordered, independent=False): partition k computed alone
+    would run the whole chain before it again."""
+    return len(plan.segments) == 1 and not any(isinstance(rng, CompressedRange)
+                                               for p in plan.partitions for rng in p.ranges)
 
 
 def _segment_steps(graph: TaskGraph, parts, segment, backend, n: int):
@@ -117,10 +128,9 @@ def _segment_steps(graph: TaskGraph, parts, segment, backend, n: int):
 
 
 def _all_in_order(plan) -> bool:
-    """Whether the plan has global steps and every one is settled in order (one decided across
+    """Whether every global step of the plan (if any) is settled in order (one decided across
     all partitions at once needs every partition read first: no gate before it)."""
-    steps = [segment.steps[0].step for segment in plan.segments[1:]]
-    return bool(steps) and all(isinstance(step, InOrderGlobalStep) for step in steps)
+    return all(isinstance(segment.steps[0].step, InOrderGlobalStep) for segment in plan.segments[1:])
 
 
 def _gate(done: list, ahead: int):

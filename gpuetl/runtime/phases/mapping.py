@@ -15,7 +15,7 @@ import functools
 from ...sinks.parquet import ShardTask
 from ...sinks.runstore import spill_through_store
 from ...sinks.spill import MapResult, spill_partition
-from ..graph import build_partitions
+from ..graph import build_partitions, independent_partitions
 from .context import Mapped, RunContext
 from .cuts import histograms, shard_tasks
 
@@ -64,7 +64,7 @@ def _take_results(ctx: RunContext, maps: dict, finished: dict, stream: bool) -> 
     writers = {t.split: sink.shard_writer(backend, str(ctx.run_tmp / "data" / t.relpath), plan.output_schema,
                                           ctx.options, t)
                for t in tasks}
-    computed = ctx.executor.ordered(list(maps.values()), independent=len(plan.segments) == 1,
+    computed = ctx.executor.ordered(list(maps.values()), independent=independent_partitions(plan),
                                     on_result=watch.partition_done)
     if stream:
         watch.writing(None)
