@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import re
 import shutil
@@ -497,3 +498,33 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path, module):
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert (proc.returncode, proc.stderr) == (130, "gpuetl: interrupted; nothing was committed\n")
     assert proc.stdout == ""
+
+
+def test_ctrl_c_inside_a_finalizer_still_stops_the_command():
+    """Python drops an exception raised in a __del__ (a distributed Future's, during a
+    collection): the command's Ctrl-C must not be lost there, or the run goes on and commits."""
+    import signal
+    import threading
+    import time
+
+    from gpuetl import cli
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("Ctrl-C is handled elsewhere in this process")
+
+    class SignalledWhileFinalized:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+
+    hook = sys.unraisablehook
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with cli._quiet_interrupt():
+                SignalledWhileFinalized()       # gone at once: the interrupt lands in its __del__
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
+    finally:
+        logging.disable(logging.NOTSET)         # the handler turned logging off
+    assert sys.unraisablehook is hook and signal.getsignal(signal.SIGINT) is signal.default_int_handler

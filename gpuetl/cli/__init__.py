@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import json
@@ -185,19 +186,43 @@ def _main(argv: list[str] | None) -> int:
 def _quiet_interrupt():
     """Ctrl-C stops the command with one line of ours. The local cluster, stopped mid-task, would
     also log cancelled tasks with their tracebacks: from the interrupt on, logging is off (the
-    process is ending). The caller's handler comes back after (main() may run inside tests)."""
+    process is ending). A KeyboardInterrupt raised while a finalizer runs (a distributed
+    Future's __del__) is dropped by Python, which hands it to sys.unraisablehook: there it is
+    delivered again, so the command still stops (and what else finalizers raise once it is
+    stopping is not shown). The caller's handler and hook come back after (main() may run
+    inside tests)."""
+    stopping, active = threading.Event(), threading.Event()
+
+    def again():
+        if active.is_set():             # the command has not ended meanwhile
+            _thread.interrupt_main(signal.SIGINT)
+
     def interrupted(signum, frame):
+        stopping.set()
         logging.disable(logging.CRITICAL)
         raise KeyboardInterrupt
+
+    def dropped(unraisable):
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            # from another thread, a moment later: here it would land in the finalizer again
+            threading.Timer(0.05, again).start()
+        elif not stopping.is_set():     # once interrupted, as with logging: the process is ending
+            hook(unraisable)
 
     ours = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGINT) is signal.default_int_handler     # not where Ctrl-C is ignored
     before = signal.signal(signal.SIGINT, interrupted) if ours else None
+    hook = sys.unraisablehook
+    if ours:
+        sys.unraisablehook = dropped
+        active.set()
     try:
         yield
     finally:
         if ours:
+            active.clear()
             signal.signal(signal.SIGINT, before)
+            sys.unraisablehook = hook
 
 
 def _error(args, message: str, code: int) -> int:
