@@ -5,9 +5,9 @@ the run consumes partitions one by one (the streaming writer, the spill), and im
 dask.dataframe would delay the first task (docs/design.md, "The graph").
 
 The tasks go into one dict in dask's task spec (TaskGraph), not through dask.delayed: a delayed
-object carries every layer it depends on, copied into each new one, so a global step's chain
-across n partitions cost n² in time and memory (22 s and 610 MiB of graph at ~1,600 partitions),
-and delayed walks each argument's dataclasses (a Segment: hundreds of steps per task)."""
+object carries a copy of every layer it depends on, which along a global step's chain across n
+partitions is n² in time and memory, and dask.delayed walks each argument's dataclasses (a
+Segment: hundreds of steps a task)."""
 
 from __future__ import annotations
 
