@@ -71,6 +71,10 @@ class TaskGraph:
             return TaskRef(value.key)
         if type(value) is list and any(isinstance(v, Delayed) for v in value):
             return List(*(self._argument(v) for v in value))
+        if isinstance(value, (tuple, set, frozenset, dict)) and any(
+                isinstance(v, Delayed) for v in (value.values() if isinstance(value, dict) else value)):
+            raise TypeError("a task handle inside a tuple, set or dict would reach the function unrun: "
+                            "pass it alone or in a list")
         return value
 
 

@@ -81,6 +81,8 @@ def test_handles_compute_as_delayed_objects_and_take_a_callers_delayed_argument(
     assert dask.compute(half, scheduler="threads") == (10,)
     with pytest.raises(ValueError, match="made twice"):
         graph.add(int, "one", 0, "2")
+    with pytest.raises(TypeError, match="unrun"):            # only lists of handles are resolved
+        graph.add(sum, "nested", 0, (total, 1))
 
 
 @pytest.mark.parametrize("scheduler", ["sync", None])
