@@ -124,16 +124,16 @@ class Executor:
             progress.worker_threads.update(threads)
 
     def ordered(self, tasks: list, independent: bool = True, ahead: int | None = None, on_result=None):
-        """Yield results in task order. Tasks go to the cluster in order, one scheduler
-        generation per submission (fifo_timeout=0), so earlier ones run first (one submission of
-        all would run them in dask.order's order: for independent chains, partition 0 last).
-        Independent tasks go one at a time, at most `ahead` (default: twice the worker threads)
-        beyond the next one awaited, so results held for a slower consumer (the streaming
-        writer) stay bounded in memory. Tasks that share work (a global step before them) all go
-        at once, a thread's worth per generation: submitted later, they would redo the shared
-        work whose first users had already been released. Without a cluster ('threads': the
-        CPU's default) the same, on this process's thread pool (_ordered_threads,
-        _ordered_shared); 'sync' runs them all in one call."""
+        """Yield results in task order. Tasks go to the cluster in order, one scheduler generation per
+        submission (fifo_timeout=0), so earlier ones run first (one submission of all would run
+        them in dask.order's order: for independent chains, partition 0 last). Independent tasks
+        go one at a time, at most `ahead` (default: twice the worker threads) beyond the next
+        one awaited, so results held for a slower consumer (the streaming writer) stay bounded
+        in memory. Tasks that share work (a global step before them, or a compressed file's
+        decoding) all go at once, a thread's worth per generation: submitted later, they would
+        redo the shared work whose first users had already been released. Without a cluster
+        ('threads': the CPU's default) the same, on this process's thread pool
+        (_ordered_threads, _ordered_shared); 'sync' runs them all in one call."""
         if self.client is None:
             if self.scheduler != "threads":
                 yield from self.compute(tasks, on_result=on_result)
@@ -392,18 +392,8 @@ def shared_keys(tasks: list) -> list:
             else:                      # another task's, or below a shared key
                 shared[key] = None
                 below_shared = True
-            stack.extend((dep, below_shared) for dep in _dependencies(graph, key))
+            stack.extend((dep, below_shared) for dep in graph[key].dependencies)
     return list(shared)
-
-
-def _dependencies(graph: dict, key) -> frozenset:
-    node = graph[key]
-    found = getattr(node, "dependencies", None)
-    if found is None:
-        from dask.core import get_dependencies
-
-        found = get_dependencies(graph, key)
-    return found
 
 
 def _run_task(task, callbacks: list):

@@ -56,13 +56,7 @@ class TaskGraph:
         """The handle over only the tasks it needs. A handle computed by itself over the whole
         dict has dask go through every task of the build, n² over a run's independent
         partitions (each computed alone: Executor.ordered, see independent_partitions)."""
-        tasks, work = {}, [handle.key]
-        while work:
-            key = work.pop()
-            if key not in tasks:
-                tasks[key] = self.tasks[key]
-                work.extend(tasks[key].dependencies)
-        return Delayed(handle.key, tasks)
+        return Delayed(handle.key, needed(self.tasks, [handle.key]))
 
     def _argument(self, value):
         if isinstance(value, Delayed):
@@ -176,16 +170,27 @@ def _decode_after(stream, f, rng, gate):
 
 
 def count_tasks(parts: list) -> int:
-    """Tasks in the graph behind these handles (shared ones counted once)."""
-    seen: set = set()
+    """Tasks in the graph behind these handles (shared ones counted once): each dict walked once
+    from all its handles."""
+    by_graph: dict = {}
     for part in parts:
-        tasks, work = part.dask, [part.key]
-        while work:
-            key = work.pop()
-            if key not in seen:
-                seen.add(key)
-                work.extend(tasks[key].dependencies)
+        by_graph.setdefault(id(part.dask), (part.dask, []))[1].append(part.key)
+    seen: set = set()
+    for tasks, keys in by_graph.values():
+        seen.update(needed(tasks, keys))
     return len(seen)
+
+
+def needed(tasks: dict, keys: list) -> dict:
+    """The tasks of `tasks` that `keys` need, themselves included."""
+    found: dict = {}
+    work = list(keys)
+    while work:
+        key = work.pop()
+        if key not in found:
+            found[key] = tasks[key]
+            work.extend(found[key].dependencies)
+    return found
 
 
 def resolve_in_place(graph: TaskGraph, parts: list, segment, backend, n: int = 1) -> list:
