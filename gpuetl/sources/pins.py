@@ -30,6 +30,11 @@ def digest(data) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
+def digest_in_pieces():
+    """The same hash taken a piece at a time: `update(piece)` in order, then `hexdigest()`."""
+    return xxhash.xxh3_128()
+
+
 @dataclass(frozen=True)
 class Identity:
     """A local file's identity: which file (device, inode) and its last change (size, mtime and

@@ -15,7 +15,7 @@ from ..spec.sizes import format_size
 from . import compressed
 from .compressed import Limits
 from .files import InputFile
-from .pins import RangePin, pin_bytes
+from .pins import RangePin, digest_in_pieces, pin_bytes
 from .long_records import (DEFAULT_MAX_RECORD, HEAD_BYTES, find_newline, head_of, long_lines, rfind_newline, stretches,
                            too_long)
 
@@ -211,6 +211,49 @@ class Block:
     extra_bad: list[tuple[int, int, bytes, str]]   # (file index, offset, raw bytes, reason) of cut-off records
     added: list[int] = field(default_factory=list)  # positions of the newlines added after a file's last line
     pins: list[RangePin] = field(default_factory=list)   # each local range's hash as read (sources/pins.py)
+    hashing: tuple | None = None   # a mapped range's pin, taken piece by piece: (file index, start, digest)
+    hashed: int = 0                # the bytes of `data` taken into it so far
+
+    def done_with(self, position: int, length: int) -> None:
+        """The reader is done with `data[position:position + length]` (the pieces, in order).
+        Where `data` is a view of a mapped file, the piece is taken into its range's hash (the
+        pin is complete with the last piece) and its pages are let go: the kernel drops them from
+        this process (they stay in the page cache), so a partition does not hold its whole input
+        in memory while its later pieces parse, and every page is read while mapped once.
+        Anything else (bytes, a device buffer) is left as it is."""
+        if self.hashing is not None:
+            file_index, start, hasher = self.hashing
+            if position != self.hashed:
+                raise RuntimeError(f"internal error: a mapped block's pieces hashed out of order "
+                                   f"({position} after {self.hashed} bytes)")
+            hasher.update(self.data[position:position + length])
+            self.hashed += length
+            if self.hashed == len(self.data):
+                self.pins.append(RangePin(file_index, start, start + self.hashed, hasher.hexdigest()))
+                self.hashing = None
+        mapped = _map_of(self.data)
+        if mapped is None:
+            return
+        first = len(mapped) - len(self.data) + position        # data views the map's tail
+        first = -(-first // mmap.PAGESIZE) * mmap.PAGESIZE      # whole pages inside the piece only
+        last = (len(mapped) - len(self.data) + position + length) // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first:
+            mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+    def read_pins(self) -> list[RangePin]:
+        """The ranges' pins, once every piece has been read (done_with)."""
+        if self.hashing is not None:
+            raise RuntimeError(f"internal error: a mapped block's pin taken over {self.hashed} of its "
+                               f"{len(self.data)} bytes")
+        return self.pins
+
+
+def _map_of(data) -> mmap.mmap | None:
+    """The open map `data` views, if it is a view of a mapped file where pages can be let go."""
+    mapped = getattr(data, "obj", None)
+    if isinstance(mapped, mmap.mmap) and not mapped.closed and hasattr(mmap, "MADV_DONTNEED"):
+        return mapped
+    return None
 
 
 def range_pin(f: InputFile, got: "RangeData") -> RangePin | None:
@@ -253,22 +296,25 @@ def read_block(files: list[InputFile], ranges) -> Block:
     after a file's last line that lacks it, its position in Block.added)."""
     buffers, seg_pos, seg_start, seg_file, extra_bad, added, pins = [], [], [], [], [], [], []
     position = 0
+    hashing = None
     for rng in ranges:
         f = files[rng.file_index]
         got = read_range(f, rng)
-        if (pin := range_pin(f, got)) is not None:
-            pins.append(pin)
         data = truncated_piece(f, got, extra_bad)
         if len(data) and data[-1] != 10:
             data = bytes(data) + b"\n"
             added.append(position + len(data) - 1)
+        if len(ranges) == 1 and f.url is None and data is got.data and _map_of(data) is not None:
+            hashing = (f.index, got.start, digest_in_pieces())      # as the pieces are read (Block.done_with)
+        elif (pin := range_pin(f, got)) is not None:
+            pins.append(pin)
         buffers.append(data)
         seg_pos.append(position)
         seg_start.append(got.start)
         seg_file.append(f.index)
         position += len(data)
     data = buffers[0] if len(buffers) == 1 else b"".join(buffers)
-    return Block(data, seg_pos, seg_start, seg_file, extra_bad, added, pins)
+    return Block(data, seg_pos, seg_start, seg_file, extra_bad, added, pins, hashing)
 
 
 def read_range(f: InputFile, rng: ByteRange, reach: int | None = None) -> RangeData:

@@ -65,12 +65,13 @@ class SourceStage:
         The hashes of what was read and the fields a JSON parser dropped go to `counters`."""
         ranges = with_decoded(partition.ranges, decoded) if decoded else partition.ranges
         block = backend.read_block(self.files, ranges)
-        counters.read_pins.extend(getattr(block, "pins", ()))
         batches = backend.batches(block.data)
         last = len(batches) - 1
         for i, (position, data) in enumerate(batches):
-            yield parse_piece(*split_batch(block, position, data, backend), block.extra_bad if i == last else [],
-                              self, segment, backend, counters)
+            records = split_batch(block, position, data, backend)
+            block.done_with(position, len(data))       # the records are copied out of the input
+            yield parse_piece(*records, block.extra_bad if i == last else [], self, segment, backend, counters)
+        counters.read_pins.extend(block.read_pins())
 
     def summarize(self, spec, counters: list[PartitionCounters], metadata: dict) -> SourceSummary:
         """What the run's reading adds to the manifest (sources/counters.py): nothing, unless

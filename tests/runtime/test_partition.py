@@ -4,6 +4,7 @@ result never depends on the piece size, and no kernel is handed more than a piec
 from __future__ import annotations
 
 import gzip
+import mmap
 
 import pyarrow.parquet as pq
 import pytest
@@ -138,3 +139,36 @@ def test_a_step_after_a_filter_never_sees_the_rows_it_dropped(tmp_path):
     assert result.counts["rows_out"] == 20
     data = pq.read_table(result.out_dir / "part-00000.parquet")
     assert data.column("y").to_pylist() == [i for i in range(30) if i % 3]
+
+
+def test_a_mapped_input_let_go_piece_by_piece_gives_the_bytes_of_one_read_whole(tmp_path, monkeypatch):
+    """A mapped partition is hashed and its pages let go as its pieces are parsed
+    (sources/ranges.py: Block.done_with); the rows, the quarantine, the shard's bytes and the
+    manifest's input pins are those of a run that reads the same input into memory whole."""
+    (tmp_path / "in").mkdir()
+    write_access_logs(tmp_path / "in" / "a.log", lines=30_000, seed=3, bad_every=997)    # ~6 MiB: mapped
+    spec = {"version": 1, "name": "mapped", "source": {"type": "text", "path": "in/a.log"},
+            "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"}}
+    released = []
+    real_done_with = ranges.Block.done_with
+
+    def done_with(block, position, length):
+        released.append(isinstance(getattr(block.data, "obj", None), mmap.mmap))
+        real_done_with(block, position, length)
+
+    def run(out):
+        result = gpuetl.Pipeline.from_dict({**spec, "sink": {"path": out}}, base_dir=tmp_path).run(
+            backend="cpu", scheduler="sync")
+        pins = [f["content"] for f in result.manifest["inputs"]]
+        return {p.relative_to(result.out_dir).as_posix(): p.read_bytes()
+                for p in sorted(result.out_dir.rglob("*.parquet"))}, result.counts, pins
+
+    monkeypatch.setattr(ranges.Block, "done_with", done_with)
+    monkeypatch.setattr(CpuBackend, "piece_bytes", 1 << 20)
+    mapped = run("mapped")
+    assert sum(released) >= 6                                       # each piece's pages, once read
+    monkeypatch.setattr(ranges, "MAP_MIN_BYTES", 1 << 40)           # read into memory: nothing to let go
+    released.clear()
+    whole = run("whole")
+    assert mapped == whole and mapped[1]["quarantined"] >= 30
+    assert [len(pin["ranges"]) for pin in mapped[2]] == [1]               # the range's hash, taken in pieces

@@ -22,6 +22,7 @@ import gpuetl
 from gpuetl.backends.cpu import CpuBackend
 from gpuetl.sources.files import resolve_inputs
 from gpuetl.sources import ranges as ranges_module
+from gpuetl.sources.pins import pin_bytes
 from gpuetl.sources.ranges import TAPER, ByteRange, CompressedRange, decode_range, plan_partitions, read_range
 
 COMPRESS = {"": lambda b: b, ".gz": gzip.compress, ".bz2": bz2.compress,
@@ -321,3 +322,46 @@ def test_pipeline_rows_match_reference(tmp_path, blocksize):
     assert result.counts == {"rows_in": len(expected), "rows_out": len(expected), "filtered": 0,
                              "deduplicated": 0, "quarantined": 0}
     assert result.shards[0]["rows"] == len(expected)
+
+
+def _mapped_file_rss() -> int:
+    """This process's resident pages of mapped files (bytes)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssFile:")) * 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/self/status (Linux)")
+def test_a_mapped_block_is_hashed_piece_by_piece_and_lets_go_of_each_piece_read(tmp_path):
+    """A mapped partition holds only the pages of the pieces not yet read: each piece the reader
+    is done with is taken into the range's pin and its pages are let go (they stay in the page
+    cache). The pin is the whole range's hash; the bytes are still there, mapped again."""
+    body = b"".join(b"%08d some record text that fills a line\n" % i for i in range(300_000))   # ~14 MiB
+    (tmp_path / "a.log").write_bytes(body)
+    f = resolve_inputs(["a.log"], tmp_path, "infer")[0]
+    before = _mapped_file_rss()
+    block = ranges_module.read_block([f], [ByteRange(0, 0, len(body))])
+    assert isinstance(block.data, memoryview) and not block.pins
+    assert _mapped_file_rss() - before < 2 << 20                         # nothing read yet
+    with pytest.raises(RuntimeError, match="pin taken over 0 of"):
+        block.read_pins()                                                 # not before every piece is read
+    assert bytes(block.data[: 8 << 20]) == body[: 8 << 20]                # a piece's records copied out
+    assert _mapped_file_rss() - before > 6 << 20
+    block.done_with(0, 8 << 20)
+    assert _mapped_file_rss() - before < 2 << 20
+    with pytest.raises(RuntimeError, match="out of order"):
+        block.done_with((8 << 20) + 1, 10)
+    assert bytes(block.data[8 << 20:]) == body[8 << 20:]
+    block.done_with(8 << 20, len(body) - (8 << 20))
+    assert _mapped_file_rss() - before < 2 << 20
+    assert block.read_pins() == [pin_bytes(f.index, 0, body)]
+    assert bytes(block.data) == body
+
+
+def test_a_block_in_memory_is_hashed_as_read_and_left_alone(tmp_path):
+    (tmp_path / "a.log").write_bytes(b"one\ntwo\n")
+    f = resolve_inputs(["a.log"], tmp_path, "infer")[0]
+    block = ranges_module.read_block([f], [ByteRange(0, 0, 8)])
+    assert block.read_pins() == [pin_bytes(f.index, 0, b"one\ntwo\n")]
+    block.done_with(0, 4)
+    block.done_with(4, 4)
+    assert bytes(block.data) == b"one\ntwo\n" and block.read_pins() == [pin_bytes(f.index, 0, b"one\ntwo\n")]
