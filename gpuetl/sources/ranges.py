@@ -214,34 +214,39 @@ class Block:
     hashing: tuple | None = None   # a mapped range's pin, taken piece by piece: (file index, start, digest)
     hashed: int = 0                # the bytes of `data` taken into it so far
 
-    def done_with(self, position: int, length: int) -> None:
-        """The reader is done with `data[position:position + length]` (the pieces, in order).
-        Where `data` is a view of a mapped file, the piece is taken into its range's hash (the
-        pin is complete with the last piece) and its pages are let go: the kernel drops them from
-        this process (they stay in the page cache), so a partition does not hold its whole input
-        in memory while its later pieces parse, and every page is read while mapped once.
-        Anything else (bytes, a device buffer) is left as it is."""
-        if self.hashing is not None:
-            file_index, start, hasher = self.hashing
-            if position != self.hashed:
-                raise RuntimeError(f"internal error: a mapped block's pieces hashed out of order "
-                                   f"({position} after {self.hashed} bytes)")
-            hasher.update(self.data[position:position + length])
-            self.hashed += length
-            if self.hashed == len(self.data):
-                self.pins.append(RangePin(file_index, start, start + self.hashed, hasher.hexdigest()))
-                self.hashing = None
+    def pin_piece(self, position: int, length: int) -> None:
+        """Take `data[position:position + length]` (the pieces, in order) into a mapped range's
+        pin before its records are copied out: the pin is then of bytes no newer than those
+        parsed, so a write into the file after it is caught before the commit (pins.py). The
+        pin is complete with the last piece. Blocks pinned as they were read: nothing to do."""
+        if self.hashing is None:
+            return
+        file_index, start, hasher = self.hashing
+        if position != self.hashed:
+            raise RuntimeError(f"internal error: a mapped block's pieces hashed out of order "
+                               f"({position} after {self.hashed} bytes)")
+        hasher.update(self.data[position:position + length])
+        self.hashed += length
+        if self.hashed == len(self.data):
+            self.pins.append(RangePin(file_index, start, start + self.hashed, hasher.hexdigest()))
+            self.hashing = None
+
+    def release(self, position: int, length: int) -> None:
+        """Let go of the pages of `data[position:position + length]` once its records are copied
+        out, where `data` views a mapped file: the kernel drops them from this process (they
+        stay in the page cache), so a partition does not hold its whole input in memory while
+        its later pieces parse. Anything else (bytes, a device buffer) is left as it is."""
         mapped = _map_of(self.data)
         if mapped is None:
             return
-        first = len(mapped) - len(self.data) + position        # data views the map's tail
-        first = -(-first // mmap.PAGESIZE) * mmap.PAGESIZE      # whole pages inside the piece only
-        last = (len(mapped) - len(self.data) + position + length) // mmap.PAGESIZE * mmap.PAGESIZE
+        offset = len(mapped) - len(self.data) + position       # data views the map's tail
+        first = -(-offset // mmap.PAGESIZE) * mmap.PAGESIZE     # whole pages inside the piece only
+        last = (offset + length) // mmap.PAGESIZE * mmap.PAGESIZE
         if last > first:
             mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def read_pins(self) -> list[RangePin]:
-        """The ranges' pins, once every piece has been read (done_with)."""
+        """The ranges' pins, once every piece has been pinned (pin_piece)."""
         if self.hashing is not None:
             raise RuntimeError(f"internal error: a mapped block's pin taken over {self.hashed} of its "
                                f"{len(self.data)} bytes")
@@ -305,7 +310,7 @@ def read_block(files: list[InputFile], ranges) -> Block:
             data = bytes(data) + b"\n"
             added.append(position + len(data) - 1)
         if len(ranges) == 1 and f.url is None and data is got.data and _map_of(data) is not None:
-            hashing = (f.index, got.start, digest_in_pieces())      # as the pieces are read (Block.done_with)
+            hashing = (f.index, got.start, digest_in_pieces())      # as the pieces are read (Block.pin_piece)
         elif (pin := range_pin(f, got)) is not None:
             pins.append(pin)
         buffers.append(data)

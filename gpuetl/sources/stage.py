@@ -68,8 +68,9 @@ class SourceStage:
         batches = backend.batches(block.data)
         last = len(batches) - 1
         for i, (position, data) in enumerate(batches):
+            block.pin_piece(position, len(data))        # hashed before its records are copied out
             records = split_batch(block, position, data, backend)
-            block.done_with(position, len(data))       # the records are copied out of the input
+            block.release(position, len(data))          # copied out: its pages can go
             yield parse_piece(*records, block.extra_bad if i == last else [], self, segment, backend, counters)
         counters.read_pins.extend(block.read_pins())
 

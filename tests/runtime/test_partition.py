@@ -143,18 +143,18 @@ def test_a_step_after_a_filter_never_sees_the_rows_it_dropped(tmp_path):
 
 def test_a_mapped_input_let_go_piece_by_piece_gives_the_bytes_of_one_read_whole(tmp_path, monkeypatch):
     """A mapped partition is hashed and its pages let go as its pieces are parsed
-    (sources/ranges.py: Block.done_with); the rows, the quarantine, the shard's bytes and the
+    (sources/ranges.py: Block.pin_piece, Block.release); the rows, the quarantine, the shard's bytes and the
     manifest's input pins are those of a run that reads the same input into memory whole."""
     (tmp_path / "in").mkdir()
     write_access_logs(tmp_path / "in" / "a.log", lines=30_000, seed=3, bad_every=997)    # ~6 MiB: mapped
     spec = {"version": 1, "name": "mapped", "source": {"type": "text", "path": "in/a.log"},
             "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"}}
     released = []
-    real_done_with = ranges.Block.done_with
+    real_release = ranges.Block.release
 
-    def done_with(block, position, length):
+    def release(block, position, length):
         released.append(isinstance(getattr(block.data, "obj", None), mmap.mmap))
-        real_done_with(block, position, length)
+        real_release(block, position, length)
 
     def run(out):
         result = gpuetl.Pipeline.from_dict({**spec, "sink": {"path": out}}, base_dir=tmp_path).run(
@@ -163,7 +163,7 @@ def test_a_mapped_input_let_go_piece_by_piece_gives_the_bytes_of_one_read_whole(
         return {p.relative_to(result.out_dir).as_posix(): p.read_bytes()
                 for p in sorted(result.out_dir.rglob("*.parquet"))}, result.counts, pins
 
-    monkeypatch.setattr(ranges.Block, "done_with", done_with)
+    monkeypatch.setattr(ranges.Block, "release", release)
     monkeypatch.setattr(CpuBackend, "piece_bytes", 1 << 20)
     mapped = run("mapped")
     assert sum(released) >= 6                                       # each piece's pages, once read
@@ -172,3 +172,33 @@ def test_a_mapped_input_let_go_piece_by_piece_gives_the_bytes_of_one_read_whole(
     whole = run("whole")
     assert mapped == whole and mapped[1]["quarantined"] >= 30
     assert [len(pin["ranges"]) for pin in mapped[2]] == [1]               # the range's hash, taken in pieces
+
+
+def test_a_write_into_a_mapped_input_after_its_records_are_copied_is_refused(tmp_path, monkeypatch):
+    """A writer that changes a mapped input between a piece's hash and the end of the run: the
+    run parsed the bytes its pin holds, the file no longer does, and the check before the commit
+    refuses (the pin of each piece is taken before its records are copied out)."""
+    from gpuetl.sources import stage
+
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "a.log"
+    write_access_logs(path, lines=30_000, seed=3)                                      # ~6 MiB: mapped
+    status_at = path.read_bytes().index(b'" 200 ') + 2
+    real_split = stage.split_batch
+    written = []
+
+    def split_then_write(block, position, data, backend):
+        records = real_split(block, position, data, backend)
+        if not written:                                         # once the first piece is copied out
+            with open(path, "r+b") as f:
+                f.seek(status_at)
+                f.write(b"599")
+            written.append(True)
+        return records
+
+    monkeypatch.setattr(stage, "split_batch", split_then_write)
+    spec = {"version": 1, "name": "raced", "source": {"type": "text", "path": "in/a.log"},
+            "parse": {"preset": "apache_combined"}, "columns": {"status": "int16"}, "sink": {"path": "out"}}
+    with pytest.raises(gpuetl.errors.SourceError, match="changed during the run"):
+        gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert written and not (tmp_path / "out" / "_SUCCESS").exists()

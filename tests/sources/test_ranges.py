@@ -332,9 +332,9 @@ def _mapped_file_rss() -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/self/status (Linux)")
 def test_a_mapped_block_is_hashed_piece_by_piece_and_lets_go_of_each_piece_read(tmp_path):
-    """A mapped partition holds only the pages of the pieces not yet read: each piece the reader
-    is done with is taken into the range's pin and its pages are let go (they stay in the page
-    cache). The pin is the whole range's hash; the bytes are still there, mapped again."""
+    """A mapped partition holds only the pages of the pieces not yet read: each piece is taken
+    into the range's pin before it is read, and its pages are let go after (they stay in the
+    page cache). The pin is the whole range's hash; the bytes are still there, mapped again."""
     body = b"".join(b"%08d some record text that fills a line\n" % i for i in range(300_000))   # ~14 MiB
     (tmp_path / "a.log").write_bytes(body)
     f = resolve_inputs(["a.log"], tmp_path, "infer")[0]
@@ -344,14 +344,16 @@ def test_a_mapped_block_is_hashed_piece_by_piece_and_lets_go_of_each_piece_read(
     assert _mapped_file_rss() - before < 2 << 20                         # nothing read yet
     with pytest.raises(RuntimeError, match="pin taken over 0 of"):
         block.read_pins()                                                 # not before every piece is read
-    assert bytes(block.data[: 8 << 20]) == body[: 8 << 20]                # a piece's records copied out
+    block.pin_piece(0, 8 << 20)                                           # hashed, then its records
+    assert bytes(block.data[: 8 << 20]) == body[: 8 << 20]                # copied out
     assert _mapped_file_rss() - before > 6 << 20
-    block.done_with(0, 8 << 20)
+    block.release(0, 8 << 20)
     assert _mapped_file_rss() - before < 2 << 20
     with pytest.raises(RuntimeError, match="out of order"):
-        block.done_with((8 << 20) + 1, 10)
+        block.pin_piece((8 << 20) + 1, 10)
+    block.pin_piece(8 << 20, len(body) - (8 << 20))
     assert bytes(block.data[8 << 20:]) == body[8 << 20:]
-    block.done_with(8 << 20, len(body) - (8 << 20))
+    block.release(8 << 20, len(body) - (8 << 20))
     assert _mapped_file_rss() - before < 2 << 20
     assert block.read_pins() == [pin_bytes(f.index, 0, body)]
     assert bytes(block.data) == body
@@ -362,6 +364,6 @@ def test_a_block_in_memory_is_hashed_as_read_and_left_alone(tmp_path):
     f = resolve_inputs(["a.log"], tmp_path, "infer")[0]
     block = ranges_module.read_block([f], [ByteRange(0, 0, 8)])
     assert block.read_pins() == [pin_bytes(f.index, 0, b"one\ntwo\n")]
-    block.done_with(0, 4)
-    block.done_with(4, 4)
+    block.pin_piece(0, 4)
+    block.release(0, 4)
     assert bytes(block.data) == b"one\ntwo\n" and block.read_pins() == [pin_bytes(f.index, 0, b"one\ntwo\n")]
