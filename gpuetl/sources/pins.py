@@ -238,7 +238,8 @@ def _hash_ranges(path: str, compression: str | None, ranges):
                     break
                 h.update(chunk)
                 pos += len(chunk)
-            out.append(h.hexdigest() if pos == end else (f"the file ends at byte {pos} now",))
+            out.append(h.hexdigest() if pos == end else
+                       (f"the file ends at byte {min(pos, os.fstat(fd).st_size)} now",))   # maybe before the range
     finally:
         os.close(fd)
     return out

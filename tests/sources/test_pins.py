@@ -40,6 +40,9 @@ def test_a_shorter_or_missing_file_is_a_mismatch_not_an_error(tmp_path):
     path.write_bytes(b"x\n" * 60)
     check = pin.check(str(path))
     assert [str(m) for m in check.mismatches] == ["bytes 100-200: the file ends at byte 120 now"]
+    path.write_bytes(b"x\n" * 30)                   # ends before the second range starts
+    assert [str(m) for m in pin.check(str(path)).mismatches] == [
+        "bytes 0-100: the file ends at byte 60 now", "bytes 100-200: the file ends at byte 60 now"]
     path.unlink()
     assert pin.check(str(path)).gone and pin.check(str(path)).compared() == "the file is gone"
 
