@@ -268,8 +268,8 @@ class Executor:
 
         if isinstance(err, KilledWorker):
             raise GpuetlError(f"a worker process of this run died running task {getattr(err, 'task', '?')!r} "
-                              "(killed, out of memory, or a module the pipeline needs, such as a plugin's, cannot "
-                              "be imported in it); nothing was committed",
+                              "(killed, out of memory, an input file cut short while it was read, or a module the "
+                              "pipeline needs, such as a plugin's, cannot be imported in it); nothing was committed",
                               hint="see the worker's last words above; make a plugin importable by the worker "
                                    "processes (install it, or put it on PYTHONPATH), or run with --scheduler "
                                    "threads") from None
