@@ -211,7 +211,7 @@ class Block:
     extra_bad: list[tuple[int, int, bytes, str]]   # (file index, offset, raw bytes, reason) of cut-off records
     added: list[int] = field(default_factory=list)  # positions of the newlines added after a file's last line
     pins: list[RangePin] = field(default_factory=list)   # each local range's hash as read (sources/pins.py)
-    hashing: tuple | None = None   # a mapped range's pin, taken piece by piece: (file index, start, digest)
+    hashing: object = None         # a mapped range's (the block's one range) pin, taken piece by piece
     hashed: int = 0                # the bytes of `data` taken into it so far
 
     def pin_piece(self, position: int, length: int) -> None:
@@ -221,14 +221,14 @@ class Block:
         pin is complete with the last piece. Blocks pinned as they were read: nothing to do."""
         if self.hashing is None:
             return
-        file_index, start, hasher = self.hashing
         if position != self.hashed:
             raise RuntimeError(f"internal error: a mapped block's pieces hashed out of order "
                                f"({position} after {self.hashed} bytes)")
-        hasher.update(self.data[position:position + length])
+        self.hashing.update(self.data[position:position + length])
         self.hashed += length
         if self.hashed == len(self.data):
-            self.pins.append(RangePin(file_index, start, start + self.hashed, hasher.hexdigest()))
+            start = self.seg_start[0]
+            self.pins.append(RangePin(self.seg_file[0], start, start + self.hashed, self.hashing.hexdigest()))
             self.hashing = None
 
     def release(self, position: int, length: int) -> None:
@@ -310,7 +310,7 @@ def read_block(files: list[InputFile], ranges) -> Block:
             data = bytes(data) + b"\n"
             added.append(position + len(data) - 1)
         if len(ranges) == 1 and f.url is None and data is got.data and _map_of(data) is not None:
-            hashing = (f.index, got.start, digest_in_pieces())      # as the pieces are read (Block.pin_piece)
+            hashing = digest_in_pieces()                 # as the pieces are read (Block.pin_piece)
         elif (pin := range_pin(f, got)) is not None:
             pins.append(pin)
         buffers.append(data)
