@@ -417,6 +417,11 @@ def quote_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+# what may follow a backslash in a Python string literal; after anything else (`'\d'`) Python keeps
+# the backslash, with a warning (SyntaxWarning from 3.12): _unquote writes it doubled instead
+_ESCAPES = frozenset("\n\\'\"abfnrtv01234567xNuU")
+
+
 def _unquote(src: str) -> _Quoted:
     """Replace each `quoted name` outside string literals by a fresh identifier, remembering
     where every character of the result came from, so errors point into the user's text."""
@@ -435,8 +440,20 @@ def _unquote(src: str) -> _Quoted:
             while j < n and not src.startswith(quote, j):
                 j += 2 if src[j] == "\\" else 1
             j = min(j + len(quote), n)
-            out.append(src[i:j])
-            char_map.extend(range(i, j))
+            raw = "r" in re.sub(r"^.*?([A-Za-z]*)$", r"\1", src[max(0, i - 2):i]).lower()     # r'...', rb'...'
+            k = i
+            while k < j:
+                if not raw and src[k] == "\\" and k + 1 < j:
+                    if src[k + 1] not in _ESCAPES:   # Python keeps such a backslash, with a warning: double it
+                        out.append("\\")
+                        char_map.append(k)
+                    out.append(src[k:k + 2])
+                    char_map.extend((k, k + 1))
+                    k += 2
+                    continue
+                out.append(src[k])
+                char_map.append(k)
+                k += 1
             i = j
             continue
         if c != "`":

@@ -727,6 +727,35 @@ def test_matches_asks_the_backend_which_may_translate_the_regex(df):
     assert values(result) == [True, False, None, True, True]
 
 
+@pytest.mark.parametrize("text, pattern", [
+    (r"matches(path, '\d')", "\\d"),          # an escape Python does not know: the backslash is kept
+    (r"matches(path, '\\d')", "\\d"),        # the same, written doubled
+    (r"matches(path, r'\d')", "\\d"),         # a raw string
+    (r"matches(path, '[\w.]+\.png$')", "[\\w.]+\\.png$"),
+    (r"matches(path, 'a\'\s')", "a'\\s"),    # an escaped quote beside one
+    (r"matches(path, '\t')", "\t"),            # an escape Python knows keeps its meaning
+])
+def test_a_regex_with_backslashes_in_a_string_literal_parses_without_a_warning(text, pattern):
+    r"""Python keeps the backslash of an escape it does not know (`'\d'`) but warns each time it
+    parses one (a SyntaxWarning from 3.12, shown to every user); the expression is read as
+    written, with nothing printed."""
+    import warnings
+
+    backend = RegexBackend()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        expr = parse_expression(text)
+    df = frame({"path": ["a1", "x"]}, {"path": "string"})
+    expr.evaluate(df, backend=backend)
+    assert backend.patterns == [pattern]
+
+
+def test_an_error_after_a_doubled_backslash_still_points_at_the_users_column():
+    with pytest.raises(ExprError) as err:
+        parse_expression(r"matches(path, '\d\d') and nope(path)")
+    assert err.value.col == r"matches(path, '\d\d') and nope(path)".index("nope")
+
+
 def test_case_and_white_space_have_one_meaning():
     """lower()/upper() map one character for one (Arrow's simple case mapping, which the GPU
     backend also gives: backends/gpu_text.py); strip() takes Unicode white space only."""
