@@ -13,11 +13,11 @@ from ..sinks import versions
 from ..sinks.commit import listed_files
 
 
-def settle(plan: Plan, backend, folder, digest) -> Plan:
+def settle(plan: Plan, backend, folder, digests) -> Plan:
     """Under the lock, after the survey (which finished any interrupted commit): the plan an
     append runs, compiled again when the dataset moved on since it was compiled (a commit
     finished just now, another append); the refusals that come before any data is read.
-    digest(plan): the pipeline's fingerprint, source.path and sink.mode left out."""
+    digests(plan): the pipeline fingerprints the dataset's manifest may carry (resume.append_digests)."""
     inv = folder.inventory
     if inv.ours and not inv.complete:
         raise OutputError(f"sink.path: {folder.out} holds an incomplete dataset (no _SUCCESS); an append adds to "
@@ -29,7 +29,7 @@ def settle(plan: Plan, backend, folder, digest) -> Plan:
         if versions.version_of(manifest) != plan.held.version:
             raise OutputError(f"sink.path: {folder.out} changed while this run looked at it",
                               hint="run again")
-    versions.check_base(folder.out, manifest, digest(plan), plan.output_schema)
+    versions.check_base(folder.out, manifest, digests(plan), plan.output_schema)
     if manifest is not None:
         missing = sorted(listed_files(manifest) - set(inv.ours))
         if missing:

@@ -74,7 +74,7 @@ def _run_plan(plan: Plan, backend, executor, watch: RunProgress, log, report: bo
     with output_folder as folder:
         folder.survey(mode)
         if mode == "append":                  # runtime/append.py: what this version reads
-            plan = append.settle(plan, backend, folder, resume.pipeline_digest)
+            plan = append.settle(plan, backend, folder, resume.append_digests)
             if plan.nothing_to_append:
                 log(f"nothing to append: every input of source.path is held by dataset version "
                     f"{plan.held.version} of {out} already")

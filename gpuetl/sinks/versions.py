@@ -152,10 +152,10 @@ _CHANGED_HINT = ("name the changed data as a new file, restore the old one, or r
                  "sink.mode: overwrite")
 
 
-def check_base(out, manifest: dict | None, digest: str, schema: dict) -> None:
+def check_base(out, manifest: dict | None, digests: tuple[str, ...], schema: dict) -> None:
     """Refusals before an append reads anything: the dataset is an append dataset of this
-    pipeline (its fingerprint leaves out source.path, sink.mode and sink.path) with this output
-    schema."""
+    pipeline (its fingerprint, one of `digests`, leaves out source.path, sink.mode, sink.path and
+    source.blocksize) with this output schema."""
     if manifest is None:
         return
     if not version_of(manifest):
@@ -163,9 +163,9 @@ def check_base(out, manifest: dict | None, digest: str, schema: dict) -> None:
                           "versions to a dataset that append wrote",
                           hint="choose another sink.path, or rewrite it once with sink.mode: append into an empty "
                                "folder")
-    if (manifest.get("fingerprint") or {}).get("pipeline") != digest:
+    if (manifest.get("fingerprint") or {}).get("pipeline") not in digests:
         raise OutputError(f"sink.mode append: the pipeline file changed since dataset version {version_of(manifest)} "
-                          f"of {out} (only source.path, sink.mode and sink.path may change between versions)",
+                          f"of {out} (only source.path, source.blocksize, sink.mode and sink.path may change between versions)",
                           hint="undo the change, or write the changed pipeline's output to another sink.path "
                                "(or rewrite this one with sink.mode: overwrite)")
     before = [(c.get("name"), c.get("type")) for c in manifest.get("schema") or [] if isinstance(c, dict)]

@@ -218,8 +218,47 @@ def test_source_path_may_change_between_versions_any_other_change_is_refused_wit
     before = snapshot(tmp_path / "out")
     with pytest.raises(OutputError, match="the pipeline file changed since dataset version 2") as err:
         run(tmp_path, spec(shuffle=True))
-    assert "only source.path, sink.mode and sink.path may change" in str(err.value) and err.value.hint
+    assert "only source.path, source.blocksize, sink.mode and sink.path may change" in str(err.value) and err.value.hint
     assert snapshot(tmp_path / "out") == before
+
+
+def test_source_blocksize_may_change_between_versions(tmp_path):
+    """Each version cuts its own partitions (the backends' default blocksizes differ); the rows
+    are those of one run over every input, as with any blocksize."""
+    day(tmp_path, 1)
+    run(tmp_path)
+    day(tmp_path, 2)
+    second = run(tmp_path, {**spec(), "source": {**spec()["source"], "blocksize": "8KiB"}})
+    assert second.manifest["dataset_version"] == 2 and identity_holds(second.counts)
+    whole = tmp_path / "whole"
+    (whole / "in").mkdir(parents=True)
+    for n in (1, 2):
+        (whole / "in" / f"day{n}.log").write_bytes((tmp_path / "in" / f"day{n}.log").read_bytes())
+    one = run(whole, spec("overwrite"))
+    assert sum(rows_by_split(tmp_path / "out", second.manifest).values(), Counter()) \
+        == sum(rows_by_split(whole / "out", one.manifest).values(), Counter())
+
+
+@pytest.mark.parametrize("source", [{"blocksize": "32KiB"}, {}], ids=["the files blocksize", "no blocksize"])
+def test_a_version_whose_fingerprint_holds_its_blocksize_is_appended_to(tmp_path, monkeypatch, source):
+    """A manifest whose pipeline fingerprint kept source.blocksize in (the run's, or the pipeline
+    file's default where the file sets none) is this pipeline's: the next version appends."""
+    from gpuetl.runtime.phases import resume
+
+    data = {**spec(), "source": {"type": "text", "path": "in/*.log", **source}}
+    digest = resume.pipeline_digest
+    kept = source.get("blocksize") and 32 * 1024 or 64 << 20
+    day(tmp_path, 1)
+    with monkeypatch.context() as m:
+        m.setattr(resume, "pipeline_digest", lambda plan, blocksize=None: digest(plan, kept))
+        first = run(tmp_path, data)
+    plan = gpuetl.Pipeline.from_dict(data, base_dir=tmp_path).plan("cpu")
+    assert first.manifest["fingerprint"]["pipeline"] == digest(plan, kept) != digest(plan)
+    day(tmp_path, 2)
+    assert run(tmp_path, data).manifest["dataset_version"] == 2
+    day(tmp_path, 3)
+    with pytest.raises(OutputError, match="the pipeline file changed since dataset version 2"):
+        run(tmp_path, {**data, "columns": {"status": "int32"}})
 
 
 def test_appending_to_a_dataset_another_mode_wrote_is_refused(tmp_path):

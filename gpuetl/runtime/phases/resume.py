@@ -24,16 +24,30 @@ from .context import RunContext, RunResult
 STATE = "_state.json"
 
 
-def pipeline_digest(plan: Plan) -> str:
+def pipeline_digest(plan: Plan, blocksize: int | None = None) -> str:
     """What decides the output, from the validated pipeline: everything but sink.mode (and, in
-    append mode, source.path, whose inputs are tracked by their pins, and sink.path, where the
-    dataset lies: sinks/versions.py)."""
+    append mode, source.path, whose inputs are tracked by their pins, sink.path, where the
+    dataset lies, and source.blocksize: each version cuts its own partitions, and the backends'
+    defaults differ while the shards do not: sinks/versions.py). `blocksize`: in append mode, the
+    digest with that source.blocksize kept in (append_digests)."""
     spec = plan.spec.model_dump(mode="json")
     if spec.get("sink", {}).pop("mode", None) == "append":
         spec.get("source", {}).pop("path", None)
         spec["sink"].pop("path", None)
+        spec.get("source", {}).pop("blocksize", None)
+        if blocksize is not None:
+            spec["source"]["blocksize"] = blocksize
     spec.pop("cache", None)               # where inputs are cached does not change the output
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def append_digests(plan: Plan) -> tuple[str, ...]:
+    """The digests an append to an earlier version of this pipeline accepts in its manifest: the
+    pipeline's own (pipeline_digest), then the same with source.blocksize kept in, as this
+    run's and as the pipeline file's default: the digest manifests carry where a version's
+    blocksize was part of it."""
+    default = type(plan.spec.source).model_fields["blocksize"].default
+    return (pipeline_digest(plan), *dict.fromkeys(pipeline_digest(plan, b) for b in (plan.spec.source.blocksize, default)))
 
 
 def fingerprint(plan: Plan, backend=None) -> dict:
