@@ -40,6 +40,13 @@ def _bool_mask(arr: pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+# A CPU run holds about three partitions at once (two parsed, one being written) plus what the
+# allocators keep: 32 MiB partitions hold the 500 MB log job to ~1.9x polars' peak RSS (64 MiB:
+# 2.1-2.2x) at the same wall and CPU seconds, dedupe and shuffles included (docs/design.md,
+# "the CPU engine"). The shards do not depend on it.
+CPU_BLOCKSIZE = 32 << 20
+
+
 class CpuBackend(CpuSpill):
     """Every facet of base.Backend on pandas (Arrow-backed), pyarrow, polars and numpy: the
     spill facet in cpu_spill.py, JSON in cpu_json.py, CLF and text kernels in cpu_clf.py and
@@ -60,8 +67,8 @@ class CpuBackend(CpuSpill):
         return None
 
     def default_blocksize(self) -> int | None:
-        """None: the pipeline file's default blocksize."""
-        return None
+        """CPU_BLOCKSIZE where the pipeline file sets none."""
+        return CPU_BLOCKSIZE
 
     def note_host_work(self, what: str, count: int = 1) -> None:
         """All of the CPU's work is host work: nothing to count."""

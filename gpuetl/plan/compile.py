@@ -156,7 +156,7 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
 
 
 def _sized_for(loaded: LoadedSpec, backend, notes: list[str]) -> LoadedSpec:
-    """The backend's own default source.blocksize (the GPU's, from its memory: docs/gpu.md) where
+    """The backend's own default source.blocksize (the CPU's 32 MiB; the GPU's from its memory: docs/gpu.md) where
     the pipeline file and --set give none; an images source keeps the file's default (a
     partition of compressed images decodes to many times its bytes)."""
     source = loaded.spec.source
@@ -167,8 +167,9 @@ def _sized_for(loaded: LoadedSpec, backend, notes: list[str]) -> LoadedSpec:
         return loaded
     from ..spec.sizes import format_size
 
-    notes.append(f"source.blocksize: {format_size(size)}, the {backend.name} backend's default for this machine's "
-                 "device memory (set source.blocksize to choose another)")
+    if backend.name != "cpu":        # the CPU's is one documented size; another's depends on the machine
+        notes.append(f"source.blocksize: {format_size(size)}, the {backend.name} backend's default for this machine's "
+                     "device memory (set source.blocksize to choose another)")
     return replace(loaded, spec=loaded.spec.model_copy(update={"source": source.model_copy(update={"blocksize": size})}))
 
 

@@ -1,6 +1,7 @@
 """Partitions sized for the device (docs/gpu.md, "Partitions"): planned for the GPU, a pipeline
 file without `source.blocksize` gets a 16th of the RMM pool the device's memory gives, in whole
-64 MiB, at most 1 GiB; the file's blocksize (or --set's) still wins, the CPU keeps 64 MiB, and
+64 MiB, at most 1 GiB; the file's blocksize (or --set's) still wins, the CPU keeps its own 32 MiB
+(tests/plan/test_cpu_blocksize.py), and
 `gpuetl plan --backend gpu` shows it. The device memory is faked (NVML's answer)."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def test_planned_for_the_gpu_a_file_without_blocksize_gets_the_devices(monkeypat
     plan = gpuetl.Pipeline.from_dict(_spec(), base_dir=logs).plan(GpuPlanning())
     assert plan.spec.source.blocksize == GIB
     assert any("source.blocksize: 1.0 GiB" in n and "gpu backend's default" in n for n in plan.notes)
-    assert gpuetl.Pipeline.from_dict(_spec(), base_dir=logs).plan("cpu").spec.source.blocksize == 64 * MIB
+    assert gpuetl.Pipeline.from_dict(_spec(), base_dir=logs).plan("cpu").spec.source.blocksize == 32 * MIB
 
 
 def test_the_pipeline_files_blocksize_still_wins(monkeypatch, logs):
@@ -73,7 +74,7 @@ def test_gpuetl_plan_for_the_gpu_shows_the_devices_blocksize(monkeypatch, logs, 
     out = capsys.readouterr().out
     assert "partitions: 1 (blocksize 768.0 MiB)" in out
     assert main(["plan", str(path), "--backend", "cpu"]) == 0
-    assert "(blocksize 64.0 MiB)" in capsys.readouterr().out
+    assert "(blocksize 32.0 MiB)" in capsys.readouterr().out
 
 
 def test_the_blocksize_taken_is_in_the_runs_fingerprint(monkeypatch, logs):
