@@ -73,7 +73,7 @@ class Executor:
                         on_result(future.result())
                 return self.client.gather(futures)
             except BaseException:
-                self.client.cancel(futures)    # a failure or Ctrl-C: start none of the rest
+                _let_go(futures)               # a failure or Ctrl-C: start none of the rest
                 raise
 
     @contextmanager
@@ -152,7 +152,7 @@ class Executor:
             del held                   # every user of the shared work is known now: it is kept as long as needed
         yield from self._in_order(queue, pending, ahead or 2 * threads,
                                   start=lambda task: self.client.compute(task, fifo_timeout=0),
-                                  cancel=self.client.cancel)
+                                  cancel=_let_go)
 
     def _in_order(self, queue, pending: deque, ahead: int, start, cancel):
         """The futures of `pending`, then of the tasks left in `queue` (start(task) gives one),
@@ -408,6 +408,16 @@ def _run_task(task, callbacks: list):
 def _running_tasks(dask_worker) -> int:
     """Tasks holding one of this worker's threads, cancelled ones included (run on the worker)."""
     return len(dask_worker.state.all_running_tasks)
+
+
+def _let_go(futures) -> None:
+    """Start none of these futures' tasks that have not started (a failure, Ctrl-C, a consumer
+    that stopped): each is released, and the scheduler forgets the tasks no one holds any more.
+    Not Client.cancel: distributed's scheduler asserts when a cancelled task's dependents are
+    tasks no client holds (a dedupe's or a shuffle's inner tasks) and the traceback of that
+    AssertionError is printed on the user's terminal, twice, before the run's own error."""
+    for future in futures:
+        future.release()
 
 
 def _results_of(tasks: list, on_result) -> list[tuple]:

@@ -62,6 +62,51 @@ def test_results_come_in_order_and_tasks_start_in_order(client):
     assert counting.submitted == 12
 
 
+gate = threading.Event()
+
+
+def one():
+    return 1
+
+
+def held(x):
+    assert gate.wait(60), "the gate never opened"
+    return x
+
+
+def fail_after(x):
+    raise ValueError("a task failed")
+
+
+def test_a_failure_lets_the_other_tasks_go_without_an_error_in_the_scheduler(client):
+    """A task fails while another's inner task (one no client holds) still runs: the rest are let
+    go, and the scheduler logs no error (Client.cancel there made distributed's scheduler assert
+    and print its traceback on the user's terminal before the run's own error)."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = records.append
+    watched = [logging.getLogger(name) for name in ("distributed.core", "distributed.scheduler", "asyncio")]
+    for logger in watched:
+        logger.addHandler(handler)
+    gate.clear()
+    try:
+        first = dask.delayed(one, pure=False)()
+        inner = dask.delayed(held, pure=False)(first)              # no future holds it
+        last = dask.delayed(lambda x: x, pure=False)(inner)
+        failing = dask.delayed(fail_after, pure=False)(first)
+        with pytest.raises(ValueError, match="a task failed"):
+            Executor(client).compute([first, last, failing])
+        gate.set()
+        assert client.submit(one, pure=False).result(timeout=60) == 1     # after the scheduler took the release
+    finally:
+        gate.set()
+        for logger in watched:
+            logger.removeHandler(handler)
+    assert [r.getMessage() for r in records] == []
+
+
 def test_local_schedulers_compute_everything_once():
     started.clear()
     rest_done.set()
