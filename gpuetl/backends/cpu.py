@@ -41,9 +41,9 @@ def _bool_mask(arr: pa.Array) -> np.ndarray:
 
 
 # A CPU run holds about three partitions at once (two parsed, one being written) plus what the
-# allocators keep: 32 MiB partitions hold the 500 MB log job to ~1.9x polars' peak RSS (64 MiB:
-# 2.1-2.2x) at the same wall and CPU seconds, dedupe and shuffles included (docs/design.md,
-# "the CPU engine"). The shards do not depend on it.
+# allocators keep, so its memory follows the partition; 32 MiB costs no wall or CPU seconds
+# against 64 MiB, dedupe and shuffles included (docs/design.md, "Kept, running"). The shards do
+# not depend on it. Images and parquet sources keep the file's default (plan/compile.py: _sized_for).
 CPU_BLOCKSIZE = 32 << 20
 
 

@@ -157,10 +157,12 @@ def compile_plan(loaded: LoadedSpec, backend=None) -> Plan:
 
 def _sized_for(loaded: LoadedSpec, backend, notes: list[str]) -> LoadedSpec:
     """The backend's own default source.blocksize (the CPU's 32 MiB; the GPU's from its memory: docs/gpu.md) where
-    the pipeline file and --set give none; an images source keeps the file's default (a
-    partition of compressed images decodes to many times its bytes)."""
+    the pipeline file and --set give none. An images source keeps the file's default (a
+    partition of compressed images decodes to many times its bytes), and so does a parquet source:
+    its blocksize is also the size under which a row group is never refused for its compression
+    ratio (sources/parquet.py: decode_cap), which must not depend on the backend."""
     source = loaded.spec.source
-    if backend is None or "blocksize" in source.model_fields_set or source.type == "images":
+    if backend is None or "blocksize" in source.model_fields_set or source.type in ("images", "parquet"):
         return loaded
     size = backend.default_blocksize()
     if size is None or size == source.blocksize:

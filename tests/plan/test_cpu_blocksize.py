@@ -53,3 +53,21 @@ def test_gpuetl_plan_on_the_cpu_shows_the_partition_size(tmp_path, capsys):
     path.write_text(yaml.safe_dump(_spec()))
     assert main(["plan", str(path), "--backend", "cpu"]) == 0
     assert "partitions: 1 (blocksize 32.0 MiB)" in capsys.readouterr().out
+
+
+def test_a_parquet_source_keeps_the_files_default_so_its_ratio_floor_does_not_move(tmp_path):
+    """A parquet row group decoding to no more than source.blocksize is never refused for its
+    compression ratio: 3,000,000 equal int64s (48 MB decoded from a few KB) are rows on the CPU,
+    as on any backend, not a quarantined bomb."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": np.full(3_000_000, 7), "status": np.full(3_000_000, 200)}),
+                   tmp_path / "constant.parquet", row_group_size=3_000_000, compression="zstd")
+    spec = {"version": 1, "name": "t", "source": {"type": "parquet", "path": "*.parquet"},
+            "on_error": "quarantine", "sink": {"path": "out"}}
+    pipeline = gpuetl.Pipeline.from_dict(spec, base_dir=tmp_path)
+    assert pipeline.plan("cpu").spec.source.blocksize == 64 * MIB
+    result = pipeline.run(backend="cpu", scheduler="sync", report=False)
+    assert result.counts["rows_out"] == 3_000_000 and result.counts["quarantined"] == 0
