@@ -420,6 +420,8 @@ def quote_name(name: str) -> str:
 # what may follow a backslash in a Python string literal; after anything else (`'\d'`) Python keeps
 # the backslash, with a warning (SyntaxWarning from 3.12): _unquote writes it doubled instead
 _ESCAPES = frozenset("\n\\'\"abfnrtv01234567xNuU")
+# a raw string's prefix: the whole word before the quote (`or'\d'` is the keyword and a string)
+_RAW_PREFIX = re.compile(r"(?<![\w])(?:[rR][bBfF]?|[bBfF][rR])$")
 
 
 def _unquote(src: str) -> _Quoted:
@@ -440,7 +442,7 @@ def _unquote(src: str) -> _Quoted:
             while j < n and not src.startswith(quote, j):
                 j += 2 if src[j] == "\\" else 1
             j = min(j + len(quote), n)
-            raw = "r" in re.sub(r"^.*?([A-Za-z]*)$", r"\1", src[max(0, i - 2):i]).lower()     # r'...', rb'...'
+            raw = _RAW_PREFIX.search(src, 0, i) is not None        # r'...', rb'...'; not `or'...'`
             k = i
             while k < j:
                 if not raw and src[k] == "\\" and k + 1 < j:

@@ -734,6 +734,7 @@ def test_matches_asks_the_backend_which_may_translate_the_regex(df):
     (r"matches(path, '[\w.]+\.png$')", "[\\w.]+\\.png$"),
     (r"matches(path, 'a\'\s')", "a'\\s"),    # an escaped quote beside one
     (r"matches(path, '\t')", "\t"),            # an escape Python knows keeps its meaning
+    (r"matches(path, '\d') or'\d' == path", "\\d"),   # `or` before a quote is no raw prefix
 ])
 def test_a_regex_with_backslashes_in_a_string_literal_parses_without_a_warning(text, pattern):
     r"""Python keeps the backslash of an escape it does not know (`'\d'`) but warns each time it
