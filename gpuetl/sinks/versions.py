@@ -167,7 +167,8 @@ def check_base(out, manifest: dict | None, digests: tuple[str, ...], schema: dic
         raise OutputError(f"sink.mode append: the pipeline file changed since dataset version {version_of(manifest)} "
                           f"of {out} (only source.path, source.blocksize, sink.mode and sink.path may change between versions)",
                           hint="undo the change, or write the changed pipeline's output to another sink.path "
-                               "(or rewrite this one with sink.mode: overwrite)")
+                               "(or rewrite this one with sink.mode: overwrite); a version whose fingerprint holds "
+                               "its source.blocksize takes that blocksize (or none, where its file set none)")
     before = [(c.get("name"), c.get("type")) for c in manifest.get("schema") or [] if isinstance(c, dict)]
     if before != list(schema.items()):
         now = dict(schema)

@@ -19,7 +19,7 @@ from gpuetl.samples import write_access_logs
 def pipeline(tmp_path, mode, shard=None, steps=None, blocksize="128KiB"):
     spec = {
         "version": 1, "name": "r",
-        "source": {"type": "text", "path": "in/*.log", "blocksize": blocksize},
+        "source": {"type": "text", "path": "in/*.log", **({"blocksize": blocksize} if blocksize else {})},
         "parse": {"preset": "apache_combined"},
         "steps": steps or [],
         "shard": shard or {},
@@ -177,3 +177,49 @@ def test_killed_under_mode_error_then_resume(inputs):
     assert any("already done, skipped" in line for line in logs), logs
     assert shards_of(inputs / "out") == shards_of(inputs / "clean")
     assert result.counts == clean.counts
+
+
+def test_resume_on_a_complete_dataset_cut_at_another_blocksize_does_nothing(inputs):
+    """The blocksize changes how a run is cut, not its rows: a complete dataset whose pipeline
+    fingerprint holds the file's default blocksize (64 MiB) is this pipeline's on the CPU, whose
+    own default is 32 MiB."""
+    file = pipeline(inputs, "resume", blocksize=None)
+    first = Pipeline.from_file(file, ["source.blocksize=64MiB"]).run(backend="cpu", scheduler="sync")
+    logs = []
+    again = Pipeline.from_file(file).run(backend="cpu", scheduler="sync", log=logs.append)
+    assert again.counts == first.counts and "nothing to do" in logs[0]
+    with pytest.raises(OutputError, match="complete dataset of another pipeline file"):
+        Pipeline.from_file(file, ["shard.seed=9"]).run(backend="cpu", scheduler="sync")
+
+
+@pytest.mark.slow          # a run killed in its own process, then resumed
+def test_a_run_interrupted_at_another_blocksize_is_refused_naming_it_and_resumes_with_it(inputs):
+    """Partitions cut at one blocksize are not another's: resume refuses, naming the blocksize the
+    interrupted run took (recorded in its state, or the file's default for a state without it)
+    and the --set that resumes it; with it, the run resumes to a clean run's shards."""
+    from gpuetl.backends import get_backend
+    from gpuetl.runtime.phases.resume import pipeline_digest
+
+    shard = {"count": 3, "shuffle": True, "seed": 5}
+    clean = Pipeline.from_file(pipeline(inputs, "overwrite", shard), ["sink.path=clean"]).run(backend="cpu",
+                                                                                             scheduler="sync")
+    file = pipeline(inputs, "error", shard)
+    kill_during_run(inputs, file, maps_done(inputs, 2))
+    [state_path] = (inputs / "out" / "_tmp").glob("*/_state.json")
+    state = json.loads(state_path.read_text())
+    assert state["blocksize"] == 128 * 1024
+    with pytest.raises(OutputError, match=r"cut its partitions at source.blocksize 128.0 KiB, this run at 256.0 KiB") \
+            as info:
+        Pipeline.from_file(file, ["sink.mode=resume", "source.blocksize=256KiB"]).run(backend="cpu", scheduler="sync")
+    assert "--set source.blocksize=131072" in info.value.hint and state_path.exists()
+    plan = Pipeline.from_file(file, ["source.blocksize=256KiB"]).plan(get_backend("cpu"))
+    state_path.write_text(json.dumps({k: v for k, v in state.items() if k != "blocksize"}
+                                     | {"pipeline": pipeline_digest(plan, 64 << 20)}))
+    with pytest.raises(OutputError, match=r"at source.blocksize 64.0 MiB, this run at 256.0 KiB"):
+        Pipeline.from_file(file, ["sink.mode=resume", "source.blocksize=256KiB"]).run(backend="cpu", scheduler="sync")
+    state_path.write_text(json.dumps(state))
+    logs = []
+    Pipeline.from_file(file, ["sink.mode=resume", "source.blocksize=131072"]).run(backend="cpu", scheduler="sync",
+                                                                                  log=logs.append)
+    assert any("already done, skipped" in line for line in logs), logs
+    assert shards_of(inputs / "out") == shards_of(inputs / "clean")

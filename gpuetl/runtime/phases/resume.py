@@ -18,6 +18,7 @@ from ...plan.compile import Plan
 from ...sinks import commit as commit_protocol
 from ...sinks.spill import MapResult, load_result
 from ...sources.pins import FilePin, Identity
+from ...spec.sizes import format_size
 from ..versions import __version__
 from .context import RunContext, RunResult
 
@@ -28,15 +29,16 @@ def pipeline_digest(plan: Plan, blocksize: int | None = None) -> str:
     """What decides the output, from the validated pipeline: everything but sink.mode (and, in
     append mode, source.path, whose inputs are tracked by their pins, sink.path, where the
     dataset lies, and source.blocksize: each version cuts its own partitions, and the backends'
-    defaults differ while the shards do not: sinks/versions.py). `blocksize`: in append mode, the
-    digest with that source.blocksize kept in (append_digests)."""
+    defaults differ while the shards do not: sinks/versions.py). `blocksize`: the digest with that
+    source.blocksize in, in any mode."""
     spec = plan.spec.model_dump(mode="json")
+    source = spec.get("source", {})
     if spec.get("sink", {}).pop("mode", None) == "append":
-        spec.get("source", {}).pop("path", None)
+        source.pop("path", None)
         spec["sink"].pop("path", None)
-        spec.get("source", {}).pop("blocksize", None)
-        if blocksize is not None:
-            spec["source"]["blocksize"] = blocksize
+        source.pop("blocksize", None)
+    if blocksize is not None:
+        source["blocksize"] = blocksize
     spec.pop("cache", None)               # where inputs are cached does not change the output
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
@@ -46,8 +48,22 @@ def append_digests(plan: Plan) -> tuple[str, ...]:
     pipeline's own (pipeline_digest), then the same with source.blocksize kept in, as this
     run's and as the pipeline file's default: the digest manifests carry where a version's
     blocksize was part of it."""
-    default = type(plan.spec.source).model_fields["blocksize"].default
-    return (pipeline_digest(plan), *dict.fromkeys(pipeline_digest(plan, b) for b in (plan.spec.source.blocksize, default)))
+    return (pipeline_digest(plan), *dict.fromkeys(pipeline_digest(plan, b)
+                                                  for b in (plan.spec.source.blocksize, _files_default(plan))))
+
+
+def _files_default(plan: Plan) -> int:
+    """source.blocksize where a pipeline file sets none and no backend sizes it."""
+    return type(plan.spec.source).model_fields["blocksize"].default
+
+
+def _other_blocksize(digest, plan: Plan, recorded=None) -> int | None:
+    """The blocksize that, in place of this plan's, gives `digest` (the one recorded with it, or
+    the file's default: what a backend's own default replaces); None when none does."""
+    for size in dict.fromkeys((recorded, _files_default(plan))):
+        if isinstance(size, int) and size != plan.spec.source.blocksize and pipeline_digest(plan, size) == digest:
+            return size
+    return None
 
 
 def fingerprint(plan: Plan, backend=None) -> dict:
@@ -60,7 +76,7 @@ def fingerprint(plan: Plan, backend=None) -> dict:
 
 def write_state(plan: Plan, backend, run_tmp: Path) -> None:
     """A new run's fingerprint, in its folder: what a later resume compares."""
-    (run_tmp / STATE).write_text(json.dumps(fingerprint(plan, backend)))
+    (run_tmp / STATE).write_text(json.dumps({**fingerprint(plan, backend), "blocksize": plan.spec.source.blocksize}))
 
 
 def _input_changes(old: list[dict], new: list[dict]) -> tuple[list[str], dict[str, dict]]:
@@ -110,6 +126,12 @@ def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
         raise OutputError(
             f"sink.mode resume: the interrupted run {run_tmp.name} ran gpuetl {state.get('gpuetl')}, this is "
             f"{now['gpuetl']}", hint="set sink.mode: overwrite to start again")
+    if state.get("pipeline") != now["pipeline"] and (then := _other_blocksize(state.get("pipeline"), plan,
+                                                                               state.get("blocksize"))):
+        raise OutputError(
+            f"sink.mode resume: the interrupted run {run_tmp.name} cut its partitions at source.blocksize "
+            f"{format_size(then)}, this run at {format_size(plan.spec.source.blocksize)} (the pipeline file is the same)",
+            hint=f"resume with --set source.blocksize={then}, or set sink.mode: overwrite to start again")
     if state.get("pipeline") != now["pipeline"] or state.get("partitions") != now["partitions"]:
         raise OutputError(
             f"sink.mode resume: the pipeline file changed since the interrupted run {run_tmp.name}",
@@ -151,7 +173,8 @@ def already_complete(plan: Plan, inventory) -> RunResult | None:
             if check is None or not check.same:
                 changes.append(f"{f.display}: " + (check.compared() + "; " + "; ".join(map(str, check.mismatches[:3]))
                                                    if check else "modified since the earlier run (mtime or ctime)"))
-    same_pipeline = manifest.get("fingerprint", {}).get("pipeline") == now["pipeline"]
+    done = manifest.get("fingerprint", {}).get("pipeline")
+    same_pipeline = done == now["pipeline"] or _other_blocksize(done, plan) is not None    # cut otherwise, the same rows
     if changes or not same_pipeline:
         raise OutputError(f"sink.mode resume: {out} holds a complete dataset of "
                           + ("other inputs" if changes else "another pipeline file")
