@@ -165,7 +165,8 @@ def check_base(out, manifest: dict | None, digests: tuple[str, ...], schema: dic
                                "folder")
     if (manifest.get("fingerprint") or {}).get("pipeline") not in digests:
         raise OutputError(f"sink.mode append: the pipeline file changed since dataset version {version_of(manifest)} "
-                          f"of {out} (only source.path, source.blocksize, sink.mode and sink.path may change between versions)",
+                          f"of {out} (only source.path, sink.mode and sink.path may change between versions, and "
+                          "source.blocksize where the version's fingerprint leaves it out)",
                           hint="undo the change, or write the changed pipeline's output to another sink.path "
                                "(or rewrite this one with sink.mode: overwrite); a version whose fingerprint holds "
                                "its source.blocksize takes that blocksize (or none, where its file set none)")

@@ -218,7 +218,8 @@ def test_source_path_may_change_between_versions_any_other_change_is_refused_wit
     before = snapshot(tmp_path / "out")
     with pytest.raises(OutputError, match="the pipeline file changed since dataset version 2") as err:
         run(tmp_path, spec(shuffle=True))
-    assert "only source.path, source.blocksize, sink.mode and sink.path may change" in str(err.value) and err.value.hint
+    assert "only source.path, sink.mode and sink.path may change between versions, and source.blocksize where" \
+        in str(err.value) and err.value.hint
     assert "a version whose fingerprint holds its source.blocksize takes that blocksize" in err.value.hint
     assert snapshot(tmp_path / "out") == before
 

@@ -130,7 +130,7 @@ def _resumable(plan: Plan, backend, run_tmp: Path) -> bool:
                                                                                state.get("blocksize"))):
         raise OutputError(
             f"sink.mode resume: the interrupted run {run_tmp.name} cut its partitions at source.blocksize "
-            f"{format_size(then)}, this run at {format_size(plan.spec.source.blocksize)} (the pipeline file is the same)",
+            f"{format_size(then)}, this run at {format_size(plan.spec.source.blocksize)}",
             hint=f"resume with --set source.blocksize={then}, or set sink.mode: overwrite to start again")
     if state.get("pipeline") != now["pipeline"] or state.get("partitions") != now["partitions"]:
         raise OutputError(
