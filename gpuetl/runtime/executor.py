@@ -157,7 +157,7 @@ class Executor:
     def _in_order(self, queue, pending: deque, ahead: int, start, cancel):
         """The futures of `pending`, then of the tasks left in `queue` (start(task) gives one),
         yielded as results in order, at most `ahead` started beyond the next one awaited; those
-        still pending when the consumer stops are cancelled (cancel(list of futures))."""
+        still pending when the consumer stops are let go (cancel(list of futures): _let_go on a cluster)."""
         def submit(k: int) -> None:
             for task in itertools.islice(queue, k):
                 pending.append(start(task))
