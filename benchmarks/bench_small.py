@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""A small input, the whole process: 10,000 access-log lines (~1.35 MB) -> typed zstd Parquet.
+"""A small input, the whole process: 10,000 access-log lines (~2 MB) -> typed zstd Parquet.
 
     .venv/bin/python benchmarks/bench_small.py [--lines 10000] [--rounds 3] [--data benchmarks/data]
         [--json benchmarks/results/small.json]
@@ -14,6 +14,13 @@ seconds, peak RSS, and for gpuetl the time from the process's start to its first
 input (an audit hook in a two-line launcher, which then calls the command's `main`). The
 headline is polars' median wall over gpuetl's (above 1: gpuetl faster; the goal is ≥ 0.67×).
 
+With --floors, three more fresh processes a round that only import, and do no work: what any
+pipeline run on the project's stack must load (`floor-stack`: PyYAML, pyarrow with its Parquet
+writer and compute kernels, a pydantic model), then that plus pandas and numpy (`floor-frames`:
+the CPU backend's frames, DESIGN.md's shared pandas/cuDF API), then that plus dask's graph and
+thread pool (`floor-graph`). polars' wall over a floor's is the best ratio a design importing
+that much could reach, before reading a byte.
+
 Not a test; nothing here is imported by the package.
 """
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +42,16 @@ import bench_access_logs as base  # noqa: E402  (its polars script, its runner, 
 import side_by_side  # noqa: E402
 
 SYSTEMS = ("gpuetl", "gpuetl-cluster", "polars")
+
+# Imports only: the least a run on that much of the stack costs before its first byte.
+_STACK = ("import yaml, pyarrow, pyarrow.parquet, pyarrow.compute\n"
+          "from pydantic import BaseModel\n"
+          "class Spec(BaseModel):\n    path: str = ''\n")
+FLOORS = {
+    "floor-stack": _STACK,
+    "floor-frames": _STACK + "import numpy, pandas\n",
+    "floor-graph": _STACK + "import numpy, pandas, dask, dask.delayed, dask.threaded\n",
+}
 
 # Runs the command with an audit hook that notes when the input is first opened (wall clock),
 # then hands over to gpuetl.cli.main as the `gpuetl` script does.
@@ -77,7 +95,21 @@ def command(name: str, src: Path, out: Path, mark: Path) -> list[str]:
     return [sys.executable, "-c", LAUNCHER, str(mark), str(src), *args]
 
 
+def run_floor(name: str, round_no: int) -> dict:
+    """One import floor in a fresh interpreter: wall and CPU seconds of the whole process."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-c", FLOORS[name]], cwd=base.ROOT)
+    _, status, ru = os.wait4(p.pid, 0)
+    seconds = time.perf_counter() - t0
+    ok = os.waitstatus_to_exitcode(status) == 0
+    return {"system": name, "ok": ok, "seconds": seconds, "cpu_seconds": ru.ru_utime + ru.ru_stime,
+            "peak_rss_mb": ru.ru_maxrss / 1024, "rows": None, "round": round_no,
+            **({} if ok else {"error": f"exit status {status}"})}
+
+
 def run_one(name: str, src: Path, results_dir: Path, round_no: int, timeout: float) -> dict:
+    if name in FLOORS:
+        return run_floor(name, round_no)
     out, log = results_dir / f"small-out-{name}", results_dir / f"small-{name}-{round_no}.log"
     with tempfile.TemporaryDirectory() as tmp:
         mark = Path(tmp) / "first-read"
@@ -94,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lines", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", nargs="+", choices=SYSTEMS, metavar="NAME")
+    ap.add_argument("--only", nargs="+", choices=SYSTEMS + tuple(FLOORS), metavar="NAME")
+    ap.add_argument("--floors", action="store_true", help="also time the import floors (see above)")
     ap.add_argument("--data", type=Path, default=HERE / "data")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "small.json")
     ap.add_argument("--timeout", type=float, default=300)
@@ -104,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     input_bytes, lines = side_by_side.warm(src, base.warm_and_count)
     results_dir = args.json.resolve().parent
     results_dir.mkdir(parents=True, exist_ok=True)
-    systems = list(args.only or SYSTEMS)
+    systems = list(args.only or SYSTEMS) + [f for f in FLOORS if args.floors and f not in (args.only or ())]
     runs = []
     for k in range(args.rounds):
         order = systems[k % len(systems):] + systems[:k % len(systems)]     # rotated each round
@@ -113,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(r)
             if r["ok"]:
                 first = f", first read at {r['first_read_s']:.2f} s" if "first_read_s" in r else ""
+                rows = f", {r['rows']:,} rows" if r["rows"] is not None else ", imports only"
                 print(f"round {k + 1} {name:<15} {r['seconds']:6.2f} s, CPU {r['cpu_seconds']:5.2f} s, "
-                      f"peak RSS {r['peak_rss_mb']:6.0f} MB, {r['rows']:,} rows{first}", flush=True)
+                      f"peak RSS {r['peak_rss_mb']:6.0f} MB{rows}{first}", flush=True)
             else:
                 print(f"round {k + 1} {name:<15} FAILED: {r.get('error', '')[-300:]}", flush=True)
     medians = {}
@@ -135,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         headline = {"ratio": ratio, "text": f"gpuetl / polars = {ratio:.2f}× (medians of {args.rounds} rounds; "
                                             "goal ≥ 0.67×)"}
         print(headline["text"])
-    rows = {r["rows"] for r in runs if r["ok"]}
+    if "polars" in medians:
+        for name in FLOORS:
+            if name in medians:
+                bound = medians["polars"]["seconds"] / medians[name]["seconds"]
+                print(f"polars / {name} = {bound:.2f}× (the most a run that imports this much could reach)")
+                medians[name]["polars_over_floor"] = bound
+    rows = {r["rows"] for r in runs if r["ok"] and r["rows"] is not None}
     side_by_side.write_results(
         args.json, "small", input={"path": str(src), "bytes": input_bytes, "lines": lines, "seed": args.seed},
         machine=base.machine_info(), load_average=os.getloadavg(), runs=runs, medians=medians,
