@@ -192,6 +192,24 @@ def test_resume_on_a_complete_dataset_cut_at_another_blocksize_does_nothing(inpu
         Pipeline.from_file(file, ["shard.seed=9"]).run(backend="cpu", scheduler="sync")
 
 
+def test_resume_on_a_complete_dataset_cut_at_a_set_blocksize_does_nothing(inputs):
+    """A dataset cut at a blocksize a --set chose, resumed without it: its manifest records the
+    blocksize its partitions were cut at, so the same pipeline is recognised and nothing runs;
+    a manifest without that record (an older gpuetl's) is another pipeline file, as it was."""
+    file = pipeline(inputs, "resume", blocksize=None)
+    first = Pipeline.from_file(file, ["source.blocksize=256KiB"]).run(backend="cpu", scheduler="sync")
+    manifest_path = inputs / "out" / "_manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["fingerprint"]["blocksize"] == 256 * 1024
+    logs = []
+    again = Pipeline.from_file(file).run(backend="cpu", scheduler="sync", log=logs.append)
+    assert again.counts == first.counts and "nothing to do" in logs[0]
+    del manifest["fingerprint"]["blocksize"]
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(OutputError, match="complete dataset of another pipeline file"):
+        Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
+
+
 @pytest.mark.slow          # a run killed in its own process, then resumed
 def test_a_run_interrupted_at_another_blocksize_is_refused_naming_it_and_resumes_with_it(inputs):
     """Partitions cut at one blocksize are not another's: resume refuses, naming the blocksize the

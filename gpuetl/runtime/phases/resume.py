@@ -68,15 +68,17 @@ def _other_blocksize(digest, plan: Plan, recorded=None) -> int | None:
 
 def fingerprint(plan: Plan, backend=None) -> dict:
     """What must not change for finished work to be reused: the pipeline (but sink.mode), every
-    input, the backend and gpuetl's version."""
+    input, the backend and gpuetl's version; and the blocksize the partitions were cut at, so a
+    later run cut otherwise can be told what it was (the digest may hold it, but not readably)."""
     return {"pipeline": pipeline_digest(plan), "partitions": len(plan.partitions),
+            "blocksize": plan.spec.source.blocksize,
             "backend": backend.name if backend is not None else None, "gpuetl": __version__,
             "inputs": [f.pin() for f in plan.files]}
 
 
 def write_state(plan: Plan, backend, run_tmp: Path) -> None:
     """A new run's fingerprint, in its folder: what a later resume compares."""
-    (run_tmp / STATE).write_text(json.dumps({**fingerprint(plan, backend), "blocksize": plan.spec.source.blocksize}))
+    (run_tmp / STATE).write_text(json.dumps(fingerprint(plan, backend)))
 
 
 def _input_changes(old: list[dict], new: list[dict]) -> tuple[list[str], dict[str, dict]]:
@@ -160,7 +162,9 @@ def earlier_runs(plan: Plan, backend, folder, log) -> Path | None:
 
 def already_complete(plan: Plan, inventory) -> RunResult | None:
     """Under resume, a folder that already holds this pipeline's complete dataset of these inputs:
-    its RunResult, from its manifest. A complete dataset of anything else is a refusal."""
+    its RunResult, from its manifest. One cut at another blocksize (the one its manifest records,
+    or the file's default for a manifest without) holds the same rows. A complete dataset of
+    anything else is a refusal."""
     manifest, out = inventory.manifest, plan.out_dir
     if manifest is None or not inventory.complete:
         return None
@@ -173,8 +177,9 @@ def already_complete(plan: Plan, inventory) -> RunResult | None:
             if check is None or not check.same:
                 changes.append(f"{f.display}: " + (check.compared() + "; " + "; ".join(map(str, check.mismatches[:3]))
                                                    if check else "modified since the earlier run (mtime or ctime)"))
-    done = manifest.get("fingerprint", {}).get("pipeline")
-    same_pipeline = done == now["pipeline"] or _other_blocksize(done, plan) is not None    # cut otherwise, the same rows
+    recorded = manifest.get("fingerprint") or {}
+    done = recorded.get("pipeline")
+    same_pipeline = done == now["pipeline"] or _other_blocksize(done, plan, recorded.get("blocksize")) is not None
     if changes or not same_pipeline:
         raise OutputError(f"sink.mode resume: {out} holds a complete dataset of "
                           + ("other inputs" if changes else "another pipeline file")
