@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import decimal
 
 import numpy as np
@@ -630,13 +631,36 @@ def _has_any_byte(arr: pa.Array, chars: tuple[bytes, ...]) -> bool:
 
 def strict_strptime(values: pa.Array, fmt: str, zone: str) -> pa.Array:
     """strptime that refuses impossible dates (Arrow's reads 30 February as 2 March): pandas'
-    parser, which is strict. Values with %z are converted to UTC; naive ones are read in `zone`."""
+    parser, which is strict about dates, with the two things it lets through refused too: digits
+    past the microsecond, and a 60th or 61st second. Values with %z are converted to UTC; naive
+    ones are read in `zone`."""
     series = pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype))
     if "%z" in fmt or "%Z" in fmt:
         parsed = pd.to_datetime(series, format=fmt, utc=True, errors="coerce")
     else:
-        parsed = _localize(pd.to_datetime(series, format=fmt, errors="coerce"), zone)
+        parsed = _localize(_in_microseconds(pd.to_datetime(series, format=fmt, errors="coerce")), zone)
+    parsed = _no_leap_seconds(series, _in_microseconds(parsed), fmt)
     return pa.array(parsed, type=ARROW_TYPES["timestamp"])
+
+
+def _no_leap_seconds(values: pd.Series, parsed: pd.Series, fmt: str) -> pd.Series:
+    """pandas' strptime takes %S up to 61, as the C library's does, and reads second 60 or 61 as
+    the next minute's first ones (23:59:60 becomes the next day): such a value is a bad value, as
+    on the GPU and in ISO form. The few that can be one (second 0 or 1, a '60' or '61' in the
+    text) are read again by Python's strptime, which refuses exactly those."""
+    if "%S" not in fmt or not len(parsed):
+        return parsed
+    maybe = (parsed.notna() & parsed.dt.second.isin([0, 1])
+             & values.str.contains("6[01]", regex=True).fillna(False).astype(bool))
+    if not maybe.any():
+        return parsed
+    leap = pd.Series(False, index=parsed.index)
+    for i, text in values[maybe].items():
+        try:
+            datetime.datetime.strptime(text.strip(), fmt)
+        except ValueError as e:
+            leap[i] = "second must be in" in str(e)
+    return parsed.mask(leap)
 
 
 _PANDAS_FIRST_US = -(-pd.Timestamp.min.value // 1000)   # the instants pandas' parser can give, in µs

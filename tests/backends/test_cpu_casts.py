@@ -161,3 +161,25 @@ def test_timestamps_past_the_microsecond_are_bad_not_rounded():
     assert got[1] == dt.datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
     assert got[3] == dt.datetime(2026, 12, 1, 10, tzinfo=UTC)
     assert bad == [True, False, True, False]
+
+
+def test_timestamps_with_a_format_past_the_microsecond_are_bad_not_a_crash():
+    got, bad = cast(["2026-01-01 00:00:00.1234567", "2026-01-01 00:00:00.123456", "2026-01-01 00:00:00.1234560"],
+                    "timestamp", fmt="%Y-%m-%d %H:%M:%S.%f")
+    assert bad == [True, False, False]
+    assert got[1] == got[2] == dt.datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=UTC)
+    _, bad = cast(["2026-01-01 00:00:00.1234567 +0100"], "timestamp", fmt="%Y-%m-%d %H:%M:%S.%f %z")
+    assert bad == [True]
+
+
+@pytest.mark.parametrize("fmt, values", [
+    ("%d/%b/%Y:%H:%M:%S %z", ["30/Jun/2026:10:00:60 +0000", "31/Dec/2026:23:59:61 +0000", "30/Jun/2026:10:01:00 +0000",
+                              "01/Jan/2027:00:00:01 +0600"]),
+    ("%Y-%m-%d %H:%M:%S", ["2026-06-30 10:00:60", "2026-12-31 23:59:61", "2026-06-30 10:01:00", "2027-01-01 00:00:01"]),
+])
+def test_a_sixtieth_or_sixty_first_second_is_bad_not_the_next_minute(fmt, values):
+    """pandas' strptime, like C's, takes %S up to 61 and rolls it into the next minute (23:59:61
+    became the next day's 00:00:01); the GPU and the ISO form refuse it."""
+    got, bad = cast(values, "timestamp", fmt=fmt, timezone="Asia/Dhaka")
+    assert bad == [True, True, False, False]
+    assert got[2] is not None and got[2].minute == 1 and got[2].second == 0
