@@ -172,12 +172,36 @@ class ColumnSpec(BaseModel):
     format: str | None = Field(None, description="strptime format, e.g. '%d/%b/%Y:%H:%M:%S %z'; ISO 8601 when absent")
     timezone: str | None = Field(None, description="IANA zone for values without an offset (default UTC)")
 
+    @field_validator("format")
+    @classmethod
+    def _format(cls, v):
+        if v is not None and (why := format_problem(v)):
+            raise ValueError(why)
+        return v
+
     @field_validator("timezone")
     @classmethod
     def _timezone(cls, v):
         if v is not None and (why := timezone_problem(v)):
             raise ValueError(why)
         return v
+
+
+def format_problem(fmt: str) -> str | None:
+    """Why `fmt` is not a strptime format (None: it is one), as strptime's own format compiler
+    says it: a directive it does not have (`%Q`) or a `%` with none after it. Caught here, the
+    mistake is located in the pipeline file rather than failing the run at its first value."""
+    import datetime
+
+    if not fmt.strip():
+        return "format: empty; give a strptime format such as '%d/%b/%Y:%H:%M:%S %z', or none for ISO 8601"
+    try:
+        datetime.datetime.strptime("", fmt)
+    except ValueError as err:
+        if "directive" in str(err) or "stray %" in str(err):
+            return (f"format {fmt!r}: {err} (strptime's directives: %Y %m %d %H %M %S %f %z %Z %b %B %a %A %p "
+                    "%I %j %y %U %W %w %G %V %u, and %% for a % sign)")
+    return None
 
 
 _FIXED_OFFSET = re.compile(r"^[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]$")

@@ -134,8 +134,9 @@ class Source(Model):
     @field_validator("delimiter")
     @classmethod
     def _delimiter(cls, v):
-        if len(v) != 1 or v in "\r\n\"":
-            raise ValueError("the delimiter is one character, not a quote or newline")
+        if len(v) != 1 or v in "\r\n\"" or not v.isascii():
+            raise ValueError("the delimiter is one ASCII character (a byte, as the CSV reader takes it), "
+                             "not a quote or newline")
         return v
 
     @model_validator(mode="after")

@@ -187,3 +187,46 @@ def test_kind_in_a_placeholder_is_replaced_as_text(tmp_path, capsys, surrounding
     assert [r["rest"] for r in rows] == ["[IPV4|IPV4] 100%", "[EMAIL|EMAIL] 100%", "here"]
     counts = manifest_counts(tmp_path / "out")
     assert counts["rows_in"] == 3 and counts["rows_out"] == 3
+
+
+CSV_FILE = """\
+version: 1
+name: hostile
+source: {type: csv, path: in/*.csv}
+sink: {path: out}
+"""
+
+
+@pytest.mark.parametrize("columns, needle, said", [
+    ("  word: {type: timestamp, format: '%Q'}\n", "%Q", "'Q' is a bad directive"),
+    ("  word: {type: timestamp, format: '%Y-%m-%d %'}\n", "%Y-%m-%d %", "stray %"),
+    ("  word: {type: timestamp, format: ' '}\n", "format: ' '", "format: empty"),
+    ("  rest: \"list<int64>\"\n", "list<int64>", "list<int64> is a type for a JSON source's nested values"),
+    ("  rest: \"struct<x: int64>\"\n", "struct<", "is a type for a JSON source's nested values"),
+])
+def test_a_column_type_the_source_cannot_give_is_a_located_error_not_a_crash(tmp_path, capsys, surroundings,
+                                                                            columns, needle, said):
+    """Each of these passed validate and failed the run at its first value ("internal error")."""
+    file = folder(tmp_path, BASE.replace("steps:\n", "columns:\n" + columns + "steps:\n"))
+    with surroundings(tmp_path):
+        message = refused(capsys, file)
+        assert f"pipe.yaml:{line_of(file, needle)}:" in message and said in message, message
+        code, message = run(capsys, file)
+        assert code == 2 and said in message
+
+
+@pytest.mark.parametrize("delimiter", ["§", "→", "¦"])
+def test_a_delimiter_that_is_not_one_byte_is_a_located_error(tmp_path, capsys, surroundings, delimiter):
+    file = folder(tmp_path, CSV_FILE.replace("csv,", f"csv, delimiter: '{delimiter}',"),
+                  {"in/a.csv": f"a{delimiter}b\n1{delimiter}2\n"})
+    with surroundings(tmp_path):
+        message = refused(capsys, file)
+    assert "pipe.yaml:3: source.delimiter: the delimiter is one ASCII character" in message
+
+
+def test_a_json_list_index_past_any_list_is_a_located_error(tmp_path, capsys, surroundings):
+    file = folder(tmp_path, CSV_FILE.replace("csv, path: in/*.csv", "jsonl, path: in/*.jsonl")
+                  + "columns:\n  a[99999999999999999999]: int64\n", {"in/a.jsonl": '{"a": [1]}\n'})
+    with surroundings(tmp_path):
+        message = refused(capsys, file)
+    assert "pipe.yaml:6: columns.a[99999999999999999999]: the list index 99999999999999999999 is past" in message

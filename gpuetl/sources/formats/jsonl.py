@@ -108,8 +108,15 @@ def _declared_read_columns(loaded, declared: dict[str, ColumnSpec]) -> tuple[Jso
     for name, col in declared.items():
         if (problem := field_name_problem(name)):
             raise SpecError(f"{loaded.key('columns', name)}: {problem}")
-        out.append(JsonColumn(name, "string" if col.type == "timestamp" else col.type, parse_path(name)))
+        path = parse_path(name)
+        if path and (index := max((s for s in path if isinstance(s, int)), default=0)) >= _MOST_ITEMS:
+            raise SpecError(f"{loaded.key('columns', name)}: the list index {index} is past any list's last item "
+                            f"(a list holds fewer than {_MOST_ITEMS:,})")
+        out.append(JsonColumn(name, "string" if col.type == "timestamp" else col.type, path))
     return tuple(out)
+
+
+_MOST_ITEMS = 2**31 - 1        # an Arrow list's items, as the block reader's lists hold them
 
 
 def _check_declared(loaded, columns: tuple[JsonColumn, ...], sample: "JsonSample") -> None:
