@@ -82,10 +82,28 @@ def sink_url(url: str) -> str:
     return f"{s}://{bucket}" + "".join("/" + p for p in parts)
 
 
+# schemes that name the same store as another: s3a:// objects are s3:// ones
+SAME_STORE = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
+
+
+def spelled(url: str) -> str:
+    """A store URL with its scheme in lower case (`S3://b/k` is `s3://b/k`), as fsspec reads it;
+    anything else as it is."""
+    s = scheme(url)
+    return f"{s}://{bare(url)}" if s in PACKAGES else url
+
+
+def same_store_url(url: str) -> str:
+    """One spelling per object for comparisons: the scheme in lower case, aliases as one
+    (`s3a://b/k` and `S3://b/k` are `s3://b/k`)."""
+    s = scheme(url)
+    return f"{SAME_STORE.get(s, s)}://{bare(url)}" if s in PACKAGES else url
+
+
 def inside(child: str, parent: str) -> bool:
     """Whether `child` is `parent` or lies under it, compared with a trailing '/' (out-old/ is
-    not inside out)."""
-    c, p = child.rstrip("/"), parent.rstrip("/")
+    not inside out) and across a scheme's spellings (s3a:// is s3://)."""
+    c, p = same_store_url(child).rstrip("/"), same_store_url(parent).rstrip("/")
     return c == p or c.startswith(p + "/")
 
 
@@ -162,6 +180,7 @@ def _object(url: str, info: dict) -> RemoteObject:
 
 def list_objects(pattern: str, storage_options: dict | None = None) -> list[RemoteObject]:
     """The objects a pattern names ('**' allowed), sorted; an exact name is looked up directly."""
+    pattern = spelled(pattern)
     fs = filesystem(pattern, storage_options)
     with translated(pattern, storage_options, "list"):
         fs.invalidate_cache()                     # a listing is always asked afresh

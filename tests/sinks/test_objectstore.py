@@ -119,6 +119,23 @@ def test_input_and_sink_prefixes_are_compared_up_to_a_slash(s3, inputs):
     assert "logs-out/_SUCCESS" in s3.keys("logs-out/")
 
 
+
+@pytest.mark.parametrize("source_scheme, sink_scheme", [("s3", "s3a"), ("s3a", "s3"), ("S3", "s3"), ("s3", "S3A")])
+def test_one_store_spelled_two_ways_is_one_store(s3, inputs, source_scheme, sink_scheme):
+    """s3a:// names s3:// objects, and a scheme is case-blind: a sink spelled one way over inputs
+    spelled the other is refused as the same spelling is (an s3a:// sink over s3:// inputs
+    replaced them with its output), and an upper-case source scheme lists its objects."""
+    s3.put("logs/a.log", (inputs / "in" / "a.log").read_bytes())
+    before = {k: s3.get(k) for k in s3.keys("logs/")}
+    source = s3.url("logs/a.log").replace("s3://", f"{source_scheme}://")
+    with pytest.raises(OutputError, match="holds the input"):
+        run(inputs, spec(s3.url("logs").replace("s3://", f"{sink_scheme}://"), source=source))
+    with pytest.raises(OutputError, match="lies where source.path"):
+        run(inputs, spec(s3.url("logs/out").replace("s3://", f"{sink_scheme}://"), source=source.replace("a.log", "*")))
+    assert {k: s3.get(k) for k in s3.keys("logs/")} == before
+    result = run(inputs, spec(s3.url("elsewhere").replace("s3://", f"{sink_scheme}://"), source=source))
+    assert result.counts["rows_in"] == 1500
+
 KILLER = textwrap.dedent("""
     import os, sys
     from gpuetl.cli import main
