@@ -345,10 +345,16 @@ class CpuBackend(CpuSpill):
         rather than values shifting onto other records."""
         arr = as_arrow(text)
         n = len(arr)
-        unbalanced = _bool_mask(pc.equal(pc.bit_wise_and(pc.count_substring(arr, '"'), 1), 1))
+        quotes = pc.count_substring(arr, '"')
+        unbalanced = _bool_mask(pc.equal(pc.bit_wise_and(quotes, 1), 1))
         alone = np.zeros(n, dtype=bool)
         if _has_any_byte(arr, (b"\r",)):
             alone = _bool_mask(pc.match_substring(arr, "\r")) & ~unbalanced
+        quoted = _bool_mask(pc.greater(quotes, 0)) & ~unbalanced & ~alone
+        if quoted.any():        # a quote inside an unquoted field: the reader may open a field there
+            rows = np.flatnonzero(quoted)
+            regular = _bool_mask(pc.match_substring_regex(arr.take(pa.array(rows)), _rfc4180_record(delimiter)))
+            alone[rows[~regular]] = True
         together = ~unbalanced & ~alone
         read = _read_csv_rows(arr if together.all() else arr.filter(pa.array(together)), names, delimiter,
                               null_values)
@@ -363,7 +369,7 @@ class CpuBackend(CpuSpill):
         few_fields = f"CSV record does not have {len(names)} fields"
         reasons: dict[int, str] = {int(i): few_fields for i in np.flatnonzero(together & ~ok)}
         for i in np.flatnonzero(unbalanced):
-            reasons[int(i)] = "CSV record has an unterminated quote (a quoted field runs to the end of the file)"
+            reasons[int(i)] = UNTERMINATED_QUOTE
         extra_rows: list[list] = []
         for i in np.flatnonzero(alone):
             values, why = _read_one_csv_record(arr[int(i)].as_py(), names, delimiter, null_values)
@@ -762,21 +768,39 @@ def _read_csv_rows(arr: pa.Array, names, delimiter: str, null_values=("",)) -> t
     return table, parsed
 
 
+def _rfc4180_record(delimiter: str) -> str:
+    """RE2: a record whose quotes are RFC 4180's: each field quoted whole (doubled quotes inside)
+    or holding none. Where a quote sits inside an unquoted field (`5" disk`), the framing, which
+    pairs quotes wherever they are, and the reader, which opens a field only at its start, can
+    disagree on where a quoted field ends: such records are read one by one."""
+    d = f"\\x{ord(delimiter):02x}"
+    field = f'(?:"(?:[^"]|"")*"|[^"{d}]*)'
+    return f"^{field}(?:{d}{field})*$"
+
+
 def _read_one_csv_record(line: str, names, delimiter: str, null_values=("",)) -> tuple[list | None, str | None]:
     """One record's values as the reader gives them, or (None, why). A carriage return the
     reader treats as a line break (one outside quotes) makes the record bad: it would cut the
-    record in two."""
+    record in two. So does a quoted field the reader opens and the record does not close (`1,a"b,"c`):
+    it would take in the newline after the record, a byte of no record."""
     read = _read_csv_rows(pa.array([line], pa.string()), names, delimiter, null_values)
     cut = "CSV record holds a carriage return (\\r) outside quotes (records end with \\n or \\r\\n)"
     if read is None:
-        return None, cut if "\r" in line else None
+        return None, cut if "\r" in line else UNPAIRED_QUOTES
     table, parsed = read
     if not parsed[0]:
         return None, None
     values = [table.column(name)[0].as_py() for name in names]
+    if sum((v or "").count("\n") for v in values) > line.count("\n"):
+        return None, OPEN_QUOTE
     if sum((v or "").count("\r") for v in values) != line.count("\r"):
         return None, cut
     return values, None
+
+
+UNTERMINATED_QUOTE = "CSV record has an unterminated quote (a quoted field runs to the end of the file)"
+OPEN_QUOTE = "CSV record opens a quoted field it does not close (a quote inside an unquoted field?)"
+UNPAIRED_QUOTES = "CSV record's quotes do not pair up as RFC 4180's (a quote inside an unquoted field?)"
 
 
 def _gather_index(ok: np.ndarray) -> pa.Array:

@@ -138,8 +138,10 @@ class CsvParser:
 
 def _header_repeated(cols: dict, ok, reason, header: tuple[str, ...], backend, index):
     """Records that repeat their file's header (`cat a.csv b.csv > all.csv`) made bad with that
-    reason: as data they were kept silently wherever every column is a string."""
-    repeat = cols[header[0]] == header[0]
+    reason: as data they were kept silently wherever every column is a string. A joined file's
+    header may start with its byte-order mark (Excel's "CSV UTF-8" writes one)."""
+    first = cols[header[0]]
+    repeat = (first == header[0]) | (first == "\ufeff" + header[0])
     if not bool(repeat.fillna(False).any()):
         return cols, ok, reason
     for name in header[1:]:
@@ -205,6 +207,11 @@ def read_csv_header(f: InputFile, delimiter: str, where: str) -> tuple[str, ...]
     if line is None:
         return None
     text = line.decode("utf-8", "replace").lstrip("\ufeff")
+    if text.count('"') % 2:      # the framing would run the header record on past this line
+        raise SpecError(f"{where}: the CSV header of {f.display}, {text[:200]!r}, holds a quote that does not "
+                        "close on its line: the records after it would be read as part of the header",
+                        hint='the first line of each file names the columns, on one line; quote a name that holds '
+                             'a quote whole, doubling it ("size (""")")')
     try:
         names = tuple(n.strip() for n in next(csv.reader([text], delimiter=delimiter)))
     except csv.Error as err:

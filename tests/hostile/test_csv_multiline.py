@@ -33,6 +33,38 @@ def test_csv_stray_quote_in_an_unquoted_field(tmp_path, surroundings, blocksize)
     assert "fields" in bad["_reason"] or "quote" in bad["_reason"]
 
 
+
+@pytest.mark.parametrize("blocksize", BLOCKSIZES)
+def test_csv_a_quote_opened_after_a_stray_one_takes_nothing_of_the_next_record(tmp_path, surroundings, blocksize):
+    """`1,5" disk,"Sony`: two quotes, so the framing ends the record at its newline, while the
+    reader keeps the first quote literal and opens a field at the second. That record is bad; it
+    used to be kept with the next record's bytes (or an invented newline) in its last value."""
+    data = b'k,v,w\n1,a"b,"c\n2,d"e"\n4,p"q\n5,r"s\n6,ok,ok\n7,"q ""x""",ok\n'
+    result = csv_run(tmp_path, surroundings, data, blocksize)
+    assert [(r["k"], r["v"], r["w"]) for r in rows(result)] == [("6", "ok", "ok"), ("7", 'q "x"', "ok")]
+    bad = {b["_raw"]: b["_reason"] for b in quarantine(result)}
+    assert set(bad) == {b'1,a"b,"c', b'2,d"e"', b'4,p"q\n5,r"s'}
+    assert "opens a quoted field it does not close" in bad[b'1,a"b,"c']
+    alone = csv_run(tmp_path, surroundings, b'id,desc,brand\n1,5" disk,"Sony\n2,cable,Acme\n', blocksize)
+    assert [(r["id"], r["brand"]) for r in rows(alone)] == [("2", "Acme")]
+    assert result.counts["rows_in"] == 5 and alone.counts["quarantined"] == 1
+
+
+@pytest.mark.parametrize("header", [b'item,size (")\n', b'"a\nb",c\n'])
+def test_csv_a_header_whose_quote_does_not_close_on_its_line_is_a_clear_error(tmp_path, surroundings, header):
+    """The framing would run the header record on past its line, and the records it took in were
+    skipped with it: 0 rows, exit 0, no word."""
+    with pytest.raises(SpecError, match="holds a quote that does not close on its line"):
+        csv_run(tmp_path, surroundings, header + b'TV,55"\nphone,6\n', 1 << 20)
+
+
+def test_csv_files_joined_with_cat_repeat_a_header_with_its_byte_order_mark(tmp_path, surroundings):
+    one = "\ufeffid,name\n1,x\n".encode()
+    result = csv_run(tmp_path, surroundings, one + one, 1 << 20)
+    assert [(r["id"], r["name"]) for r in rows(result)] == [("1", "x"), ("1", "x")]
+    [bad] = quarantine(result)
+    assert "repeats the header" in bad["_reason"]
+
 @pytest.mark.parametrize("blocksize", BLOCKSIZES)
 def test_csv_unterminated_quote_at_end_of_file(tmp_path, surroundings, blocksize):
     data = b'a,b\n1,x\n2,"never\nclosed,3\n'
