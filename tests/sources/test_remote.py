@@ -52,6 +52,23 @@ def test_listing_matches_nested_keys_and_compares_prefixes_with_a_slash(s3, tmp_
         resolve_inputs([s3.url("log/*.gz")], tmp_path, "infer", [], RemoteInputs())
 
 
+@pytest.mark.parametrize("pattern, keys", [
+    ("m/*.log", ["m/a.log", "m/b.log"]),
+    ("m/*", ["m/a.log", "m/b.log"]),
+    ("*/a.log", ["m/a.log"]),
+    ("**", ["m/a.log", "m/a.log/old.log", "m/b.log"]),
+])
+def test_an_object_whose_key_is_also_a_prefix_is_listed(s3, pattern, keys):
+    """`m/a.log` beside `m/a.log/old.log`: the store lists the key as an object and as a prefix,
+    and fsspec's glob kept only the prefix, so the object was never read, without a word."""
+    from gpuetl.storage import list_objects
+
+    for key, data in [("m/a.log", b"a" * 200), ("m/b.log", b"b"), ("m/a.log/old.log", b"old")]:
+        s3.put(key, data)
+    found = list_objects(s3.url(pattern))
+    assert [o.url for o in found] == [s3.url(k) for k in keys]
+    assert found[0].size == 200 and found[0].etag
+
 def test_s3_source_gives_the_local_runs_shards_and_pins_etags(s3, tmp_path):
     folder = logs(tmp_path)
     upload(s3, folder, "raw")
