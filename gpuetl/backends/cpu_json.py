@@ -753,12 +753,24 @@ class _NotFinite(float):
                 else f"{self.text} is out of {type_name}'s range")
 
 
+class _WrittenFloat(float):
+    """A JSON number read as a float, with the text it was written as: a string column keeps
+    `19.990`, `1E-7` and a 30-digit number as written, not as the float's shortest repr."""
+
+    def __new__(cls, text: str):
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
 def _json_float(text: str) -> float:
-    """Python's json reads `1e400` as infinity: such a number keeps its text (_NotFinite)."""
-    number = float(text)
+    """Python's json reads `1e400` as infinity: such a number keeps its text (_NotFinite), and
+    so does every other (_WrittenFloat)."""
+    number = _WrittenFloat(text)
     return number if math.isfinite(number) else _NotFinite(text)
 
 
+_JSON_KINDS.update({_WrittenFloat: "a number", _NotFinite: "a number"})
 _DECODER = json.JSONDecoder(parse_float=_json_float, parse_constant=_NotFinite)   # as the careful reader's json.loads
 
 
@@ -769,6 +781,8 @@ def _written_back(value) -> str:
     if isinstance(value, _NotFinite):
         if value.is_literal:
             raise ValueError(value.problem("float64"))
+        return value.text
+    if isinstance(value, _WrittenFloat):
         return value.text
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False)

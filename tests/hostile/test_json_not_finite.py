@@ -87,3 +87,13 @@ def test_a_not_finite_number_no_column_reads(tmp_path, surroundings, extra_field
                 "field 'z' (an extra field, kept in _extra): NaN is not JSON (it has no NaN or infinity)",
             '{"x": 3.0, "z": 1e400, "t": 3}':
                 "field 'z' (an extra field, kept in _extra): 1e400 is out of float64's range"}
+
+
+def test_a_number_in_a_string_column_is_kept_as_written(tmp_path, surroundings):
+    """A string column takes a JSON number as its text: `19.990` stays `19.990` (prices, IDs), not
+    the float's shortest form (`19.99`, `1e-07`, `1.2345678901234568e+29`)."""
+    written = ["19.990", "1E-7", "123456789012345678901234567890.0", "1e400", "2.50", "-0.0", "7"]
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"v": {w}}}\n' for w in written) + '{"v": "s"}\n')
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run(tmp_path, spec({"v": "string"}))
+    assert [r["v"] for r in rows(result)] == written + ["s"]
