@@ -258,8 +258,9 @@ def _stdout_closed() -> int:
 
 
 def cmd_validate(args) -> int:
-    """By default what `run` checks before reading a record: the file, that its inputs exist, and
-    the columns, steps and shard keys against the schema the inputs give (as `plan`); an input
+    """By default what `run` checks before reading a record: the file, that its inputs exist, the
+    columns, steps and shard keys against the schema the inputs give (as `plan`), and that the
+    sink lies apart from the inputs; an input
     that is missing is an error (exit 2), as it is for run. --offline: the file alone."""
     from ..api import load
 
@@ -269,6 +270,10 @@ def cmd_validate(args) -> int:
               "inputs, columns and steps not checked (--offline)")
         return 0
     plan = pipeline.plan()
+    if not plan.nothing_to_append:
+        from ..runtime.phases.folder import check_apart_from_inputs
+
+        check_apart_from_inputs(plan)
     _show(f"{args.file}: valid (pipeline {pipeline.name!r}, {_count(len(pipeline.loaded.steps), 'step')}, "
           f"{_count(len(plan.files), 'input file')}, {_count(len(plan.output_schema), 'output column')})")
     return 0

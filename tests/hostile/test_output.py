@@ -142,9 +142,12 @@ def test_overwrite_with_other_splits_removes_only_the_listed_files(base, surroun
 def test_sink_may_not_overlap_the_inputs(base, surroundings, capsys, sink, source, why):
     (base / "in" / "x").mkdir()
     samples.write_access_logs(base / "in" / "x" / "b.log", lines=10)
-    write_pipe(base, sink_path=sink, source=source, mode="overwrite")
+    path = write_pipe(base, sink_path=sink, source=source, mode="overwrite")
     with surroundings(base):
         assert cli_run(base, sink_path=sink, source=source, mode="overwrite") == 2
+        err = capsys.readouterr().err
+        assert why in err and "internal error" not in err
+        assert main(["validate", str(path)]) == 2        # validate checks what run checks before reading
     err = capsys.readouterr().err
     assert why in err and "internal error" not in err
 
