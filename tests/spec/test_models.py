@@ -59,9 +59,9 @@ def test_source_paths():
             Source(type="text", path=empty)
 
 
-@pytest.mark.parametrize("delimiter", ["", ";;", "\n", '"'])
+@pytest.mark.parametrize("delimiter", ["", ";;", "\n", '"', "§"])
 def test_csv_delimiter(delimiter):
-    with pytest.raises(ValidationError, match="one character"):
+    with pytest.raises(ValidationError, match="one ASCII character"):
         Source(type="csv", path="a.csv", delimiter=delimiter)
     assert Source(type="csv", path="a.csv", delimiter="\t").delimiter == "\t"
 
