@@ -304,7 +304,7 @@ class Loader:
         def want(w: int) -> None:
             if 0 <= w < order.windows:
                 for k in order.window_units(w):
-                    if k not in reads:
+                    if k not in reads and order.starts[k + 1] > order.starts[k]:    # a 0-row group: nothing to read
                         reads[k] = self._start_read(int(order.units[k]), pool) if pool else None
 
         def table_of(k: int):
@@ -324,7 +324,8 @@ class Loader:
             parts = []
             for k in order.window_units(w):
                 a, b = int(order.starts[k]), int(order.starts[k + 1])
-                parts.append((table_of(k), max(lo - a, 0), min(hi, b) - max(lo, a)))
+                if b > a:       # a row group of 0 rows (an empty shard) gives nothing: a reader thread's has no schema
+                    parts.append((table_of(k), max(lo - a, 0), min(hi, b) - max(lo, a)))
             table = frames.window(parts, order.window_perm(w))
             for k in [k for k in reads if int(order.starts[k + 1]) <= lo]:    # row groups behind this window
                 got = reads.pop(k)

@@ -377,3 +377,36 @@ def test_batch_runs_are_the_batch_positions_in_window_runs(n, start, B, W, windo
             got = np.concatenate([np.arange(w * window + lo, w * window + hi) for w, lo, hi in runs])
             np.testing.assert_array_equal(got, want)
             assert all(0 <= lo < hi <= window for _, lo, hi in runs)
+
+
+@pytest.fixture(scope="module")
+def empty_shard_dataset(tmp_path_factory):
+    """5 rows in 4 shards of 2-row groups: one shard is a single row group of 0 rows (as an append
+    version whose records were all filtered, or shard.count above a split's rows, writes one)."""
+    from conftest import access_spec
+    from gpuetl.samples import write_access_logs
+
+    base = tmp_path_factory.mktemp("empty-shard")
+    (base / "in").mkdir()
+    write_access_logs(base / "in" / "a.log", lines=5, seed=1)
+    spec = access_spec(source__provenance=True, shard={"count": 4})
+    spec["sink"]["row_group_rows"] = 2
+    gpuetl.Pipeline.from_dict(spec, base_dir=base).run(backend="cpu", scheduler="sync", report=False)
+    return base / "out"
+
+
+def test_an_empty_shard_reads_with_reader_threads(empty_shard_dataset):
+    """A 0-row row group in the middle of the stream gave a reader thread no batch to take the
+    schema from (a raw pyarrow ValueError with num_workers > 0); it gives no rows, the same batches
+    for any num_workers."""
+    probe = gpuetl.Loader(empty_shard_dataset, split=None, columns=NAMES, batch_size=2)
+    assert 0 in probe.unit_rows and probe.rows == 5
+    middle = 0
+    for seed in range(12):
+        order = probe.order(0) if seed == 0 else gpuetl.Loader(empty_shard_dataset, split=None, seed=seed).order(0)
+        rows = [int(order.unit_rows[u]) for u in order.units]
+        middle += 0 < rows.index(0) < len(rows) - 1
+        runs = [epoch_batches(empty_shard_dataset, split=None, batch_size=2, seed=seed, num_workers=w, drop_last=False)
+                for w in (0, 2)]
+        assert runs[0] == runs[1] and len(set(flat(runs[0]))) == 5
+    assert middle                                   # the empty row group lay inside a window
