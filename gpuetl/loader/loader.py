@@ -148,6 +148,7 @@ class Loader:
         produced = self._produce(self.order(), start, n_steps)
         if self.prefetch:
             produced = _ahead(produced, max(self.prefetch - _assembling_depth(self.num_workers, self.prefetch), 1))
+        finished = False
         try:
             while True:
                 t0 = time.perf_counter()
@@ -158,9 +159,16 @@ class Loader:
                 waited = time.perf_counter() - t0
                 self._stats.add(wait_s=waited, batches=1, **({"first_wait_s": waited} if not self._yielded else {}))
                 self._yielded += 1
-                self._start = start + self._yielded * self.world_size * self.batch_size
+                if self._yielded >= n_steps:
+                    # the epoch's last batch: the epoch is done before it is handed out, so a consumer
+                    # that stops after len(loader) batches (islice) and never asks for the end still
+                    # has the next pass (and state_dict) at the next epoch, as a resumed loader would
+                    self.epoch, self._start, finished = self.epoch + 1, 0, True
+                else:
+                    self._start = start + self._yielded * self.world_size * self.batch_size
                 yield batch
-            self.epoch, self._start = self.epoch + 1, 0            # the epoch is done: the next pass is the next epoch
+            if not finished:                                       # a pass of no batches: the epoch is done too
+                self.epoch, self._start = self.epoch + 1, 0
         finally:
             self._active = False
             close = getattr(produced, "close", None)

@@ -241,6 +241,24 @@ def test_a_state_taken_after_the_last_batch_resumes_at_the_next_epoch(loader_dat
     assert [names(b) for b in resumed] == epoch_batches(loader_dataset, seed=8, epoch=1)
 
 
+def test_a_pass_stopped_after_len_batches_is_a_whole_epoch(loader_dataset):
+    """A loop that takes len(loader) batches (islice, zip with range) never asks for the end of the
+    pass; the next pass yielded nothing and every later epoch came one pass late. The epoch is done
+    once its last batch is handed out, for the live loader as for a resumed one."""
+    import itertools
+
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=64, seed=8)
+    for epoch in range(3):
+        got = [names(b) for b in itertools.islice(loader, len(loader))]
+        assert got == epoch_batches(loader_dataset, seed=8, epoch=epoch)
+        state = loader.state_dict()
+        assert (state["epoch"], state["position"]) == (epoch + 1, 0)
+    resumed = gpuetl.Loader(loader_dataset, columns=NAMES, batch_size=64, seed=8)
+    resumed.load_state_dict(state)
+    assert [names(b) for b in resumed] == epoch_batches(loader_dataset, seed=8, epoch=3)
+    assert [names(b) for b in resumed] == epoch_batches(loader_dataset, seed=8, epoch=4)   # and on, one a pass
+
+
 def test_a_rank_reads_ahead_only_the_row_groups_its_own_batches_need(loader_dataset):
     """Batches of 400 rows over windows of 100: rank 0 of 2 takes stream windows 0-3, 8-11, …, so
     it needs about half the row groups, and reading ahead (2 threads) must not fetch the others."""
