@@ -20,6 +20,7 @@ from .dataset import Dataset
 OUTPUTS = {"cpu": ("numpy", "arrow", "torch"), "cuda": ("cupy", "torch")}
 STATE_VERSION = 1
 CHUNK_ROWS = 8192       # a reader thread decodes a row group this many rows at a time (host path)
+OFFSET_LIMIT = (1 << 31) - 1   # bytes of a string, binary or list column past which its 32-bit offsets overflow
 
 
 class _Stats:
@@ -424,6 +425,17 @@ class Loader:
         return out
 
 
+def _large_type(t: pa.DataType) -> pa.DataType | None:
+    """The 64-bit-offset type of a string, binary or list type (None: another type)."""
+    if pa.types.is_string(t):
+        return pa.large_string()
+    if pa.types.is_binary(t):
+        return pa.large_binary()
+    if pa.types.is_list(t):
+        return pa.large_list(t.value_field)
+    return None
+
+
 def _assembling_depth(workers: int, prefetch: int) -> int:
     """Batches being cut by the reader threads at once (they count against `prefetch`)."""
     return max(min(workers, prefetch - 1), 0) if workers else 0
@@ -509,6 +521,7 @@ class _HostBatches:
 
     def __init__(self, loader: Loader):
         self.loader = loader
+        self.widened: dict[str, pa.DataType] = {}      # column -> its type, where a window holds it widened
 
     def read(self, data: Dataset, shard, group: int) -> pa.Table:
         return data.read_group(shard, group, self.loader.read_columns)
@@ -519,15 +532,44 @@ class _HostBatches:
     def window(self, parts, perm) -> pa.Table:
         sliced = [(t.upto(a + n) if isinstance(t, _Reading) else t).slice(a, n) for t, a, n in parts]
         table = pa.concat_tables(sliced) if len(sliced) > 1 else sliced[0]
+        table = self._widen(table)
         return table.combine_chunks() if any(c.num_chunks > 1 for c in table.columns) else table
+
+    def _widen(self, table: pa.Table) -> pa.Table:
+        """A window whose string, binary or list column holds more than OFFSET_LIMIT bytes (raw
+        images, long texts: a shuffle window of 2 GiB) holds that column with 64-bit offsets: with
+        32-bit ones it cannot be one array, and taking a batch's rows out of it failed with Arrow's
+        offset overflow. Batches get the column's own type back (batch)."""
+        fields = list(table.schema)
+        for i, f in enumerate(fields):
+            large = _large_type(f.type)
+            if large is not None and table.column(i).nbytes > OFFSET_LIMIT:
+                self.widened.setdefault(f.name, f.type)
+                fields[i] = f.with_type(large)
+        return table.cast(pa.schema(fields, table.schema.metadata)) if fields != list(table.schema) else table
 
     def piece(self, window: pa.Table, order: order_mod.EpochOrder, w: int, lo: int, hi: int):
         return window, order.stream_rows(w, np.arange(lo, hi, dtype=np.int64))
 
     def batch(self, pieces, pool=None):
         """Rows taken, joined and converted (Loader._convert)."""
-        taken = [table.take(pa.array(rows)) for table, rows in pieces]
+        taken = [self._narrow(table.take(pa.array(rows))) for table, rows in pieces]
         return self.loader._convert(taken[0] if len(taken) == 1 else pa.concat_tables(taken), pool)
+
+    def _narrow(self, table: pa.Table) -> pa.Table:
+        """A batch's rows of a widened window (_widen) in the columns' own types."""
+        if not self.widened:
+            return table
+        fields = [f.with_type(self.widened[f.name]) if f.name in self.widened else f for f in table.schema]
+        if fields == list(table.schema):
+            return table
+        try:
+            return table.cast(pa.schema(fields, table.schema.metadata))
+        except pa.ArrowInvalid:
+            big = max((f.name for f in table.schema if f.name in self.widened), key=lambda c: table.column(c).nbytes)
+            raise DataError(f"{self.loader.data.root}: a batch of {table.num_rows} rows holds over 2 GiB of column "
+                            f"{big!r}, more than one Arrow {self.widened[big]} array holds: use a smaller "
+                            "batch_size") from None
 
 
 class _Reading:

@@ -428,3 +428,31 @@ def test_an_empty_shard_reads_with_reader_threads(empty_shard_dataset):
                 for w in (0, 2)]
         assert runs[0] == runs[1] and len(set(flat(runs[0]))) == 5
     assert middle                                   # the empty row group lay inside a window
+
+
+def test_a_window_over_2_gib_of_strings_gives_batches_of_their_own_types(loader_dataset, monkeypatch):
+    """A shuffle window holding more string or binary bytes than 32-bit offsets reach (raw images:
+    2 GiB) failed with Arrow's offset overflow when batches were taken from it. Such a window holds
+    the column with 64-bit offsets and each batch gets the column's own type back; the limit is
+    made small here so that a test needs no GiBs (the real size was checked by hand)."""
+    from gpuetl.loader import loader as loader_mod
+
+    cols = ["_file", "_offset", "path"]
+    kw = dict(columns=cols, batch_size=64, seed=4, shuffle_buffer=500, output="arrow")
+    plain = [b.to_pylist() for b in gpuetl.Loader(loader_dataset, **kw)]
+    windows = []
+    window = loader_mod._HostBatches.window
+
+    def noting(self, parts, perm):
+        out = window(self, parts, perm)
+        windows.append(out.schema)
+        return out
+
+    monkeypatch.setattr(loader_mod, "OFFSET_LIMIT", 1000)
+    monkeypatch.setattr(loader_mod._HostBatches, "window", noting)
+    loader = gpuetl.Loader(loader_dataset, **kw)
+    batches = list(loader)
+    assert windows and all(s.field("path").type == pa.large_string() for s in windows)   # the wide path ran
+    assert {b.schema.field("path").type for b in batches} == {pa.string()}
+    assert {b.schema.field("_file").type for b in batches} == {loader.data.schema.field("_file").type}
+    assert [b.to_pylist() for b in batches] == plain
