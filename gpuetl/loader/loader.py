@@ -3,6 +3,7 @@ function of (seed, epoch) only (order.py), split across ranks, read ahead by thr
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -79,10 +80,21 @@ class Loader:
         if dataset_version is not None and (not isinstance(dataset_version, int) or isinstance(dataset_version, bool)
                                             or dataset_version < 1):
             raise SpecError(f"Loader: dataset_version must be a positive integer, not {dataset_version!r}")
+        if not isinstance(dataset, (str, os.PathLike)):
+            raise SpecError(f"Loader: dataset must be a dataset folder or an s3://… prefix (a str or a path), "
+                            f"not {type(dataset).__name__}")
+        if columns is not None:         # a str would be read as its letters
+            given = columns
+            try:
+                columns = None if isinstance(given, (str, bytes)) else list(given)
+            except TypeError:
+                columns = None
+            if columns is None or not all(isinstance(c, str) for c in columns):
+                raise SpecError(f"Loader: columns must be a list of column names, not {given!r}"
+                                + (f" (columns=[{given!r}] for one)" if isinstance(given, str) else ""))
         self.data = Dataset(dataset, split, storage_options, cache, dataset_version=dataset_version)
         names = self.data.schema.names if self.data.schema is not None else []
         if columns is not None:
-            columns = list(columns)
             unknown = [c for c in columns if c not in names]
             if unknown:
                 raise SpecError(f"Loader: no column {', '.join(map(repr, unknown))} in {self.data.root} "
@@ -196,10 +208,12 @@ class Loader:
             if state.get(key) != mine:
                 raise SpecError(f"Loader.load_state_dict: the state has {key}={state.get(key)!r}, this loader "
                                 f"{mine!r}: the order would not be the same one")
-        position = state.get("position")
-        if not isinstance(position, int) or position < 0:
-            raise SpecError("Loader.load_state_dict: the state's position is not an integer >= 0")
-        self.epoch, self._start = int(state["epoch"]), position
+        for key in ("epoch", "position"):
+            value = state.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"Loader.load_state_dict: the state's {key} is not an integer >= 0 ({value!r})")
+        position = state["position"]
+        self.epoch, self._start = state["epoch"], position
         if not order_mod.steps(self.rows, position, self.batch_size, self.world_size, self.drop_last):
             self.epoch, self._start = self.epoch + 1, 0        # nothing left of that epoch: the next one
 

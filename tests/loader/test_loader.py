@@ -456,3 +456,21 @@ def test_a_window_over_2_gib_of_strings_gives_batches_of_their_own_types(loader_
     assert {b.schema.field("path").type for b in batches} == {pa.string()}
     assert {b.schema.field("_file").type for b in batches} == {loader.data.schema.field("_file").type}
     assert [b.to_pylist() for b in batches] == plain
+
+
+@pytest.mark.parametrize("kw, match", [({"columns": "status"}, r"list of column names.*columns=\['status'\]"),
+                                       ({"columns": ["status", 3]}, "list of column names"),
+                                       ({"dataset": None}, "dataset must be a dataset folder")])
+def test_a_str_for_columns_or_no_dataset_is_a_clear_error(loader_dataset, kw, match):
+    """columns="status" was read as the columns 's', 't', …; Loader(None) was a raw TypeError."""
+    kw = {"dataset": loader_dataset, **kw}
+    with pytest.raises(SpecError, match=match):
+        gpuetl.Loader(kw.pop("dataset"), **kw)
+
+
+@pytest.mark.parametrize("key, value", [("epoch", "x"), ("epoch", -1), ("epoch", 1.5), ("position", True)])
+def test_a_state_with_a_non_integer_epoch_or_position_is_refused(loader_dataset, key, value):
+    """A damaged state's epoch was a raw ValueError (int("x")), or taken as it was (1.5, True)."""
+    loader = gpuetl.Loader(loader_dataset, columns=NAMES)
+    with pytest.raises(SpecError, match=f"state's {key} is not an integer"):
+        loader.load_state_dict({**loader.state_dict(), key: value})
