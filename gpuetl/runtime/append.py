@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import OutputError
 from ..plan.compile import Plan, compile_plan
 from ..sinks import versions
-from ..sinks.commit import listed_files
+from ..sinks.commit import MANIFEST, SUCCESS, listed_files, success_bytes
 
 
 def settle(plan: Plan, backend, folder, digests) -> Plan:
@@ -37,7 +37,36 @@ def settle(plan: Plan, backend, folder, digests) -> Plan:
                               "adds to a whole dataset", hint=f"run `gpuetl verify {folder.out}`")
         if isinstance(folder.out, Path):
             _check_sizes(folder.out, manifest)
+        plan.held.raw = _check_latest_copy(folder, manifest)
     return plan
+
+
+def _check_latest_copy(folder, manifest: dict) -> bytes:
+    """`_manifest.json`'s bytes, which `_SUCCESS` vouches for and the latest version's copy under
+    _versions/ holds: the next version records their sha256 as that version's, so a damaged copy
+    accepted here would leave the version unreadable for good."""
+    if isinstance(folder.out, Path):
+        def read(rel: str) -> bytes | None:
+            try:
+                return folder.tree.read_file(rel)
+            except FileNotFoundError:
+                return None
+            except OSError:                            # a link (O_NOFOLLOW): not the bytes
+                return b""
+    else:
+        read = folder._read
+    raw = read(MANIFEST)
+    if raw is None or read(SUCCESS) != success_bytes(raw):
+        raise OutputError(f"sink.path: {folder.out}/{SUCCESS} does not hold the sha256 of its {MANIFEST} (edited "
+                          "after its commit?); an append adds to a whole dataset",
+                          hint=f"run `gpuetl verify {folder.out}`")
+    entry = versions.own_entry(manifest)
+    if entry is not None and read(entry["path"]) != raw:
+        raise OutputError(f"sink.path: {folder.out}/{entry['path']} does not hold the bytes of {MANIFEST} (dataset "
+                          f"version {entry['version']}'s manifest; damaged?); an append adds to a whole dataset",
+                          hint=f"run `gpuetl verify --repair {folder.out}`: it writes the copy again from "
+                               f"{MANIFEST}, which {SUCCESS} vouches for")
+    return raw
 
 
 def _check_sizes(out: Path, manifest: dict) -> None:
@@ -65,7 +94,7 @@ def before_commit(plan: Plan, manifest: dict, run_tmp: Path) -> dict:
     (sink.delta_log); the version's own files staged in the run's data folder."""
     own_shards = list(manifest["shards"])
     if plan.held is not None:
-        manifest = versions.merge(plan.held.manifest, manifest)
+        manifest = versions.merge(plan.held.manifest, manifest, plan.held.raw)
     if plan.spec.sink.delta_log:
         from ..sinks.delta import log_entry
 

@@ -18,7 +18,7 @@ from . import commit as commit_protocol
 from .base import sink_of_manifest
 from .commit import MANIFEST, SUCCESS, TMP, success_bytes, unsafe_reason
 from .manifest_check import Problem, check_listed_files, entries_problem
-from .versions import select_version, version_of
+from .versions import restore_latest_copy, select_version, version_of
 
 
 def dataset_folder(out: str | Path) -> Path:
@@ -53,7 +53,9 @@ def read_manifest(out: str | Path) -> tuple[Path, dict]:
 
 def repair(out: str | Path, log=lambda *_: None) -> list[str]:
     """Finish interrupted commits from their journals (each path checked first), then remove what
-    killed runs left that gpuetl can prove its own (commit.find_leftovers), under the lock."""
+    killed runs left that gpuetl can prove its own (commit.find_leftovers), under the lock; an
+    append dataset's latest version copy (_versions/) is written again from _manifest.json when
+    it does not hold its bytes and _SUCCESS vouches for them (versions.restore_latest_copy)."""
     if is_remote(out):
         from .objectstore import repair_remote
 
@@ -62,6 +64,17 @@ def repair(out: str | Path, log=lambda *_: None) -> list[str]:
     with commit_protocol.OutputFolder(out, log) as folder:
         finished = folder.recover()
         folder.clean_leftovers()
+
+        def read(rel: str) -> bytes | None:
+            try:
+                return folder.tree.read_file(rel)
+            except FileNotFoundError:
+                return None
+
+        def write(rel: str, data: bytes) -> None:
+            folder.tree.write_file(rel, data, staging=folder.tmp)
+
+        restore_latest_copy(read, write, log)
         return finished
 
 

@@ -102,7 +102,9 @@ def check_listed_files(manifest: dict, size_of, sha256_of, *, own_sha256: str | 
                 if size is None or isinstance(size, str):
                     problems.append(Problem(v["path"], size or "missing"))
                 elif sha256_of(v["path"]) != own_sha256:
-                    problems.append(Problem(v["path"], "does not hold the bytes of the manifest of its version"))
+                    problems.append(Problem(v["path"], "does not hold the bytes of the manifest of its version "
+                                                         "(`gpuetl verify --repair` writes it again from "
+                                                         f"{MANIFEST} when {SUCCESS} vouches for that)"))
         else:
             entries.append(v)
         if isinstance(v.get("report"), dict):

@@ -578,10 +578,13 @@ def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | Non
 
 
 def repair_remote(url: str, log=lambda *_: None) -> list[str]:
+    from .versions import restore_latest_copy
+
     with ObjectStoreFolder(url, log) as folder:
         finished = folder.recover()
         folder._clean_orphans()
         folder.local.clean_leftovers()
+        restore_latest_copy(folder._read, folder._write, log)
         return finished
 
 

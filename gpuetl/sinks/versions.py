@@ -19,9 +19,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DataError, OutputError, SpecError, SourceError
+from ..errors import DataError, GpuetlError, OutputError, SpecError, SourceError
 from ..sources.pins import FilePin
-from .commit import MANIFEST, manifest_bytes, unsafe_reason
+from .commit import MANIFEST, SUCCESS, manifest_bytes, success_bytes, unsafe_reason
 
 VERSIONS = "_versions"
 VERSION_KEY = "dataset_version"
@@ -82,6 +82,7 @@ class Held:
 
     manifest: dict | None
     notes: list[str] = field(default_factory=list)
+    raw: bytes | None = None         # _manifest.json's bytes, read under the lock (runtime/append.py)
 
     def __post_init__(self):
         self.version = version_of(self.manifest)
@@ -193,10 +194,12 @@ def _sum_stages(a: list[dict], b: list[dict]) -> list[dict]:
     return [{**y, **{k: x.get(k, 0) + y.get(k, 0) for k in keys}} for x, y in zip(a, b)]
 
 
-def merge(previous: dict | None, manifest: dict) -> dict:
+def merge(previous: dict | None, manifest: dict, previous_raw: bytes | None = None) -> dict:
     """The manifest of the next version: this run's (its new shards, quarantine, inputs and
     counts) joined to the previous version's. Its own entry in `versions` has no sha256: its bytes
-    are those of `_manifest.json` (whose sha256 `_SUCCESS` holds)."""
+    are those of `_manifest.json` (whose sha256 `_SUCCESS` holds). previous_raw: the previous
+    version's bytes as they lie in its `_versions/` copy (its sha256 is recorded, not that of
+    the parsed manifest written out again)."""
     version = version_of(previous) + 1
     own_shards = list(manifest["shards"])
     manifest[VERSION_KEY] = version
@@ -211,7 +214,7 @@ def merge(previous: dict | None, manifest: dict) -> dict:
         manifest["quarantine"] = list(previous.get("quarantine") or []) + list(manifest["quarantine"])
         manifest["inputs"] = list(previous.get("inputs") or []) + manifest["inputs"]
         entries = [dict(e) for e in previous.get("versions") or []]
-        raw = manifest_bytes(previous)
+        raw = previous_raw if previous_raw is not None else manifest_bytes(previous)
         entries[-1]["sha256"] = hashlib.sha256(raw).hexdigest()
         entries[-1]["bytes"] = len(raw)
     entries.append({"version": version, "path": version_file(version), "sha256": None, "bytes": None,
@@ -235,6 +238,41 @@ def stage_files(data: Path, manifest: dict) -> None:
                            "sha256": hashlib.sha256(raw).hexdigest()}
     (data / VERSIONS).mkdir(parents=True, exist_ok=True)
     (data / version_file(version)).write_bytes(manifest_bytes(manifest))
+
+
+def own_entry(manifest: dict) -> dict | None:
+    """The latest version's own entry in a manifest's `versions` (no sha256: its copy under
+    _versions/ holds `_manifest.json`'s bytes), when it is the last one and names its copy."""
+    entries = manifest.get("versions")
+    version = version_of(manifest)
+    if not version or not isinstance(entries, list) or not entries or not isinstance(entries[-1], dict):
+        return None
+    entry = entries[-1]
+    if entry.get("sha256") is None and entry.get("version") == version and entry.get("path") == version_file(version):
+        return entry
+    return None
+
+
+def restore_latest_copy(read, write, log=lambda *_: None) -> str | None:
+    """verify --repair: the latest version's copy, _versions/NNNNN.json, written again from
+    `_manifest.json` when it does not hold its bytes (truncated, edited, missing) and `_SUCCESS`
+    holds the sha256 of `_manifest.json` (the bytes the commit wrote to both). read(rel): bytes or
+    None when missing, raising OSError or GpuetlError where a link or a folder lies (left alone:
+    verify names it); write(rel, data). The path written, or None."""
+    try:
+        raw = read(MANIFEST)
+        if raw is None or read(SUCCESS) != success_bytes(raw):
+            return None
+        manifest = json.loads(raw)
+        entry = own_entry(manifest) if isinstance(manifest, dict) else None
+        if entry is None or read(entry["path"]) == raw:
+            return None
+    except (OSError, GpuetlError, ValueError, RecursionError):
+        return None
+    log(f"writing {entry['path']} (dataset version {entry['version']}'s manifest) again from {MANIFEST}, "
+        f"which {SUCCESS} vouches for")
+    write(entry["path"], raw)
+    return entry["path"]
 
 
 # -- reading a version back --------------------------------------------------------------------

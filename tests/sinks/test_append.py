@@ -263,6 +263,28 @@ def test_a_version_whose_fingerprint_holds_its_blocksize_is_appended_to(tmp_path
         run(tmp_path, {**data, "columns": {"status": "int32"}})
 
 
+def test_a_damaged_copy_of_the_latest_versions_manifest_is_refused_and_repair_writes_it_again(tmp_path, capsys):
+    """The next version records the sha256 of the latest's manifest as that version's: an append
+    over a damaged _versions/ copy made the version unreadable for good. Refused, nothing
+    changed; verify --repair writes the copy again from _manifest.json (_SUCCESS vouches for it)."""
+    day(tmp_path, 1)
+    run(tmp_path)
+    out = tmp_path / "out"
+    copy = out / "_versions/00001.json"
+    copy.write_bytes(copy.read_bytes()[:-100])
+    day(tmp_path, 2)
+    before = snapshot(out)
+    with pytest.raises(OutputError, match=r"_versions/00001.json does not hold the bytes of _manifest.json") as err:
+        run(tmp_path)
+    assert "gpuetl verify --repair" in err.value.hint
+    assert snapshot(out) == before
+    assert main(["verify", str(out), "--repair"]) == 0
+    assert copy.read_bytes() == (out / "_manifest.json").read_bytes()
+    assert run(tmp_path).manifest["dataset_version"] == 2
+    gpuetl.Loader(str(out), split="train", dataset_version=1)
+    assert main(["verify", str(out), "--dataset-version", "1"]) == 0
+
+
 def test_appending_to_a_dataset_another_mode_wrote_is_refused(tmp_path):
     day(tmp_path, 1)
     run(tmp_path, spec("overwrite"))
