@@ -578,7 +578,8 @@ def cmd_verify(args) -> int:
         for name in repair(args.out, log=lambda *a: _show(*a, file=sys.stderr)):
             _show(f"{args.out}: finished the interrupted commit of run {name}")
     manifest, problems = verify_dataset(args.out, dataset_version=args.dataset_version)
-    for left in leftovers(args.out):          # under _tmp/: no reader sees them; the dataset is not wrong
+    append = isinstance(manifest.get("dataset_version"), int)      # an append dataset's runs are run again
+    for left in leftovers(args.out, append):  # under _tmp/: no reader sees them; the dataset is not wrong
         print(f"LEFTOVER {left}" + ("; the next run or `gpuetl verify --repair` removes it" if left.removable else ""))
     if args.inputs:
         from ..sinks.dataset import verify_inputs

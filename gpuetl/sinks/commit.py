@@ -495,7 +495,14 @@ class Leftover:
         return f"{self.path}: {self.what}"
 
 
-def find_leftovers(tmp: _Tree) -> list[Leftover]:
+def unfinished_run_note(append: bool = False) -> str:
+    """What becomes of the files of a run that did not finish: an append dataset's next append
+    starts over (it never continues a killed one, and resume would find a dataset of other inputs)."""
+    return ("the next run removes them (" + ("an append is not continued: run it again with sink.mode: append"
+                                             if append else "sink.mode: resume continues that run") + ")")
+
+
+def find_leftovers(tmp: _Tree, append: bool = False) -> list[Leftover]:
     """What killed runs left in `_tmp/` (read-only). Removable: a file beside the lock that holds a
     lock record of a process provably gone (RunLock.acquire's new lock, or a dead run's lock moved
     aside); the folder of a run that ended, holding nothing but its owner record; a folder named
@@ -503,7 +510,8 @@ def find_leftovers(tmp: _Tree) -> list[Leftover]:
     the folder: nothing in it to lose, and no live run writes an owner record while this process
     holds the lock). Named, never removed: a run's files whose owner record is gone (nothing proves
     them gpuetl's), a lock file that holds no record, anything else that is not gpuetl's. The
-    folders of runs that did not finish are named too; the next run removes them (or resumes one)."""
+    folders of runs that did not finish are named too; the next run removes them (or resumes one;
+    `append`: the folder is an append dataset's, whose runs are run again, not resumed)."""
     found = []
     with os.scandir(tmp.fd) as entries:
         names = sorted(e.name for e in entries)
@@ -529,13 +537,13 @@ def find_leftovers(tmp: _Tree) -> list[Leftover]:
                                            "before writing it?): nothing proves whose it is; if no gpuetl run is "
                                            "starting here, remove it", False))
         elif stat.S_ISDIR(st.st_mode):
-            found += _run_leftovers(tmp, name, rel)
+            found += _run_leftovers(tmp, name, rel, append)
         else:
             found.append(Leftover(rel, "not gpuetl's (a link or a file gpuetl never makes there); left alone", False))
     return found
 
 
-def _run_leftovers(tmp: _Tree, name: str, rel: str) -> list[Leftover]:
+def _run_leftovers(tmp: _Tree, name: str, rel: str, append: bool = False) -> list[Leftover]:
     with tmp.subtree(name) as run:
         with os.scandir(run.fd) as entries:
             inside = sorted(e.name for e in entries)
@@ -547,8 +555,8 @@ def _run_leftovers(tmp: _Tree, name: str, rel: str) -> list[Leftover]:
                 return [Leftover(rel, f"the folder of a run that may still be running ({describe(owner)})", False)]
             if all(n == OWNER or OWNER_PARTIAL.fullmatch(n) for n in inside):
                 return [Leftover(rel, f"the empty folder of a run that ended ({describe(owner)})", True)]
-            return [Leftover(rel, f"the temporary files of a run that did not finish ({describe(owner)}): the next "
-                                  "run removes them (sink.mode: resume continues that run)", False)]
+            return [Leftover(rel, f"the temporary files of a run that did not finish ({describe(owner)}): "
+                                  + unfinished_run_note(append), False)]
         partials = [n for n in inside if OWNER_PARTIAL.fullmatch(n)]
         if RUN_NAME.fullmatch(name) and len(partials) == len(inside) and all(
                 stat.S_ISREG(run.lstat(n).st_mode) and _partial_owner_of(run, n) for n in partials):
@@ -569,7 +577,7 @@ def _partial_owner_of(run: _Tree, name: str) -> bool:
     return isinstance(record, dict) and record.get("format") == RUN_FORMAT and record.get("run") == run.path.name
 
 
-def leftovers(out: Path) -> list[Leftover]:
+def leftovers(out: Path, append: bool = False) -> list[Leftover]:
     """find_leftovers in out/_tmp, read-only ([] when there is none, or it is a link)."""
     try:
         with _Tree.open(out) as tree:
@@ -577,7 +585,7 @@ def leftovers(out: Path) -> list[Leftover]:
             if st is None or not stat.S_ISDIR(st.st_mode):
                 return []
             with tree.subtree(TMP) as tmp:
-                return find_leftovers(tmp)
+                return find_leftovers(tmp, append)
     except (OSError, OutputError):
         return []
 

@@ -78,13 +78,14 @@ def repair(out: str | Path, log=lambda *_: None) -> list[str]:
         return finished
 
 
-def leftovers(out: str | Path) -> list:
-    """What killed runs left under the dataset's `_tmp/` (read-only): commit.Leftover entries."""
+def leftovers(out: str | Path, append: bool = False) -> list:
+    """What killed runs left under the dataset's `_tmp/` (read-only): commit.Leftover entries
+    (`append`: the dataset is an append dataset, whose killed runs are run again, not resumed)."""
     if is_remote(out):
         from .objectstore import remote_leftovers
 
-        return remote_leftovers(str(out))
-    return commit_protocol.leftovers(dataset_folder(out))
+        return remote_leftovers(str(out), append=append)
+    return commit_protocol.leftovers(dataset_folder(out), append)
 
 
 def regular_file(out: Path, rel: str) -> os.stat_result | None | str:

@@ -588,9 +588,10 @@ def repair_remote(url: str, log=lambda *_: None) -> list[str]:
         return finished
 
 
-def remote_leftovers(url: str, storage_options: dict | None = None) -> list:
-    """The keys under `_tmp/` of runs with no journal (read-only): commit.Leftover entries."""
-    from .commit import Leftover
+def remote_leftovers(url: str, storage_options: dict | None = None, append: bool = False) -> list:
+    """The keys under `_tmp/` of runs with no journal (read-only): commit.Leftover entries
+    (`append`: of an append dataset, commit.unfinished_run_note)."""
+    from .commit import Leftover, unfinished_run_note
 
     reader = ObjectStoreReader(url, storage_options)
     found = []
@@ -602,5 +603,5 @@ def remote_leftovers(url: str, storage_options: dict | None = None) -> list:
             found.append(Leftover(f"{TMP}/{run}/", "no owner record gpuetl wrote: left alone", False))
         else:
             found.append(Leftover(f"{TMP}/{run}/", f"the uploads of a run that did not finish ({describe(record)}): "
-                                  "the next run removes them (sink.mode: resume continues that run)", False))
+                                  + unfinished_run_note(append), False))
     return found

@@ -121,6 +121,23 @@ def test_resume_refuses_a_complete_dataset_of_other_inputs(inputs):
         Pipeline.from_file(file).run(backend="cpu", scheduler="sync")
 
 
+def test_resume_on_an_append_dataset_points_to_append_not_overwrite(tmp_path):
+    """resume on an append dataset (what verify once advised after a killed append): its hint was
+    sink.mode: overwrite, which drops every version; it names sink.mode: append. With no new
+    input it does nothing (the append fingerprint, not the resume one, is compared)."""
+    write_inputs(tmp_path, 300)
+    Pipeline.from_file(pipeline(tmp_path, "append")).run(backend="cpu", scheduler="sync")
+    resume = pipeline(tmp_path, "resume")
+    logs = []
+    Pipeline.from_file(resume).run(backend="cpu", scheduler="sync", log=logs.append)
+    assert "nothing to do" in logs[0]
+    write_access_logs(tmp_path / "in" / "3.log", lines=10, seed=9)
+    with pytest.raises(OutputError, match=r"(?s)other inputs \(dataset version 1 of an append dataset\).*3\.log: "
+                                          r"new input") as err:
+        Pipeline.from_file(resume).run(backend="cpu", scheduler="sync")
+    assert "sink.mode: append" in err.value.hint and "would replace every version" in err.value.hint
+
+
 @pytest.mark.slow
 def test_target_bytes_shards_are_within_ten_percent(tmp_path):
     inputs = write_inputs(tmp_path, 12_000)                     # ~0.9 MB of Parquet: four train shards

@@ -285,6 +285,32 @@ def test_a_damaged_copy_of_the_latest_versions_manifest_is_refused_and_repair_wr
     assert main(["verify", str(out), "--dataset-version", "1"]) == 0
 
 
+def test_verify_says_a_killed_appends_files_go_with_the_next_append_not_resume(tmp_path, capsys):
+    """verify's note on a killed run's files said sink.mode: resume continues that run; on an
+    append dataset resume refuses (a dataset of other inputs): the next append removes them."""
+    import subprocess
+    import sys
+
+    from gpuetl.sinks.commit import OWNER, RUN_FORMAT
+    from gpuetl.sinks.lock import this_process
+
+    day(tmp_path, 1)
+    run(tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    name = "20261203T000000Z-0a1b2c3d"
+    killed = tmp_path / "out/_tmp" / name
+    (killed / "maps").mkdir(parents=True)
+    (killed / "maps/p00000.json").write_text("{}")
+    (killed / OWNER).write_text(json.dumps({**this_process(RUN_FORMAT), "run": name, "pid": gone.pid}))
+    assert main(["verify", str(tmp_path / "out")]) == 0
+    said = capsys.readouterr().out
+    assert f"LEFTOVER _tmp/{name}: the temporary files of a run that did not finish" in said
+    assert "run it again with sink.mode: append" in said and "resume" not in said
+    day(tmp_path, 2)
+    assert run(tmp_path).manifest["dataset_version"] == 2 and not killed.exists()
+
+
 def test_appending_to_a_dataset_another_mode_wrote_is_refused(tmp_path):
     day(tmp_path, 1)
     run(tmp_path, spec("overwrite"))

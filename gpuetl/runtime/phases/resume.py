@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 from ...errors import OutputError
 from ...plan.compile import Plan
@@ -179,12 +180,20 @@ def already_complete(plan: Plan, inventory) -> RunResult | None:
                                                    if check else "modified since the earlier run (mtime or ctime)"))
     recorded = manifest.get("fingerprint") or {}
     done = recorded.get("pipeline")
-    same_pipeline = done == now["pipeline"] or _other_blocksize(done, plan, recorded.get("blocksize")) is not None
+    version = manifest.get("dataset_version") if isinstance(manifest.get("dataset_version"), int) else 0
+    if version:                        # an append dataset: its fingerprint is an append's (this plan as one)
+        spec = plan.spec.model_copy(update={"sink": plan.spec.sink.model_copy(update={"mode": "append"})})
+        same_pipeline = done in append_digests(SimpleNamespace(spec=spec))
+    else:
+        same_pipeline = done == now["pipeline"] or _other_blocksize(done, plan, recorded.get("blocksize")) is not None
     if changes or not same_pipeline:
         raise OutputError(f"sink.mode resume: {out} holds a complete dataset of "
                           + ("other inputs" if changes else "another pipeline file")
+                          + (f" (dataset version {version} of an append dataset)" if version else "")
                           + (":\n    " + "\n    ".join(changes[:10]) if changes else ""),
-                          hint="set sink.mode: overwrite to replace it")
+                          hint=(f"run it with sink.mode: append: it removes a killed append's files and reads the "
+                                f"inputs no version holds as version {version + 1} (sink.mode: overwrite would "
+                                "replace every version)") if version else "set sink.mode: overwrite to replace it")
     return RunResult(out, manifest["counts"], manifest["stages"], manifest["shards"], manifest["quarantine"],
                      manifest.get("bad_records", {}), manifest["backend"], 0.0, plan.input_bytes, manifest)
 
