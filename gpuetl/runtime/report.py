@@ -199,7 +199,7 @@ def read_report(out: str | Path, dataset_version: int | None = None) -> tuple[di
     from ..errors import DataError
 
     from ..sinks.dataset import dataset_folder
-    from ..storage import filesystem, is_remote, join
+    from ..storage import is_remote, join
 
     remote = is_remote(out)
     if not remote:
@@ -212,7 +212,14 @@ def read_report(out: str | Path, dataset_version: int | None = None) -> tuple[di
             return report, None
     path = join(str(out), REPORT_JSON) if remote else Path(out) / REPORT_JSON
     try:
-        text = filesystem(str(out)).cat_file(path) if remote else path.read_text()
+        if remote:                     # the store's errors as gpuetl's (credentials, endpoint), as inspect's
+            from ..sinks.objectstore import ObjectStoreReader
+
+            text = ObjectStoreReader(str(out)).read(REPORT_JSON)
+            if text is None:
+                raise FileNotFoundError(path)
+        else:
+            text = path.read_text()
         report = json.loads(text)
     except FileNotFoundError:
         raise DataError(f"{out}: no {REPORT_JSON} (not a gpuetl dataset, or written before gpuetl wrote reports)",

@@ -95,6 +95,18 @@ def test_report_of_a_folder_without_one_is_a_clear_error(tmp_path, capsys):
     assert "no _report.json" in capsys.readouterr().err
 
 
+def test_report_of_a_dataset_in_a_store_says_what_the_store_answered(s3, capsys, monkeypatch):
+    """report read the store with a bare cat_file: no credentials (or an endpoint that refuses)
+    was an "internal error … a bug in gpuetl"; it is the message inspect and verify give."""
+    assert main(["report", s3.url("out")]) == 1
+    assert "no _report.json" in capsys.readouterr().err
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    assert main(["report", s3.url("out")]) == 1
+    err = capsys.readouterr().err
+    assert "no usable credentials" in err and "AWS_ACCESS_KEY_ID" in err and "internal error" not in err
+
+
 @pytest.mark.slow
 def test_overwrite_replaces_the_report(logs):
     first = json.loads((run(logs).out_dir / "_report.json").read_text())["run_id"]
