@@ -287,6 +287,37 @@ def test_inspect_json(dataset, capsys):
     assert len(info["sample"]) == 3
 
 
+@pytest.mark.parametrize("edit, said", [
+    (lambda m: m.pop("counts"), "counts must hold the integers"),
+    (lambda m: m.update(counts=None), "counts must hold the integers"),
+    (lambda m: m.update(schema=12), "schema must be a list of fields"),
+], ids=["no counts", "counts null", "schema 12"])
+def test_inspect_of_a_malformed_manifest_names_what_is_wrong(dataset, tmp_path, capsys, edit, said):
+    """inspect read counts and schema as it found them: a manifest without counts, with counts:
+    null or schema: 12 was an "internal error"; it is exit 1 naming the field, as verify's is."""
+    copy = copy_of(dataset[0], tmp_path)
+    manifest = json.loads((copy / "_manifest.json").read_bytes())
+    edit(manifest)
+    (copy / "_manifest.json").write_text(json.dumps(manifest))
+    assert main(["inspect", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert said in err and "internal error" not in err
+
+
+def test_inspect_says_a_manifest_success_does_not_vouch_for_is_not_complete(dataset, tmp_path, capsys):
+    """inspect called a dataset complete when _SUCCESS was there, whatever sha256 it held; an edited
+    manifest is not vouched for (verify says the same)."""
+    copy = copy_of(dataset[0], tmp_path)
+    raw = (copy / "_manifest.json").read_bytes()
+    (copy / "_manifest.json").write_bytes(raw.replace(b'"rows_out": ', b'"rows_out":  ', 1))
+    assert main(["inspect", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert "pipeline web-access, NOT VOUCHED FOR, backend cpu" in out
+    assert "_SUCCESS does not hold the manifest's sha256" in out
+    assert main(["inspect", str(copy), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["complete"] is False
+
+
 def test_verify_ok(dataset, capsys):
     out_dir, _ = dataset
     assert main(["verify", str(out_dir)]) == 0

@@ -547,12 +547,15 @@ def cmd_inspect(args) -> int:
         print(json.dumps(info, indent=2, default=str))
         return 0
     m = info["manifest"]
-    _show(f"dataset {info['path']}: pipeline {m['name']}, {'complete' if info['complete'] else 'INCOMPLETE'}, "
-          f"backend {m['backend']}, seed {m['seed']}")
+    state = "complete" if info["complete"] else ("INCOMPLETE" if info["interrupted_commits"] or
+                                                 info["success"].startswith("no ") else "NOT VOUCHED FOR")
+    _show(f"dataset {info['path']}: pipeline {m.get('name')}, {state}, backend {m.get('backend')}, seed {m.get('seed')}")
+    if not info["complete"] and not info["interrupted_commits"]:
+        _show(f"  {info['success']}")
     if m.get("dataset_version"):
         v = m["dataset_version"]
-        _show(f"  dataset version {v}" + (f" (created {m['run']['created_at']})"
-                                                              if isinstance(m.get("run"), dict) else ""))
+        created = m["run"].get("created_at") if isinstance(m.get("run"), dict) else None
+        _show(f"  dataset version {v}" + (f" (created {created})" if created else ""))
         vc = m.get("version_counts") or {}
         if vc:
             _show(f"  this version: rows in {vc.get('rows_in', 0):,} = out {vc.get('rows_out', 0):,} + filtered "

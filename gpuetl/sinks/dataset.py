@@ -17,7 +17,7 @@ from ..storage import is_remote
 from . import commit as commit_protocol
 from .base import sink_of_manifest
 from .commit import MANIFEST, SUCCESS, TMP, success_bytes, unsafe_reason
-from .manifest_check import Problem, check_listed_files, entries_problem
+from .manifest_check import Problem, check_listed_files, shown_problem, success_state
 from .versions import restore_latest_copy, select_version, version_of
 
 
@@ -168,11 +168,14 @@ def inspect_dataset(out: str | Path, sample_rows: int = 3, dataset_version: int 
 
         manifest = read_remote_manifest(str(out))[1]
         info = inspect_remote(str(out), sample_rows, sink_of_manifest(manifest), dataset_version=dataset_version)
+        malformed = shown_problem(info["manifest"])
+        if malformed:
+            raise DataError(f"{info['path']}/{MANIFEST}: {malformed}")
         info["splits"] = _splits(info["manifest"])
         return info
     out, manifest = read_manifest(out)
     manifest = select_version(manifest, dataset_version, lambda rel: read_listed(out, rel), str(out))[0]
-    malformed = entries_problem(manifest)
+    malformed = shown_problem(manifest)
     if malformed:
         raise DataError(f"{out / MANIFEST}: {malformed}")
     splits = _splits(manifest)
@@ -185,9 +188,11 @@ def inspect_dataset(out: str | Path, sample_rows: int = 3, dataset_version: int 
                 sample = [{"(unreadable shard)": f"{shard['path']}: {err}"}]
             break
     pending = commit_protocol.pending_journals(out)
-    complete = not pending and isinstance(regular_file(out, SUCCESS), os.stat_result)
-    return {"path": str(out), "complete": complete, "manifest": manifest, "splits": splits, "sample": sample,
-            "interrupted_commits": pending}
+    success = read_listed(out, SUCCESS)
+    vouched = success is not None and success == success_bytes(read_listed(out, MANIFEST) or b"")
+    return {"path": str(out), "complete": not pending and vouched, "manifest": manifest, "splits": splits,
+            "sample": sample, "interrupted_commits": pending, "success": success_state(success, vouched)}
+
 
 
 def read_listed(out: Path, rel: str) -> bytes | None:
@@ -203,7 +208,7 @@ def read_listed(out: Path, rel: str) -> bytes | None:
 def _splits(manifest: dict) -> dict[str, dict]:
     splits: dict[str, dict] = {}
     for shard in manifest["shards"]:
-        s = splits.setdefault(shard.get("split") or "(no split)", {"shards": 0, "rows": 0, "bytes": 0})
+        s = splits.setdefault(str(shard.get("split") or "(no split)"), {"shards": 0, "rows": 0, "bytes": 0})
         s["shards"] += 1
         s["rows"] += shard["rows"]
         s["bytes"] += shard["bytes"]

@@ -76,6 +76,27 @@ def entries_problem(manifest: dict) -> str | None:
     return None
 
 
+COUNT_KEYS = ("rows_in", "rows_out", "filtered", "deduplicated", "quarantined")
+
+
+def shown_problem(manifest: dict) -> str | None:
+    """What inspect shows, malformed (it said "internal error" on a manifest without counts, with
+    counts: null or schema: 12): the entries, counts (and an append's version_counts) and schema."""
+    malformed = entries_problem(manifest)
+    if malformed:
+        return malformed
+    for key in ("counts", "version_counts"):
+        c = manifest.get(key)
+        if (key == "counts" or c is not None) and not (isinstance(c, dict) and all(
+                isinstance(c.get(k), int) and not isinstance(c.get(k), bool) for k in COUNT_KEYS)):
+            return f"{key} must hold the integers {', '.join(COUNT_KEYS)}"
+    schema = manifest.get("schema")
+    if not isinstance(schema, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("type"), str) for f in schema):
+        return "schema must be a list of fields with a name and a type"
+    return None
+
+
 def check_listed_files(manifest: dict, size_of, sha256_of, *, own_sha256: str | None = None,
                        reports: bool = True) -> tuple[set[str] | None, list[Problem]]:
     """What verify checks wherever the dataset lies: the manifest well formed and consistent, and
@@ -130,3 +151,12 @@ def check_listed_files(manifest: dict, size_of, sha256_of, *, own_sha256: str | 
         elif (digest := sha256_of(rel)) != entry["sha256"]:
             problems.append(Problem(rel, f"sha256 {digest[:12]}…, the manifest says {entry['sha256'][:12]}…"))
     return listed, problems
+
+def success_state(success: bytes | None, vouched: bool) -> str:
+    """What _SUCCESS says of the manifest, in inspect's words."""
+    if success is None:
+        return "no _SUCCESS: the dataset was not committed completely"
+    if not vouched:
+        return ("_SUCCESS does not hold the manifest's sha256: the manifest was edited after the commit; run "
+                "`gpuetl verify`")
+    return "_SUCCESS holds the manifest's sha256"

@@ -573,8 +573,12 @@ def inspect_remote(url: str, sample_rows: int, sink, storage_options: dict | Non
                 sample = [{"(unreadable shard)": f"{shard['path']}: {err}"}]
             break
     pending = reader.pending_journals()
-    return {"path": reader.url, "complete": not pending and reader.read(SUCCESS) is not None, "manifest": manifest,
-            "sample": sample, "interrupted_commits": pending}
+    from .manifest_check import success_state
+
+    success = reader.read(SUCCESS, 1 << 16)
+    vouched = success is not None and success == success_bytes(reader.read(MANIFEST) or b"")
+    return {"path": reader.url, "complete": not pending and vouched, "manifest": manifest,
+            "sample": sample, "interrupted_commits": pending, "success": success_state(success, vouched)}
 
 
 def repair_remote(url: str, log=lambda *_: None) -> list[str]:
