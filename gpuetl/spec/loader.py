@@ -57,6 +57,38 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
 
 
 def build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations=None, raw: bytes | None = None) -> LoadedSpec:
+    try:
+        return _build_spec(data, filename, base_dir, overrides, locations, raw)
+    except SpecError as err:             # storage_options' secrets are never written into a message
+        from ..storage import redact
+
+        secrets = _storage_option_values(data, overrides)
+        message, hint = redact(err.message, secrets), err.hint and redact(err.hint, secrets)
+        if (message, hint) == (err.message, err.hint):
+            raise
+        raise type(err)(message, hint=hint) from None
+
+
+def _storage_option_values(data: Any, overrides) -> dict:
+    """The storage_options of the file's source and sink and the values --set gives under any
+    storage_options key (an error may quote a --set or a value it met): what storage.redact blots out."""
+    values: list = []
+    for part in ("source", "sink"):
+        if isinstance(data, dict) and isinstance(data.get(part), dict):
+            values.append(data[part].get("storage_options"))
+    for item in overrides:
+        key, _, value = str(item).partition("=")
+        if "storage_options" in key:
+            values.append(value)
+            try:
+                values.append(parse_scalar(value, "--set"))
+            except SpecError:
+                pass
+    return {"values": values}
+
+
+def _build_spec(data: Any, filename: str, base_dir: Path, overrides=(), locations=None,
+                raw: bytes | None = None) -> LoadedSpec:
     locations = dict(locations or {})
     if not isinstance(data, dict):
         raise SpecError(f"{filename}: a pipeline file is a mapping (version, name, source, sink, ...)")

@@ -209,6 +209,19 @@ def test_set_override_error_is_located_on_the_set(tmp_path):
     assert "(--set shard.count=many) shard.count" in message
 
 
+@pytest.mark.parametrize("text, overrides", [
+    (GOOD.replace("  path: data/*.log", "  path: data/*.log\n  storage_options: {secret: TOPSECRET-456}"),
+     ["source.storage_options.secret.x=1"]),
+    (GOOD, ["source.storage_options.secret=TOPSECRET-456", "source.storage_options.secret.x=1"]),
+    (GOOD, ["sink.storage_options.secret=TOPSECRET-456", "sink.storage_options=TOPSECRET-456"]),
+], ids=["in the file", "given with --set", "a --set quoted"])
+def test_set_errors_never_write_a_storage_options_secret(tmp_path, text, overrides):
+    """A --set into a storage_options value quoted the value ("secret is 'TOPSECRET-456', not a
+    mapping"); storage_options' strings are blotted out of every error (object-storage.md)."""
+    message = error_of(tmp_path, text, overrides)
+    assert "TOPSECRET" not in message and "***" in message
+
+
 def test_set_without_equals(tmp_path):
     path = write(tmp_path, GOOD)
     with pytest.raises(SpecError, match="expected KEY=VALUE"):
