@@ -12,8 +12,8 @@ _QUOTED = re.compile(r"""(?<!\w)('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 _NAMES = re.compile(r"\b(?:column|field|key|step|split|preset|format)\s*$")
 # a path with at least one slash, or a file name with a suffix followed by ':' (a.log:12)
 _PATH = re.compile(r"(?<![\w<])(?:[\w.~-]*/)+[\w.-]+|(?<![\w<])[\w-]+\.[A-Za-z]\w{0,5}(?=:)")
-# a number that is not part of a word (int16, sha256 stay)
-_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+# a number that is not part of a word (int16, sha256, UTF-8 stay)
+_NUMBER = re.compile(r"(?<![\w.-])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 
 
 def reason_kind(reason: str) -> str:

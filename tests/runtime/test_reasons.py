@@ -18,6 +18,8 @@ from gpuetl.runtime.reasons import group_reasons, reason_kind
     ("b.log:12: it's odd", "<path>:<n>: it's odd"),
     ("line does not match the regex", "line does not match the regex"),
     ("'unterminated", "'unterminated"),
+    ("invalid UTF-8", "invalid UTF-8"),                                  # a name's number stays
+    ("field 'n': expected int64, got -3", "field 'n': expected int64, got <n>"),
 ])
 def test_reason_kind_normalises_values_numbers_and_paths(reason, kind):
     assert reason_kind(reason) == kind
