@@ -230,3 +230,32 @@ def test_a_json_list_index_past_any_list_is_a_located_error(tmp_path, capsys, su
     with surroundings(tmp_path):
         message = refused(capsys, file)
     assert "pipe.yaml:6: columns.a[99999999999999999999]: the list index 99999999999999999999 is past" in message
+
+
+def regex_file(regex: str) -> str:
+    return BASE.replace('  template: "<word> <rest>"', f"  regex: '{regex}'")
+
+
+def test_parse_regex_takes_re2s_own_syntax(tmp_path, capsys, surroundings):
+    """parse.regex is RE2's dialect: its Unicode classes ran in filters but were refused here,
+    where the pattern was read by Python's re ("bad escape \\p")."""
+    file = folder(tmp_path, regex_file(r"^(?P<word>\p{L}+) (?P<rest>[[:alpha:]]+)\z"),
+                  {"in/a.log": "héllo world\nalpha one\n12 x\n"})
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        code, _ = run(capsys, file)
+    assert code == 0 and manifest_counts(tmp_path / "out")["quarantined"] == 1
+    kept = [r for f in sorted((tmp_path / "out").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    assert [r["word"] for r in kept] == ["héllo", "alpha"]
+
+
+@pytest.mark.parametrize("regex, said", [
+    (r"^(?P<word>\w+) (\w+)", "every group must be named"),
+    (r"^(?P<word>\w+)(?= )", "RE2 cannot run this pattern"),
+    (r"^\w+ \w+", "name the fields with (?P<name>...) groups"),
+    (r"^(?P<_word>\w+)", "name the group without a leading '_'"),
+])
+def test_parse_regex_mistakes_are_located_errors(tmp_path, capsys, surroundings, regex, said):
+    file = folder(tmp_path, regex_file(regex))
+    with surroundings(tmp_path):
+        message = refused(capsys, file)
+    assert f"pipe.yaml:{line_of(file, 'regex')}: parse.regex" in message and said in message, message

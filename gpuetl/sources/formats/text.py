@@ -5,7 +5,6 @@ regexes and templates then see the whole record, newlines inside."""
 
 from __future__ import annotations
 
-import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -104,21 +103,21 @@ def multiline_framing(loaded, files) -> MultilineFraming:
 
 
 def user_regex(loaded, regex: str) -> tuple[str, tuple[str, ...]]:
+    """The pattern and its group names, as RE2 (the dialect parse.regex is written in) reads
+    them: its Unicode classes (`\\p{L}`), `\\z` and `[[:alpha:]]` are fine, lookarounds and
+    backreferences are not. The names are the fields of the struct RE2's extraction gives."""
+    key = loaded.key("parse", "regex")
     try:
-        compiled = re.compile(regex)
-    except re.error as err:
-        raise SpecError(f"{loaded.key('parse', 'regex')}: not a valid regular expression: {err}") from None
-    names = tuple(sorted(compiled.groupindex, key=compiled.groupindex.get))
+        fields = pc.extract_regex(pa.array(["x"]), pattern=regex).type
+    except pa.ArrowInvalid as err:
+        if "unnamed groups" in str(err):
+            raise SpecError(f"{key}: every group must be named; use (?:...) for groups that only group") from None
+        raise SpecError(f"{key}: RE2 cannot run this pattern ({err}); "
+                        "lookarounds and backreferences are not available") from None
+    names = tuple(f.name for f in fields)
     if not names:
-        raise SpecError(f"{loaded.key('parse', 'regex')}: name the fields with (?P<name>...) groups")
-    if compiled.groups != len(names):
-        raise SpecError(f"{loaded.key('parse', 'regex')}: every group must be named; use (?:...) for groups that only group")
+        raise SpecError(f"{key}: name the fields with (?P<name>...) groups")
     for name in names:
         if problem := new_name_problem(name):
-            raise SpecError(f"{loaded.key('parse', 'regex')}: the group {problem}; name the group without a leading '_'")
-    try:
-        pc.extract_regex(pa.array(["x"]), pattern=regex)
-    except pa.ArrowInvalid as err:
-        raise SpecError(f"{loaded.key('parse', 'regex')}: RE2 cannot run this pattern ({err}); "
-                        "lookarounds and backreferences are not available") from None
+            raise SpecError(f"{key}: the group {problem}; name the group without a leading '_'")
     return regex, names
