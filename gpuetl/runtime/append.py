@@ -54,7 +54,7 @@ def _check_latest_copy(folder, manifest: dict) -> bytes:
             except OSError:                            # a link (O_NOFOLLOW): not the bytes
                 return b""
     else:
-        read = folder._read
+        read = folder.read
     raw = read(MANIFEST)
     if raw is None or read(SUCCESS) != success_bytes(raw):
         raise OutputError(f"sink.path: {folder.out}/{SUCCESS} does not hold the sha256 of its {MANIFEST} (edited "

@@ -124,6 +124,10 @@ class ObjectStoreFolder:
             except FileNotFoundError:
                 return None
 
+    def read(self, rel: str, limit: int = 1 << 30) -> bytes | None:
+        """The bytes of the object at `rel` under the dataset (up to `limit`), or None."""
+        return self._read(rel, limit)
+
     def _read(self, rel: str, limit: int = 1 << 30) -> bytes | None:
         with self._errors(rel, "read"):
             try:
@@ -500,9 +504,6 @@ class ObjectStoreReader(ObjectStoreFolder):
         self.url = self.out = url.rstrip("/")
         self.options = storage_options
         self.fs = storage.filesystem(self.url, storage_options)
-
-    def read(self, rel: str, limit: int = 1 << 30) -> bytes | None:
-        return self._read(rel, limit)
 
     def sizes(self) -> dict[str, int]:
         """Every key under the dataset with its size, from one listing."""
