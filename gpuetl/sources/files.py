@@ -216,6 +216,7 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
     seen: dict[tuple[int, int], str] = {}
     duplicates: list[str] = []
     mislabelled: list[str] = []
+    wide: list[str] = []
     sniffed = 0
     base = os.path.abspath(base_dir)
     for path in sorted(found):
@@ -237,12 +238,19 @@ def resolve_inputs(patterns: list[str], base_dir: Path, compression: str,
         result.append(listed)
         if compression == "infer" and result[-1].compression is None and notes is not None and sniffed < MAX_SNIFFED:
             sniffed += 1
-            if kind := compressed_by_its_bytes(path):
+            head = first_bytes(path)
+            if kind := compressed_by_its_bytes(head):
                 mislabelled.append(f"{display} ({kind})")
+            elif head.startswith((b"\xff\xfe", b"\xfe\xff")):
+                wide.append(display)
     if notes is not None:
         if mislabelled:
             notes.append(f"source: {_names(mislabelled)} look compressed, but their names do not say so: read as "
                          "they are; name them .gz/.zst/.bz2 or set source.compression (xz and zip: decompress first)")
+        if wide:
+            notes.append(f"source: {_names(wide)} start with a UTF-16 byte-order mark: gpuetl reads UTF-8, so "
+                         "their records would hold NUL bytes between the characters; convert them first "
+                         "(iconv -f UTF-16 -t UTF-8)")
         for kind, paths in sorted(skipped.items()):
             notes.append(f"source: skipped {len(paths)} path(s) that are {kind}, not regular files: "
                          + _names(paths) + (f" ({_FOLDER_HINT})" if kind == "a folder" else ""))
@@ -485,13 +493,17 @@ MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bz2", b"\xfd
          b"PK\x03\x04": "zip"}
 
 
-def compressed_by_its_bytes(path: str) -> str | None:
-    """The compression a file's first bytes announce (a mislabelled `.log` that is gzip), or None."""
+def first_bytes(path: str, n: int = 10) -> bytes:
+    """A file's first bytes (none where it cannot be read: the read itself will say why)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(10)
+            return fh.read(n)
     except OSError:
-        return None
+        return b""
+
+
+def compressed_by_its_bytes(head: bytes) -> str | None:
+    """The compression a file's first bytes announce (a mislabelled `.log` that is gzip), or None."""
     if head.startswith(b"BZh") and head[4:10] != b"\x31\x41\x59\x26\x53\x59":   # bz2's block magic too
         return None
     return next((kind for magic, kind in MAGIC.items() if head.startswith(magic)), None)

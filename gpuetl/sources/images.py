@@ -31,7 +31,7 @@ from ..columns import COUNT, FILE_INDEX, OFFSET, RAW, REASON, STAGE, STATUS, STA
 from ..backends.cpu_images import BadImage, probe
 from ..errors import InputsNotFound, SpecError
 from .counters import SourceSummary
-from .files import InputFile, InputFiles, compressed_by_its_bytes, readable_name, relative_to
+from .files import InputFile, InputFiles, compressed_by_its_bytes, first_bytes, readable_name, relative_to
 from .pins import pin_bytes
 from .ranges import Partition, pack
 from .stage import PartitionScoped
@@ -493,7 +493,7 @@ def _tar_records(f: InputFile, extra_fields: dict) -> list[tuple[ImageRecord, in
                     continue
                 groups.setdefault(f"{folder}/{stem}" if folder else stem, []).append(member)
     except (tarfile.TarError, OSError) as err:
-        packed = compressed_by_its_bytes(f.path)
+        packed = compressed_by_its_bytes(first_bytes(f.path))
         why = (f"a {packed}-compressed tar: images read plain .tar shards; decompress it first" if packed
                else f"not a readable tar ({err})")
         return [(ImageRecord(f.index, 0, f.display, None, None, problem=f"{f.display}: {why}",

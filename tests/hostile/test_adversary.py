@@ -376,6 +376,15 @@ def test_a_compressed_file_without_a_compression_suffix_is_named_in_a_note(tmp_p
     assert result.counts["quarantined"] > 0         # the compressed bytes: not text, quarantined
 
 
+def test_a_utf16_text_file_is_named_in_a_note(tmp_path, surroundings):
+    """A UTF-16 file read as UTF-8 gives lines with NUL bytes between the characters: the plan
+    says so rather than the run writing them without a word."""
+    pipeline = write_source(tmp_path, "text", "a.log", "alpha one\nbeta two\n".encode("utf-16"))
+    (tmp_path / "in" / "b.log").write_bytes("gamma three\n".encode("utf-16-be").join([b"\xfe\xff", b""]))
+    (tmp_path / "in" / "c.log").write_bytes(b"plain\n")
+    [note] = [n for n in pipeline.plan().notes if "UTF-16" in n]
+    assert "in/a.log" in note and "in/b.log" in note and "c.log" not in note
+
 def test_set_compression_reads_a_mislabelled_file(tmp_path, surroundings):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.log").write_bytes(gzip.compress(b"a\nb\n"))
