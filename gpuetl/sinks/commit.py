@@ -351,6 +351,10 @@ def _check_sink_name(out: Path) -> None:
         if err.errno == errno.ENAMETOOLONG:
             raise OutputError(f"sink.path: {_printable(str(out))}: {err.strerror}",
                               hint="choose a shorter sink.path") from None
+        if err.errno == errno.ENOTDIR:        # a part of the path is a file: no folder can be made under it
+            part = next((p for p in reversed(out.parents) if p.is_file()), out.parent)
+            raise OutputError(f"sink.path: {_printable(str(out))}: {_printable(str(part))} is a file, not a folder",
+                              hint="choose a sink.path whose folders are folders") from None
 
 
 def _pattern_reaches(pattern: str, sink: str) -> bool:

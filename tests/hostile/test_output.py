@@ -152,6 +152,19 @@ def test_sink_may_not_overlap_the_inputs(base, surroundings, capsys, sink, sourc
     assert why in err and "internal error" not in err
 
 
+@pytest.mark.parametrize("sink", ["notes.txt/out", "notes.txt/deeper/out"])
+def test_a_sink_under_a_file_is_a_pipeline_error(base, surroundings, capsys, sink):
+    """A file where a folder of sink.path should be: exit 2 naming it (it was exit 1, 'Not a
+    directory', while a sink that is itself a file was exit 2), nothing touched."""
+    (base / "notes.txt").write_text("mine\n")
+    path = write_pipe(base, sink_path=sink)
+    with surroundings(base):
+        assert cli_run(base, sink_path=sink) == 2
+        assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "notes.txt is a file, not a folder" in err and "internal error" not in err
+    assert (base / "notes.txt").read_text() == "mine\n"
+
 def test_sink_next_to_the_inputs_is_fine(base, surroundings):
     """in/*.log cannot read in/out/: a folder beside the inputs is allowed."""
     with surroundings(base, dataset=base / "in" / "out"):
