@@ -351,10 +351,20 @@ class CpuBackend(CpuSpill):
         if _has_any_byte(arr, (b"\r",)):
             alone = _bool_mask(pc.match_substring(arr, "\r")) & ~unbalanced
         quoted = _bool_mask(pc.greater(quotes, 0)) & ~unbalanced & ~alone
-        if quoted.any():        # a quote inside an unquoted field: the reader may open a field there
+        if quoted.any():
+            # the reader opens a quoted field only where a field starts with a quote; where one does
+            # in a record whose quotes are not RFC 4180's (`1,5" disk,"Sony`), the framing (which
+            # pairs every quote) and the reader may end it in different places: read those alone.
+            # A quote inside a field (`5" x 3"`) the reader keeps as a character, as the framing does,
+            # unless the framing paired two such quotes over a newline (one record to it, two rows).
             rows = np.flatnonzero(quoted)
-            regular = _bool_mask(pc.match_substring_regex(arr.take(pa.array(rows)), _rfc4180_record(delimiter)))
-            alone[rows[~regular]] = True
+            some = arr.take(pa.array(rows))
+            opening = _bool_mask(pc.or_(pc.match_substring_regex(some, _field_opens_quote(delimiter)),
+                                        pc.match_substring(some, "\n")))
+            if opening.any():
+                rows, some = rows[opening], some.filter(pa.array(opening))
+                regular = _bool_mask(pc.match_substring_regex(some, _rfc4180_record(delimiter)))
+                alone[rows[~regular]] = True
         together = ~unbalanced & ~alone
         read = _read_csv_rows(arr if together.all() else arr.filter(pa.array(together)), names, delimiter,
                               null_values)
@@ -766,6 +776,11 @@ def _read_csv_rows(arr: pa.Array, names, delimiter: str, null_values=("",)) -> t
     parsed = np.ones(len(arr), dtype=bool)
     parsed[where] = False
     return table, parsed
+
+
+def _field_opens_quote(delimiter: str) -> str:
+    """RE2: a field of the record starts with a quote (where the reader opens a quoted field)."""
+    return f'(?:^|\\x{ord(delimiter):02x})"'
 
 
 def _rfc4180_record(delimiter: str) -> str:
