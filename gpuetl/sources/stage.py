@@ -133,10 +133,10 @@ def source_stage(loaded, files: list[InputFile], parser, *, casts: dict[str, Col
             raise SpecError(f"{loaded.key('columns', name)}: the source has no field {name!r}"
                             + (f"; did you mean {hint[0]!r}?" if hint else "")
                             + f" (fields: {', '.join(parser.schema)})")
-        if is_nested(col.type):       # JSON sources read nested values themselves (declared={} here)
-            raise SpecError(f"{loaded.key('columns', name)}: {col.type} is a type for a JSON source's nested values; "
-                            f"a {src.type} source's field {name!r} is text, read as a scalar type",
-                            hint="declare one of the scalar types (int64, float64, string, timestamp, …)")
+        if is_nested(col.type) and not is_nested(parser.schema[name]):    # a csv field, a regex capture
+            raise SpecError(f"{loaded.key('columns', name)}: {col.type} is a type for nested values (JSON's, "
+                            f"Parquet's); a {src.type} source's field {name!r} is {parser.schema[name]}, read as a "
+                            "scalar type", hint="declare one of the scalar types (int64, float64, string, timestamp, …)")
         casts[name] = col
     for name in parser.schema:
         if (problem := field_name_problem(name)) and name not in declared and name not in added:

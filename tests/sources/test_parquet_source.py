@@ -51,6 +51,19 @@ def test_rows_types_accounting_and_quarantine(parquet_inputs):
     assert len(bad) == 1 and bad[0]["_offset"] == 4 and json.loads(bad[0]["_raw"])["score"] == "x"
 
 
+def test_a_nested_column_may_be_declared_with_its_type(parquet_inputs):
+    """A Parquet list column declared as a list is the column as it is (a nested type is refused
+    only for a field that is text: a csv field, a regex capture)."""
+    data = spec()
+    data["columns"] = {"score": "int32", "tags": "list<int64>"}
+    result = Pipeline.from_dict(data, base_dir=parquet_inputs).run(backend="cpu", scheduler="sync")
+    assert result.counts["rows_out"] == 11
+    rows = pq.read_table(parquet_inputs / "out" / "part-00000.parquet").to_pylist()
+    assert rows[0]["tags"] == [1, 2]
+    data["columns"] = {"name": "list<string>"}
+    with pytest.raises(SpecError, match="field 'name' is string, read as a scalar type"):
+        Pipeline.from_dict(data, base_dir=parquet_inputs).plan()
+
 def test_partitioning_does_not_change_the_bytes(parquet_inputs):
     small = Pipeline.from_dict(spec(blocksize=100), base_dir=parquet_inputs).run(backend="cpu", scheduler="sync")
     large = Pipeline.from_dict(spec(blocksize="1MiB"), base_dir=parquet_inputs).run(backend="cpu", scheduler="threads")
