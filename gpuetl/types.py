@@ -188,19 +188,30 @@ class ColumnSpec(BaseModel):
 
 
 def format_problem(fmt: str) -> str | None:
-    """Why `fmt` is not a strptime format (None: it is one), as strptime's own format compiler
-    says it: a directive it does not have (`%Q`) or a `%` with none after it. Caught here, the
-    mistake is located in the pipeline file rather than failing the run at its first value."""
+    """Why `fmt` is not a format the CPU parser (pandas' strptime) takes, or None: a directive
+    strptime does not have (`%Q`), a `%` with none after it, one given twice, or directives it
+    will not combine (`%W` without a weekday, `%Z` with `%z`). Caught here, the mistake is located
+    in the pipeline file rather than failing the run at its first value (pandas is imported only
+    for a file that gives a format)."""
     import datetime
+
+    import pandas as pd
 
     if not fmt.strip():
         return "format: empty; give a strptime format such as '%d/%b/%Y:%H:%M:%S %z', or none for ISO 8601"
+    directives = ("strptime's directives: %Y %m %d %H %M %S %f %z %Z %b %B %a %A %p %I %j %y %U %W %w %G %V %u, "
+                  "and %% for a % sign")
     try:
         datetime.datetime.strptime("", fmt)
     except ValueError as err:
         if "directive" in str(err) or "stray %" in str(err):
-            return (f"format {fmt!r}: {err} (strptime's directives: %Y %m %d %H %M %S %f %z %Z %b %B %a %A %p "
-                    "%I %j %y %U %W %w %G %V %u, and %% for a % sign)")
+            return f"format {fmt!r}: {err} ({directives})"
+    except re.error as err:                  # a directive twice: its group named twice
+        return f"format {fmt!r}: a directive appears twice ({err.msg})"
+    try:
+        pd.to_datetime(pd.Series(["x"], dtype=object), format=fmt, errors="coerce")
+    except (ValueError, re.error) as err:
+        return f"format {fmt!r}: {err}"
     return None
 
 

@@ -201,8 +201,11 @@ sink: {path: out}
     ("  word: {type: timestamp, format: '%Q'}\n", "%Q", "'Q' is a bad directive"),
     ("  word: {type: timestamp, format: '%Y-%m-%d %'}\n", "%Y-%m-%d %", "stray %"),
     ("  word: {type: timestamp, format: ' '}\n", "format: ' '", "format: empty"),
-    ("  rest: \"list<int64>\"\n", "list<int64>", "list<int64> is a type for a JSON source's nested values"),
-    ("  rest: \"struct<x: int64>\"\n", "struct<", "is a type for a JSON source's nested values"),
+    ("  word: {type: timestamp, format: '%Y %Y'}\n", "%Y %Y", "a directive appears twice"),
+    ("  word: {type: timestamp, format: '%Y %W'}\n", "%Y %W", "Cannot use '%W' or '%U' without day and year"),
+    ("  word: {type: timestamp, format: '%H %Z%z'}\n", "%Z%z", "Cannot parse both %Z and %z"),
+    ("  rest: \"list<int64>\"\n", "list<int64>", "list<int64> is a type for nested values"),
+    ("  rest: \"struct<x: int64>\"\n", "struct<", "is a type for nested values (JSON's, Parquet's)"),
 ])
 def test_a_column_type_the_source_cannot_give_is_a_located_error_not_a_crash(tmp_path, capsys, surroundings,
                                                                             columns, needle, said):
