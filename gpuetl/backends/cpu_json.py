@@ -43,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..sources.json_fields import JsonRead, lookup, position_text
+from ..sources.json_fields import JsonRead, json_kind, lookup, position_text
 from ..types import ARROW_TYPES, type_name_of
 from .cpu_values import BAD, as_arrow, exact_value, scratch_pool
 from .cpu_clf import one_array
@@ -54,8 +54,6 @@ NAMED_ROUNDS = 16             # refusals that name a field, followed before spli
 SMALL_RUN = 64                # runs of records this short that the block reader refuses go to the careful reader
 SPLIT_PIECES = 16             # a refused run is read again in this many pieces
 
-_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
-               type(None): "null"}
 _CHANGED = re.compile(r"Column\((/.*)\) changed from (\w+) to (\w+)")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _VALUE_START = {"string": '"', "number": r"[-0-9]", "boolean": "[tf]", "object": r"\{", "array": r"\[",
@@ -459,7 +457,7 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
             ok[i], reasons[i] = False, "invalid JSON: a \\u escape is half of a surrogate pair, not a character"
             continue
         if not isinstance(obj, dict):
-            ok[i], reasons[i] = False, f"expected a JSON object, got {_JSON_KINDS.get(type(obj), 'a value')}"
+            ok[i], reasons[i] = False, f"expected a JSON object, got {json_kind(obj)}"
             continue
         if dropped is not None:
             for key, value in obj.items():
@@ -521,7 +519,7 @@ def _read_carefully(backend, arr: pa.Array, read: JsonRead, dropped: dict[str, i
 
 
 def _shape_of(value) -> str:
-    return "an object" if isinstance(value, dict) else _JSON_KINDS.get(type(value), "a number")
+    return "an object" if isinstance(value, dict) else json_kind(value)
 
 
 def _shape_problem(value, arrow_type: pa.DataType, at: tuple, read: JsonRead) -> str | None:
@@ -677,7 +675,7 @@ def _conform(value, arrow_type: pa.DataType, where: str):
         return None, None, False
     if pa.types.is_struct(arrow_type):
         if not isinstance(value, dict):
-            return None, f"{where or 'value'}: expected an object, got {_JSON_KINDS.get(type(value), 'a value')}", False
+            return None, f"{where or 'value'}: expected an object, got {json_kind(value)}", False
         out = {}
         for f in arrow_type:
             inner, problem, _ = _conform(value.get(f.name), f.type, f"{where}.{f.name}" if where else f.name)
@@ -687,7 +685,7 @@ def _conform(value, arrow_type: pa.DataType, where: str):
         return out, None, False
     if pa.types.is_list(arrow_type):
         if not isinstance(value, list):
-            return None, f"{where or 'value'}: expected an array, got {_JSON_KINDS.get(type(value), 'a value')}", False
+            return None, f"{where or 'value'}: expected an array, got {json_kind(value)}", False
         out = []
         for k, item in enumerate(value):
             inner, problem, _ = _conform(item, arrow_type.value_type, f"{where}[{k}]")
@@ -770,7 +768,6 @@ def _json_float(text: str) -> float:
     return number if math.isfinite(number) else _NotFinite(text)
 
 
-_JSON_KINDS.update({_WrittenFloat: "a number", _NotFinite: "a number"})
 _DECODER = json.JSONDecoder(parse_float=_json_float, parse_constant=_NotFinite)   # as the careful reader's json.loads
 
 

@@ -166,7 +166,13 @@ def _to_arrow(node) -> pa.DataType:
     return node
 
 
-_KIND = {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number", float: "a number"}
+_KINDS = ((bool, "true/false"), (dict, "an object"), (list, "an array"), (str, "a string"), ((int, float), "a number"),
+          (type(None), "null"))
+
+
+def json_kind(value) -> str:
+    """What a value Python's json gave is, in JSON's words (a float subclass is a number)."""
+    return next((kind for types, kind in _KINDS if isinstance(value, types)), "a value")
 
 
 def lookup(obj: dict, col: JsonColumn):
@@ -192,7 +198,7 @@ def lookup(obj: dict, col: JsonColumn):
 
 def _wrong_kind(col: JsonColumn, i: int, value, expected: str) -> str:
     where = path_text(col.path[:i]) or "the record"
-    return f"field {col.name!r}: {where} is {_KIND.get(type(value), 'a value')}, not {expected}"
+    return f"field {col.name!r}: {where} is {json_kind(value)}, not {expected}"
 
 
 def path_text(steps) -> str:

@@ -97,3 +97,14 @@ def test_a_number_in_a_string_column_is_kept_as_written(tmp_path, surroundings):
     with surroundings(tmp_path, dataset=tmp_path / "out"):
         result = run(tmp_path, spec({"v": "string"}))
     assert [r["v"] for r in rows(result)] == written + ["s"]
+
+
+def test_a_float_where_a_path_expects_an_object_or_array_is_named_a_number(tmp_path, surroundings):
+    """The careful reader's floats keep their text (a float subclass): the reasons still call them
+    numbers (they said "a value")."""
+    (tmp_path / "a.jsonl").write_text('{"user": 1.5, "tags": 2.50}\n{"user": {"id": 4}, "tags": ["x"]}\n')
+    with surroundings(tmp_path, dataset=tmp_path / "out"):
+        result = run(tmp_path, spec({"user.id": "int64", "tags[0]": "string"}))
+    assert [r["user.id"] for r in rows(result)] == [4]
+    [reason] = quarantined(result).values()
+    assert "user is a number, not an object" in reason or "tags is a number, not an array" in reason
