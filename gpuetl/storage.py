@@ -185,14 +185,15 @@ def list_objects(pattern: str, storage_options: dict | None = None) -> list[Remo
     with translated(pattern, storage_options, "list"):
         fs.invalidate_cache()                     # a listing is always asked afresh
         if any(c in bare(pattern) for c in "*?["):
-            found = fs.glob(pattern, detail=True)
+            # objects only: with the prefixes, a key that is also a prefix (`m/a.log` beside
+            # `m/a.log/old.log`) came back as the prefix alone and was never read
+            found = fs.glob(pattern, detail=True, withdirs=False)
         else:
             try:
                 info = fs.info(pattern)
             except FileNotFoundError:
                 return []
             found = {bare(pattern): info}
-        found = {**found, **_objects_named_as_prefixes(fs, pattern, found)}
     objects = [_object(with_scheme(name, pattern), info) for name, info in found.items()
                if info.get("type", "file") == "file" and not name.endswith("/")]
     if not objects:
@@ -203,29 +204,6 @@ def list_objects(pattern: str, storage_options: dict | None = None) -> list[Remo
             raise InputsNotFound(f"source.path: {pattern}: the bucket {bucket} does not exist",
                                  hint="check the bucket's name (and AWS_ENDPOINT_URL / the region)")
     return sorted(objects, key=lambda o: o.url)
-
-
-def _objects_named_as_prefixes(fs, pattern: str, found: dict) -> dict:
-    """The objects among `found`'s prefixes: a key that is also the prefix of others (`m/a.log`
-    beside `m/a.log/old.log`) is listed twice by the store, and fsspec's glob keeps only the
-    prefix, so the object was never read. Looked up in its parent's listing (the one the glob
-    just made, or one listing per parent), or with `**` in one listing of the pattern's fixed
-    root without prefixes: no request per prefix."""
-    prefixes = {name for name, info in found.items() if info.get("type") == "directory"}
-    if not prefixes:
-        return {}
-    if "**" in pattern:
-        fixed = []
-        for part in bare(pattern).split("/"):
-            if any(c in part for c in "*?["):
-                break
-            fixed.append(part)
-        listing = fs.find("/".join(fixed), withdirs=False, detail=True).values()
-    else:
-        listing = [entry for parent in sorted({name.rsplit("/", 1)[0] for name in prefixes})
-                   for entry in fs.ls(parent, detail=True)]
-    return {entry["name"]: entry for entry in listing
-            if entry.get("type") == "file" and entry.get("name") in prefixes}
 
 
 def head(url: str, storage_options: dict | None = None) -> RemoteObject | None:
