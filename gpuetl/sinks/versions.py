@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import DataError, GpuetlError, OutputError, SpecError, SourceError
 from ..sources.pins import FilePin
+from ..storage import same_store_url
 from .commit import MANIFEST, SUCCESS, manifest_bytes, success_bytes, unsafe_reason
 
 VERSIONS = "_versions"
@@ -87,7 +88,9 @@ class Held:
     def __post_init__(self):
         self.version = version_of(self.manifest)
         inputs = (self.manifest or {}).get("inputs") or []
-        self.by_path = {i["path"]: i for i in inputs if isinstance(i, dict) and isinstance(i.get("path"), str)}
+        # an object by its store's one spelling: s3a:// and S3:// name the s3:// objects a version read
+        self.by_path = {same_store_url(i["path"]): i for i in inputs
+                        if isinstance(i, dict) and isinstance(i.get("path"), str)}
         self.by_identity = {}            # a held file under another name (the pipeline file moved)
         self.by_inode = {}               # a held file renamed (which moves its ctime): re-hashed
         for entry in self.by_path.values():
@@ -98,7 +101,7 @@ class Held:
 
     def keep(self, f) -> bool:
         """Whether the listed input f is read by this append: True when no version holds it."""
-        entry = self.by_path.get(f.display)
+        entry = self.by_path.get(same_store_url(f.display))
         if entry is None and f.identity is not None and f.identity.key() in self.by_identity:
             held = self.by_identity[f.identity.key()]
             self.notes.append(f"append: {f.display} is {held['path']} (the same file, not written since), held by "

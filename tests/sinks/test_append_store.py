@@ -59,6 +59,19 @@ def test_a_store_dataset_appends_versions_and_reads_each_back(s3, tmp_path, caps
     assert manifest["dataset_version"] == 2 and main(["verify", s3.url("out")]) == 0
 
 
+@pytest.mark.slow          # three runs against the store server (~2.7 s)
+def test_an_append_knows_the_objects_a_version_read_however_their_scheme_is_spelled(s3, tmp_path):
+    """s3a:// and S3:// name s3:// objects: an append listing them another way than the version that
+    read them has nothing to append (it read them all again: every row twice)."""
+    local = tmp_path / "day1.log"
+    write_access_logs(local, lines=50, seed=1)
+    s3.put("in/day1.log", local.read_bytes())
+    url = s3.url("in/*.log")
+    v1 = run(tmp_path, spec(url.replace("s3://", "s3a://"), s3.url("out")))
+    assert v1.manifest["dataset_version"] == 1
+    for spelled in (url, url.replace("s3://", "S3://")):
+        assert run(tmp_path, spec(spelled, s3.url("out"))).nothing_to_append
+
 @pytest.mark.slow
 def test_a_store_dataset_with_a_delta_log_reads_back_each_version_through_delta_rs(s3, tmp_path):
     deltalake = pytest.importorskip("deltalake")
