@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import datetime
 import decimal
+import re
 
 import numpy as np
 import pandas as pd
@@ -652,31 +652,45 @@ def strict_strptime(values: pa.Array, fmt: str, zone: str) -> pa.Array:
     ones are read in `zone`."""
     series = pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype))
     if "%z" in fmt or "%Z" in fmt:
-        parsed = pd.to_datetime(series, format=fmt, utc=True, errors="coerce")
-    else:
-        parsed = _localize(_in_microseconds(pd.to_datetime(series, format=fmt, errors="coerce")), zone)
-    parsed = _no_leap_seconds(series, _in_microseconds(parsed), fmt)
-    return pa.array(parsed, type=ARROW_TYPES["timestamp"])
+        parsed = _no_leap_seconds(series, pd.to_datetime(series, format=fmt, utc=True, errors="coerce"), fmt,
+                                  utc=True)
+    else:                      # a leap second is looked for in the wall time, before the zone's offset
+        naive = _no_leap_seconds(series, pd.to_datetime(series, format=fmt, errors="coerce"), fmt, utc=False)
+        parsed = _localize(_in_microseconds(naive), zone)
+    return pa.array(_in_microseconds(parsed), type=ARROW_TYPES["timestamp"])
 
 
-def _no_leap_seconds(values: pd.Series, parsed: pd.Series, fmt: str) -> pd.Series:
-    """pandas' strptime takes %S up to 61, as the C library's does, and reads second 60 or 61 as
-    the next minute's first ones (23:59:60 becomes the next day): such a value is a bad value, as
-    on the GPU and in ISO form. The few that can be one (second 0 or 1, a '60' or '61' in the
-    text) are read again by Python's strptime, which refuses exactly those."""
-    if "%S" not in fmt or not len(parsed):
+_SECONDS_DIRECTIVES = ("%S", "%X", "%T", "%c", "%r")
+
+
+def _no_leap_seconds(values: pd.Series, parsed: pd.Series, fmt: str, utc: bool) -> pd.Series:
+    """pandas' strptime takes seconds up to 61, as C's does, and reads second 60 or 61 as the next
+    minute's first ones (23:59:60 became the next day): such a value is a bad value, as on the GPU
+    and in ISO form. The few that can be one (second 0 or 1, a '60' or '61' in the text) are read
+    again by the same parser with that '60' or '61' written '59': one or two seconds earlier means
+    it was the seconds field."""
+    if not any(d in fmt for d in _SECONDS_DIRECTIVES) or not len(parsed):
         return parsed
     maybe = (parsed.notna() & parsed.dt.second.isin([0, 1])
              & values.str.contains("6[01]", regex=True).fillna(False).astype(bool))
     if not maybe.any():
         return parsed
     leap = pd.Series(False, index=parsed.index)
-    for i, text in values[maybe].items():
-        try:
-            datetime.datetime.strptime(text.strip(), fmt)
-        except ValueError as e:
-            leap[i] = "second must be in" in str(e)
+    texts = values[maybe].astype(object)
+    spots = {i: [(m.start(), m.group()) for m in _SIXTY.finditer(text)] for i, text in texts.items()}
+    for k in range(max(len(found) for found in spots.values())):      # each value's k-th '60' or '61'
+        at = {i: found[k] for i, found in spots.items() if len(found) > k and not leap[i]}
+        if not at:
+            break
+        index = list(at)
+        written = pd.Series([texts[i][:p] + "59" + texts[i][p + 2:] for i, (p, _) in at.items()], index=index)
+        earlier = pd.to_datetime(written, format=fmt, utc=utc, errors="coerce")
+        step = pd.Series([pd.Timedelta(seconds=1 if g == "60" else 2) for _, g in at.values()], index=index)
+        leap[index] = ((parsed[index] - earlier) == step).fillna(False).astype(bool).to_numpy()
     return parsed.mask(leap)
+
+
+_SIXTY = re.compile("6[01]")
 
 
 _PANDAS_FIRST_US = -(-pd.Timestamp.min.value // 1000)   # the instants pandas' parser can give, in µs

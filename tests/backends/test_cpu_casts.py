@@ -183,3 +183,15 @@ def test_a_sixtieth_or_sixty_first_second_is_bad_not_the_next_minute(fmt, values
     got, bad = cast(values, "timestamp", fmt=fmt, timezone="Asia/Dhaka")
     assert bad == [True, True, False, False]
     assert got[2] is not None and got[2].minute == 1 and got[2].second == 0
+
+
+@pytest.mark.parametrize("fmt, zone, value", [
+    ("%Y-%m-%d %H:%M:%S", "Africa/Monrovia", "1970-06-30 23:59:60"),     # an offset with seconds (LMT)
+    ("%Y-%m-%d %H:%M:%S", "Europe/Amsterdam", "1930-06-30 23:59:60"),
+    ("%Y-%m-%d %X", None, "2026-06-30 23:59:60"),                          # seconds without a literal %S
+    ("%Y-%m-%d %H:%M:%S %Z", None, "2026-06-30 23:59:60 EST"),             # a zone name Python's strptime lacks
+    ("%Y-%m-%d %H:%M:%S.%f", None, "2060-06-30 23:59:60.600"),             # 60s elsewhere in the value too
+])
+def test_a_sixtieth_second_is_bad_wherever_the_wall_time_lies(fmt, zone, value):
+    got, bad = cast([value, value.replace(":60", ":59")], "timestamp", fmt=fmt, timezone=zone)
+    assert bad == [True, False] and got[1] is not None
