@@ -136,6 +136,10 @@ def test_resume_on_an_append_dataset_points_to_append_not_overwrite(tmp_path):
                                           r"new input") as err:
         Pipeline.from_file(resume).run(backend="cpu", scheduler="sync")
     assert "sink.mode: append" in err.value.hint and "would replace every version" in err.value.hint
+    (tmp_path / "in" / "3.log").unlink()
+    with pytest.raises(OutputError, match=r"another pipeline file \(dataset version 1") as err:
+        Pipeline.from_file(resume, ["shard.seed=9"]).run(backend="cpu", scheduler="sync")
+    assert "an append refuses it too: undo the change" in err.value.hint     # not "run it with sink.mode: append"
 
 
 @pytest.mark.slow

@@ -191,11 +191,22 @@ def already_complete(plan: Plan, inventory) -> RunResult | None:
                           + ("other inputs" if changes else "another pipeline file")
                           + (f" (dataset version {version} of an append dataset)" if version else "")
                           + (":\n    " + "\n    ".join(changes[:10]) if changes else ""),
-                          hint=(f"run it with sink.mode: append: it removes a killed append's files and reads the "
-                                f"inputs no version holds as version {version + 1} (sink.mode: overwrite would "
-                                "replace every version)") if version else "set sink.mode: overwrite to replace it")
+                          hint=_append_dataset_hint(version, same_pipeline) if version
+                          else "set sink.mode: overwrite to replace it")
     return RunResult(out, manifest["counts"], manifest["stages"], manifest["shards"], manifest["quarantine"],
                      manifest.get("bad_records", {}), manifest["backend"], 0.0, plan.input_bytes, manifest)
+
+
+def _append_dataset_hint(version: int, same_pipeline: bool) -> str:
+    """What to do with an append dataset resume met: append the new inputs with this pipeline
+    file; with a changed one, append refuses too, so undo the change or write elsewhere (sink.mode:
+    overwrite would replace every version)."""
+    if same_pipeline:
+        return (f"run it with sink.mode: append: it removes a killed append's files and reads the inputs no "
+                f"version holds as version {version + 1} (sink.mode: overwrite would replace every version)")
+    return (f"the pipeline file changed since dataset version {version}, and an append refuses it too: undo the "
+            "change, or write the changed pipeline's output to another sink.path (sink.mode: overwrite would "
+            "replace every version)")
 
 
 def finished_maps(ctx: RunContext) -> dict[int, MapResult]:
