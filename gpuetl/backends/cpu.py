@@ -352,19 +352,13 @@ class CpuBackend(CpuSpill):
             alone = _bool_mask(pc.match_substring(arr, "\r")) & ~unbalanced
         quoted = _bool_mask(pc.greater(quotes, 0)) & ~unbalanced & ~alone
         if quoted.any():
-            # the reader opens a quoted field only where a field starts with a quote; where one does
-            # in a record whose quotes are not RFC 4180's (`1,5" disk,"Sony`), the framing (which
-            # pairs every quote) and the reader may end it in different places: read those alone.
-            # A quote inside a field (`5" x 3"`) the reader keeps as a character, as the framing does,
-            # unless the framing paired two such quotes over a newline (one record to it, two rows).
+            # the framing pairs every quote; the reader opens a quoted field only where a field starts
+            # with a quote. Where the reader would end such a record inside quotes, or break it at a
+            # newline outside its quotes (`1,5" disk,"Sony`), the two disagree on where the record
+            # ends: those are read alone. Quotes inside a field (`5" x 3"`, `"Sony" Walkman`) are not.
             rows = np.flatnonzero(quoted)
-            some = arr.take(pa.array(rows))
-            opening = _bool_mask(pc.or_(pc.match_substring_regex(some, _field_opens_quote(delimiter)),
-                                        pc.match_substring(some, "\n")))
-            if opening.any():
-                rows, some = rows[opening], some.filter(pa.array(opening))
-                regular = _bool_mask(pc.match_substring_regex(some, _rfc4180_record(delimiter)))
-                alone[rows[~regular]] = True
+            agreed = _bool_mask(pc.match_substring_regex(arr.take(pa.array(rows)), _one_row_to_the_reader(delimiter)))
+            alone[rows[~agreed]] = True
         together = ~unbalanced & ~alone
         read = _read_csv_rows(arr if together.all() else arr.filter(pa.array(together)), names, delimiter,
                               null_values)
@@ -792,18 +786,12 @@ def _read_csv_rows(arr: pa.Array, names, delimiter: str, null_values=("",)) -> t
     return table, parsed
 
 
-def _field_opens_quote(delimiter: str) -> str:
-    """RE2: a field of the record starts with a quote (where the reader opens a quoted field)."""
-    return f'(?:^|\\x{ord(delimiter):02x})"'
-
-
-def _rfc4180_record(delimiter: str) -> str:
-    """RE2: a record whose quotes are RFC 4180's: each field quoted whole (doubled quotes inside)
-    or holding none. Where a quote sits inside an unquoted field (`5" disk`), the framing, which
-    pairs quotes wherever they are, and the reader, which opens a field only at its start, can
-    disagree on where a quoted field ends: such records are read one by one."""
+def _one_row_to_the_reader(delimiter: str) -> str:
+    """RE2: a record the reader reads as one row ending outside quotes: each field quoted (doubled
+    quotes inside, then any text without a quote, which the reader appends) or not starting with a
+    quote (any quote in it is a character to the reader), and no newline outside the quotes."""
     d = f"\\x{ord(delimiter):02x}"
-    field = f'(?:"(?:[^"]|"")*"|[^"{d}]*)'
+    field = f'(?:"(?:[^"]|"")*"[^"\\n{d}]*|(?:[^"\\n{d}][^\\n{d}]*)?)'
     return f"^{field}(?:{d}{field})*$"
 
 
