@@ -670,17 +670,28 @@ def _no_leap_seconds(values: pd.Series, parsed: pd.Series, fmt: str, utc: bool) 
     if not maybe.any():
         return parsed
     leap = pd.Series(False, index=parsed.index)
-    texts = values[maybe].astype(object)
+    index = maybe[maybe].index
+    some = pa.array(values[maybe].astype(object).tolist(), pa.string())
+    times = _SIXTY.pattern
+    once = np.asarray(pc.equal(pc.count_substring_regex(some, times), 1), dtype=bool)
+    if once.any():              # the usual candidate: one '60' or '61' in it, read again written '59'
+        one = some.filter(pa.array(once))
+        earlier = pd.to_datetime(pd.Series(pc.replace_substring_regex(one, times, "59").to_pylist(), index=index[once]),
+                                 format=fmt, utc=utc, errors="coerce")
+        step = np.where(np.asarray(pc.match_substring(one, "60"), dtype=bool), 1, 2).astype("timedelta64[s]")
+        leap[index[once]] = ((parsed[index[once]] - earlier) == pd.Series(step, index=index[once])) \
+            .fillna(False).astype(bool).to_numpy()
+    texts = {i: t for i, t, o in zip(index, some.to_pylist(), once) if not o}   # two or more: each in turn
     spots = {i: [(m.start(), m.group()) for m in _SIXTY.finditer(text)] for i, text in texts.items()}
-    for k in range(max(len(found) for found in spots.values())):      # each value's k-th '60' or '61'
+    for k in range(max((len(found) for found in spots.values()), default=0)):
         at = {i: found[k] for i, found in spots.items() if len(found) > k and not leap[i]}
         if not at:
             break
-        index = list(at)
-        written = pd.Series([texts[i][:p] + "59" + texts[i][p + 2:] for i, (p, _) in at.items()], index=index)
+        where = list(at)
+        written = pd.Series([texts[i][:p] + "59" + texts[i][p + 2:] for i, (p, _) in at.items()], index=where)
         earlier = pd.to_datetime(written, format=fmt, utc=utc, errors="coerce")
-        step = pd.Series([pd.Timedelta(seconds=1 if g == "60" else 2) for _, g in at.values()], index=index)
-        leap[index] = ((parsed[index] - earlier) == step).fillna(False).astype(bool).to_numpy()
+        step = pd.Series([pd.Timedelta(seconds=1 if g == "60" else 2) for _, g in at.values()], index=where)
+        leap[where] = ((parsed[where] - earlier) == step).fillna(False).astype(bool).to_numpy()
     return parsed.mask(leap)
 
 
