@@ -14,7 +14,7 @@ from ..columns import COUNT, STAGE, STATUS, STATUS_LIVE, STATUS_QUARANTINED
 from ..hashing import hash_columns
 from ..sources.json_fields import JsonRead
 from ..sources.line_ends import record_ends, records_array
-from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema
+from ..types import ARROW_TYPES, INT_TYPES, UINT_TYPES, Schema, is_nested
 from .base import Lines
 from .common import conform_frame, empty_frame, hash_series
 from .cpu_clf import CLF_TIME_FORMAT, extract_clf, one_array, parse_clf_time, polars, polars_available
@@ -450,10 +450,12 @@ class CpuBackend(CpuSpill):
             result = pc.cast(arr, target, safe=True)
             bad = np.zeros(len(arr), dtype=bool)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            # Convert what can be converted exactly; the rest is bad.
-            values = [exact_value(v, type_name) for v in arr.to_pylist()]
-            bad = np.array([v is BAD for v in values], dtype=bool)
-            result = pa.array([None if v is BAD else v for v in values], type=target)
+            if is_nested(type_name):         # a list or struct: each value cast on its own, the rest bad
+                result, bad = _cast_each(arr, target)
+            else:                            # convert what can be converted exactly; the rest is bad
+                values = [exact_value(v, type_name) for v in arr.to_pylist()]
+                bad = np.array([v is BAD for v in values], dtype=bool)
+                result = pa.array([None if v is BAD else v for v in values], type=target)
         return self.series(result, type_name, index=col.index), pd.Series(bad, index=col.index)
 
     @staticmethod
@@ -606,6 +608,20 @@ class CpuBackend(CpuSpill):
 
         return cpu_text.minhash(as_arrow(col).cast(pa.string()), seed=seed, a=np.asarray(a, dtype=np.uint32),
                                 b=np.asarray(b, dtype=np.uint32), width=width, shingle=shingle)
+
+
+def _cast_each(arr: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """(arr cast to target, which values Arrow's safe cast refused) value by value: a nested
+    column whose cast fails as a whole (one list item out of range) loses only that record, not
+    every record of the batch. The slow way, taken only after the whole cast failed."""
+    parts, bad = [], np.zeros(len(arr), dtype=bool)
+    for i, value in enumerate(arr.to_pylist()):
+        try:                 # a fresh array of the one value: a slice's list keeps all of its items
+            parts.append(pc.cast(pa.array([value], arr.type), target, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            parts.append(pa.nulls(1, target))
+            bad[i] = True
+    return (pa.concat_arrays(parts) if parts else pa.array([], target)), bad
 
 
 def _plain_integers(arr: pa.Array, type_name: str) -> pa.Array | None:

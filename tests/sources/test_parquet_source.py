@@ -64,6 +64,22 @@ def test_a_nested_column_may_be_declared_with_its_type(parquet_inputs):
     with pytest.raises(SpecError, match="field 'name' is string, read as a scalar type"):
         Pipeline.from_dict(data, base_dir=parquet_inputs).plan()
 
+def test_one_nested_value_that_does_not_fit_its_declared_type_is_one_bad_record(tmp_path):
+    """A list item past int32 in one row of a list<int64> column declared list<int32>: that record
+    is bad, the others are kept (Arrow's cast of the whole column failed, and every record of the
+    batch was bad)."""
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": pa.array(range(50)),
+                             "big": pa.array([[10**12] if i == 25 else [i, i] for i in range(50)], pa.list_(pa.int64())),
+                             "st": pa.array([{"a": 10**12 if i == 30 else i} for i in range(50)])}),
+                   tmp_path / "in" / "a.parquet")
+    data = {"version": 1, "name": "pq", "source": {"type": "parquet", "path": "in/*.parquet"},
+            "columns": {"big": "list<int32>", "st": "struct<a: int32>"}, "sink": {"path": "out"}}
+    result = Pipeline.from_dict(data, base_dir=tmp_path).run(backend="cpu", scheduler="sync")
+    assert result.counts["rows_out"] == 48 and result.counts["quarantined"] == 2
+    rows = pq.read_table(tmp_path / "out" / "part-00000.parquet").to_pylist()
+    assert rows[0]["big"] == [0, 0] and rows[0]["st"] == {"a": 0} and 25 not in [r["id"] for r in rows]
+
 def test_partitioning_does_not_change_the_bytes(parquet_inputs):
     small = Pipeline.from_dict(spec(blocksize=100), base_dir=parquet_inputs).run(backend="cpu", scheduler="sync")
     large = Pipeline.from_dict(spec(blocksize="1MiB"), base_dir=parquet_inputs).run(backend="cpu", scheduler="threads")
