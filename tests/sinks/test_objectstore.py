@@ -120,7 +120,7 @@ def test_input_and_sink_prefixes_are_compared_up_to_a_slash(s3, inputs):
 
 
 
-@pytest.mark.parametrize("source_scheme, sink_scheme", [("s3", "s3a"), ("s3a", "s3"), ("S3", "s3"), ("s3", "S3A")])
+@pytest.mark.parametrize("source_scheme, sink_scheme", [("s3", "s3a"), ("S3", "S3A")])
 def test_one_store_spelled_two_ways_is_one_store(s3, inputs, source_scheme, sink_scheme):
     """s3a:// names s3:// objects, and a scheme is case-blind: a sink spelled one way over inputs
     spelled the other is refused as the same spelling is (an s3a:// sink over s3:// inputs
