@@ -199,6 +199,9 @@ def format_problem(fmt: str) -> str | None:
 
     if not fmt.strip():
         return "format: empty; give a strptime format such as '%d/%b/%Y:%H:%M:%S %z', or none for ISO 8601"
+    if fmt.strip().lower() in ("mixed", "iso8601"):    # pandas' words, not formats: 'mixed' guesses per value
+        return (f"format {fmt!r} is not a strptime format (pandas would guess each value's form, reading "
+                "12/01/2026 as 1 December); give one such as '%d/%m/%Y', or no format for ISO 8601")
     directives = ("strptime's directives: %Y %m %d %H %M %S %f %z %Z %b %B %a %A %p %I %j %y %U %W %w %G %V %u, "
                   "and %% for a % sign")
     try:

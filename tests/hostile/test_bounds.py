@@ -202,6 +202,8 @@ sink: {path: out}
     ("  word: {type: timestamp, format: '%Y-%m-%d %'}\n", "%Y-%m-%d %", "stray %"),
     ("  word: {type: timestamp, format: ' '}\n", "format: ' '", "format: empty"),
     ("  word: {type: timestamp, format: '%Y %Y'}\n", "%Y %Y", "a directive appears twice"),
+    ("  word: {type: timestamp, format: mixed}\n", "mixed", "is not a strptime format"),
+    ("  word: {type: timestamp, format: ISO8601}\n", "ISO8601", "or no format for ISO 8601"),
     ("  word: {type: timestamp, format: '%Y %W'}\n", "%Y %W", "Cannot use '%W' or '%U' without day and year"),
     ("  word: {type: timestamp, format: '%H %Z%z'}\n", "%Z%z", "Cannot parse both %Z and %z"),
     ("  rest: \"list<int64>\"\n", "list<int64>", "list<int64> is a type for nested values"),
