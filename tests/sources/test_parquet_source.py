@@ -96,3 +96,13 @@ def test_a_file_that_is_not_parquet_is_named(parquet_inputs):
     (parquet_inputs / "in" / "0.parquet").write_text("not parquet")
     with pytest.raises(SpecError, match="0.parquet is not a readable Parquet file"):
         Pipeline.from_dict(spec(), base_dir=parquet_inputs).plan()
+
+
+def test_a_declared_struct_naming_other_fields_than_the_files_is_a_plan_note(tmp_path):
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"geo": pa.array([{"lat": 1.0, "lon": 2.0}])}), tmp_path / "in" / "a.parquet")
+    data = {"version": 1, "name": "pq", "source": {"type": "parquet", "path": "in/*.parquet"},
+            "columns": {"geo": "struct<lat: float64, alt: float64>"}, "sink": {"path": "out"}}
+    notes = Pipeline.from_dict(data, base_dir=tmp_path).plan().notes
+    assert "columns.geo: the declared struct leaves out lon of the file's: not read" in notes
+    assert "columns.geo: the declared struct adds alt, which the file lacks: null" in notes

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from ..compressed import Limits
 from ..parquet import parquet_columns, plan_row_groups, read_row_groups
 from ..pins import RangePin
 from ..records import source_frame
 from ..stage import SourceStage, declared_columns, source_stage
+from ...types import ARROW_TYPES
 
 
 class ParquetFormat:
@@ -26,8 +29,10 @@ class ParquetFormat:
         parser, skipped = parquet_columns(files, f"{loaded.path}: source.path")
         if skipped:
             notes.append(f"source: nested Parquet columns are not read yet: {', '.join(skipped)}")
-        stage = source_stage(loaded, files, parser, casts={}, declared=declared_columns(loaded),
+        declared = declared_columns(loaded)
+        stage = source_stage(loaded, files, parser, casts={}, declared=declared,
                              field_hint="rename that column in the Parquet files", kind=ParquetStage)
+        notes.extend(_struct_fields_changed(declared, parser.schema))
         return stage
 
 
@@ -52,3 +57,20 @@ class ParquetStage(SourceStage):
         reasons = backend.nulls(n, "string", index=df.index)
         yield source_frame(df, bad, reasons, None, xp.asarray(file_index), xp.asarray(offsets), refused,
                            self, segment, backend)
+
+
+def _struct_fields_changed(declared: dict, schema: dict) -> list[str]:
+    """Plan notes for a declared struct that names other fields than the file's: a field it
+    leaves out is not read, one it adds is null (Arrow's cast does both without a word)."""
+    notes = []
+    for name, col in declared.items():
+        have, want = ARROW_TYPES.get(schema.get(name)), ARROW_TYPES.get(col.type)
+        if have is None or want is None or not (pa.types.is_struct(have) and pa.types.is_struct(want)):
+            continue
+        dropped = [f.name for f in have if want.get_field_index(f.name) < 0]
+        added = [f.name for f in want if have.get_field_index(f.name) < 0]
+        if dropped:
+            notes.append(f"columns.{name}: the declared struct leaves out {', '.join(dropped)} of the file's: not read")
+        if added:
+            notes.append(f"columns.{name}: the declared struct adds {', '.join(added)}, which the file lacks: null")
+    return notes
