@@ -45,16 +45,7 @@ def _check_latest_copy(folder, manifest: dict) -> bytes:
     """`_manifest.json`'s bytes, which `_SUCCESS` vouches for and the latest version's copy under
     _versions/ holds: the next version records their sha256 as that version's, so a damaged copy
     accepted here would leave the version unreadable for good."""
-    if isinstance(folder.out, Path):
-        def read(rel: str) -> bytes | None:
-            try:
-                return folder.tree.read_file(rel)
-            except FileNotFoundError:
-                return None
-            except OSError:                            # a link (O_NOFOLLOW): not the bytes
-                return b""
-    else:
-        read = folder.read
+    read = folder.read                              # local or in a store: None when missing
     raw = read(MANIFEST)
     if raw is None or read(SUCCESS) != success_bytes(raw):
         raise OutputError(f"sink.path: {folder.out}/{SUCCESS} does not hold the sha256 of its {MANIFEST} (edited "

@@ -735,6 +735,16 @@ class OutputFolder:
 
     # opening and closing
 
+    def read(self, rel: str) -> bytes | None:
+        """The bytes of the file at `rel` in the dataset, never through a link (None: missing; b""
+        where a link or a folder lies: no bytes of a file), as ObjectStoreFolder.read gives them."""
+        try:
+            return self.tree.read_file(rel)
+        except FileNotFoundError:
+            return None
+        except OSError:                           # a link (O_NOFOLLOW) or a folder
+            return b""
+
     def open(self) -> "OutputFolder":
         out = self.out
         if os.path.lexists(out) and not out.is_dir():

@@ -65,7 +65,7 @@ def repair(out: str | Path, log=lambda *_: None) -> list[str]:
         finished = folder.recover()
         folder.clean_leftovers()
 
-        def read(rel: str) -> bytes | None:
+        def read(rel: str) -> bytes | None:       # a link or a folder raises: left alone (verify names it)
             try:
                 return folder.tree.read_file(rel)
             except FileNotFoundError:
@@ -192,7 +192,6 @@ def inspect_dataset(out: str | Path, sample_rows: int = 3, dataset_version: int 
     vouched = success is not None and success == success_bytes(read_listed(out, MANIFEST) or b"")
     return {"path": str(out), "complete": not pending and vouched, "manifest": manifest, "splits": splits,
             "sample": sample, "interrupted_commits": pending, "success": success_state(success, vouched)}
-
 
 
 def read_listed(out: Path, rel: str) -> bytes | None:

@@ -152,6 +152,7 @@ def check_listed_files(manifest: dict, size_of, sha256_of, *, own_sha256: str | 
             problems.append(Problem(rel, f"sha256 {digest[:12]}…, the manifest says {entry['sha256'][:12]}…"))
     return listed, problems
 
+
 def success_state(success: bytes | None, vouched: bool) -> str:
     """What _SUCCESS says of the manifest, in inspect's words."""
     if success is None:
